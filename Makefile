@@ -1,0 +1,26 @@
+# The two commands of the README: `make demo` and `make test`. Both set everything up first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# TensorFlow's C++ start-up lines (oneDNN, CUDA probing) are noise in demos and test logs.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_USE_LEGACY_KERAS = 1
+
+.PHONY: setup demo test test-fast bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@bash scripts/demo.sh
+
+test: setup
+	@$(PY) -m pytest -q
+
+test-fast: setup  ## the tests that need neither horovodrun nor a gRPC cluster
+	@$(PY) -m pytest -q -m "not horovod and not cluster"
+
+bench: setup
+	@$(PY) benchmarks/compare.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info runs

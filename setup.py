@@ -1,0 +1,49 @@
+"""Packaging for tfdist. ``callbacks/`` at the top of the repo installs as ``tfdist.callbacks``."""
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+version: dict = {}
+exec((HERE / "tfdist" / "version.py").read_text(), version)
+
+setup(
+    name="tfdist",
+    version=version["__version__"],
+    description="Distributed training for tf-keras models: Horovod ring-allreduce and "
+                "tf.distribute ParameterServerStrategy behind one API.",
+    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=[
+        "tfdist",
+        "tfdist.cli",
+        "tfdist.cluster",
+        "tfdist.environments",
+        "tfdist.launch",
+        "tfdist.strategies",
+        "tfdist.callbacks",
+    ],
+    package_dir={"tfdist.callbacks": "callbacks"},
+    install_requires=[
+        "tensorflow~=2.21.0",
+        "tf-keras~=2.21.0",
+        "tensorboard~=2.21.0",
+        "click>=8",
+        "PyYAML>=6",
+    ],
+    extras_require={
+        # Horovod is built from source by scripts/setup.sh (see README); this extra pins it.
+        "horovod": ["horovod==0.28.1"],
+        "examples": ["scikit-learn>=1.3"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "scikit-learn>=1.3"],
+        "gpu": ["tensorflow[and-cuda]~=2.21.0"],
+    },
+    entry_points={"console_scripts": ["tfdist=tfdist.cli.main:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)

@@ -1,0 +1,37 @@
+"""tfdist: one API to train a tf-keras model with Horovod or tf.distribute.
+
+    import tfdist                       # before tensorflow: keeps tf.keras on tf-keras
+    strategy = tfdist.make_strategy("auto")
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(1e-3)), loss="mse")
+    strategy.fit(model, dataset, epochs=5, steps_per_epoch=100)
+
+Importing tfdist does not import TensorFlow; ``make_strategy`` does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist.keras_compat import KerasVersionError, ensure_legacy_keras
+from tfdist.version import __version__
+
+ensure_legacy_keras()
+
+_LAZY = {
+    "make_strategy": "tfdist.strategies",
+    "available_strategies": "tfdist.strategies",
+    "select_strategy": "tfdist.strategies.selection",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
+
+
+__all__ = ["KerasVersionError", "__version__", "available_strategies", "make_strategy", "select_strategy"]

@@ -1,0 +1,4 @@
+"""``python -m tfdist`` is the ``tfdist`` command."""
+from tfdist.cli.main import main
+
+main()

@@ -1,0 +1,49 @@
+"""Entry point of the ``tfdist`` console script.
+
+Sub-commands live in their own modules and are imported lazily, so ``tfdist --help`` and
+``tfdist tf-config`` start without importing TensorFlow.
+"""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from tfdist.version import __version__
+
+# command name -> "module:attribute" of its click command
+_COMMANDS = {
+    "env": "tfdist.cli.env:env",
+    "tf-config": "tfdist.cli.tf_config:tf_config",
+    "launch": "tfdist.cli.launch:launch",
+}
+
+
+class _LazyGroup(click.Group):
+    """A click group that imports each sub-command only when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = _COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            return None
+        return getattr(module, attribute)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="tfdist")
+def cli() -> None:
+    """tfdist: distributed training for tf-keras models with Horovod or tf.distribute."""
+
+
+def main() -> None:
+    cli(prog_name="tfdist")

@@ -1,0 +1,54 @@
+"""The small interface every environment detector implements."""
+from __future__ import annotations
+
+from typing import ClassVar, Mapping
+
+
+class ClusterEnvironment:
+    """Where this process runs, read from a snapshot of environment variables.
+
+    Subclasses implement ``detect`` (does this environment apply?) and the rank/size accessors.
+    Nothing here writes to the environment.
+    """
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = dict(environ)
+
+    @staticmethod
+    def detect(environ: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    @property
+    def rank(self) -> int:
+        """This process's global index (0 for the chief or coordinator)."""
+        return 0
+
+    @property
+    def size(self) -> int:
+        """How many training processes the launcher started."""
+        return 1
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index among the processes on its host."""
+        return 0
+
+    def describe(self) -> dict[str, object]:
+        """A JSON-ready summary for ``tfdist env``."""
+        return {"name": self.name, "rank": self.rank, "size": self.size, "local_rank": self.local_rank}
+
+
+def int_variable(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """Read an integer environment variable, with an error naming it when it is malformed."""
+    raw = environ.get(name)
+    if raw is None:
+        if default is None:
+            raise ValueError(f"environment variable {name} is not set")
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer; "
+                         f"fix the launcher that sets it or unset it") from None
