@@ -1,0 +1,34 @@
+"""Keras callbacks that make distributed runs correct and visible (import as ``tfdist.callbacks``).
+
+| callback                | what it does                                                      |
+|-------------------------|-------------------------------------------------------------------|
+| BroadcastInitialState   | rank 0's weights and optimizer state to every Horovod rank         |
+| MetricAverage           | epoch metrics averaged over Horovod ranks, in sorted name order    |
+| LearningRateWarmup      | linear warm-up from the single-worker rate to the scaled rate      |
+| LearningRateScale       | multiply the rate over a range of epochs (step decay, ...)         |
+| ChiefOnly               | run any callback on the chief only                                  |
+| Throughput              | examples/s and step time into the epoch logs                        |
+| TensorBoardRun          | chief-only TensorBoard in <logdir>/<run-name>/ with hparams         |
+
+Each works on every backend and is a no-op where the backend already does the job.
+"""
+import tfdist  # noqa: F401  (Keras 2 routing before TensorFlow loads)
+
+from tfdist.callbacks.broadcast import BroadcastInitialState
+from tfdist.callbacks.chief_only import ChiefOnly
+from tfdist.callbacks.learning_rate import LearningRateScale, LearningRateWarmup, warmup_learning_rate
+from tfdist.callbacks.metric_average import MetricAverage
+from tfdist.callbacks.tensorboard import TensorBoardRun, default_run_name
+from tfdist.callbacks.throughput import Throughput
+
+__all__ = [
+    "BroadcastInitialState",
+    "ChiefOnly",
+    "LearningRateScale",
+    "LearningRateWarmup",
+    "MetricAverage",
+    "TensorBoardRun",
+    "Throughput",
+    "default_run_name",
+    "warmup_learning_rate",
+]

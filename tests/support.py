@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +17,18 @@ def subprocess_env(**extra: str) -> dict[str, str]:
            if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_")) and k != "TF_CONFIG"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{SCRIPTS}"
+    env["PYTHONPATH"] = str(SCRIPTS)
     env.update(extra)
     return env
+
+
+def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``tests/scripts/<script>`` as a real ``horovodrun -np N -H localhost:N --gloo`` job."""
+    launcher = shutil.which("horovodrun", path=str(Path(sys.executable).parent)) or shutil.which("horovodrun")
+    if launcher is None:
+        raise RuntimeError("horovodrun is not installed; run `make setup`")
+    command = [launcher, "-np", str(np), "-H", f"localhost:{np}", "--gloo",
+               sys.executable, str(SCRIPTS / script), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env(**(env or {})), cwd=REPO)

@@ -1,0 +1,35 @@
+"""What the callbacks need to know about the running job, without importing Horovod needlessly."""
+from __future__ import annotations
+
+import os
+import sys
+from types import ModuleType
+
+from tfdist.environments import TFConfigEnvironment
+
+
+def horovod() -> ModuleType | None:
+    """``horovod.tensorflow`` when it was imported and initialised in this process, else ``None``."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None or not hvd.is_initialized():
+        return None
+    return hvd
+
+
+def world_size() -> int:
+    """Horovod's size, or 1 outside Horovod (tf.distribute reduces inside the step)."""
+    hvd = horovod()
+    return hvd.size() if hvd else 1
+
+
+def is_chief() -> bool:
+    """Rank 0 under Horovod; the chief (or worker 0 without a chief) under TF_CONFIG; else True."""
+    hvd = horovod()
+    if hvd is not None:
+        return hvd.rank() == 0
+    if TFConfigEnvironment.detect(os.environ):
+        env = TFConfigEnvironment(os.environ)
+        if env.cluster.get("chief"):
+            return env.task_type == "chief"
+        return env.task_type in (None, "worker") and env.task_index == 0
+    return True

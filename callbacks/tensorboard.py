@@ -1,0 +1,71 @@
+"""TensorBoard logs that let runs be compared: one directory per run, tagged with its set-up.
+
+    tb = TensorBoardRun("runs", strategy=strategy, batch_size=64)
+    strategy.fit(model, x, y, callbacks=[strategy.throughput(64), tb])
+    # tensorboard --logdir runs    -> Scalars: one curve per run; HParams: strategy, workers, ...
+
+Only the chief writes. Each run lands in ``<logdir>/<run-name>/`` (``train/`` and
+``validation/`` below it, as Keras writes them) and records its hyperparameters (strategy,
+workers, per-worker and global batch, plus any you add) with the HParams plugin, so the
+HParams tab shows throughput and loss side by side per set-up.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Mapping
+
+import tensorflow as tf
+
+from tfdist.callbacks import _runtime
+from tfdist.callbacks.chief_only import ChiefOnly
+
+
+def default_run_name(kind: str, workers: int, batch_size: int | None) -> str:
+    """``horovod-2w-b64-20261130-041500``: set-up first, then a timestamp for uniqueness."""
+    batch = f"-b{batch_size}" if batch_size else ""
+    return f"{kind}-{workers}w{batch}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class _HParamsTensorBoard(tf.keras.callbacks.TensorBoard):
+    """Keras' TensorBoard plus one HParams record for the run, written at the start of training."""
+
+    def __init__(self, log_dir: str, run_name: str, hparams: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(log_dir=log_dir, **kwargs)
+        self.run_name = run_name
+        self.hparams = dict(hparams)
+
+    def on_train_begin(self, logs=None) -> None:
+        super().on_train_begin(logs)
+        from tensorboard.plugins.hparams import api as hp
+
+        writer = tf.summary.create_file_writer(self.log_dir)  # lazily, on the writing process
+        with writer.as_default():
+            hp.hparams(self.hparams, trial_id=self.run_name)
+            tf.summary.text("run", tf.constant(", ".join(f"{k}={v}" for k, v in self.hparams.items())), step=0)
+        writer.flush()
+        writer.close()
+
+
+class TensorBoardRun(ChiefOnly):
+    """Chief-only TensorBoard writing to ``<logdir>/<run_name>/`` with the run's set-up as hparams.
+
+    ``strategy`` (a tfdist strategy) supplies the strategy name and worker count; ``batch_size``
+    is per worker. Extra ``hparams`` are added to the record; other keyword arguments go to
+    ``tf.keras.callbacks.TensorBoard`` (``histogram_freq``, ``update_freq``, ...).
+    """
+
+    def __init__(self, logdir: str, run_name: str | None = None, *, strategy: Any = None,
+                 batch_size: int | None = None, hparams: Mapping[str, Any] | None = None,
+                 is_chief: bool | None = None, **tensorboard_kwargs: Any) -> None:
+        kind = getattr(strategy, "kind", "single")
+        workers = int(getattr(strategy, "num_workers", _runtime.world_size()))
+        replicas = int(getattr(strategy, "num_replicas_in_sync", workers))
+        self.run_name = run_name or default_run_name(kind, workers, batch_size)
+        self.run_dir = os.path.join(logdir, self.run_name)
+        record: dict[str, Any] = {"strategy": kind, "workers": workers}
+        if batch_size:
+            record.update(batch_size=int(batch_size), global_batch_size=int(batch_size) * replicas)
+        record.update(hparams or {})
+        super().__init__(_HParamsTensorBoard(self.run_dir, self.run_name, record, **tensorboard_kwargs),
+                         is_chief=is_chief)

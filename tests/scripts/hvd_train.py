@@ -1,0 +1,117 @@
+"""Scenarios run under horovodrun by tests/strategies/test_horovod.py.
+
+    python hvd_train.py MODE OUTDIR
+
+Each rank writes OUTDIR/rank<N>.json; the test compares them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import tfdist  # noqa: F401  (before tensorflow)
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.callbacks import MetricAverage, TensorBoardRun
+
+MODE, OUTDIR = sys.argv[1], sys.argv[2]
+LR = 0.05
+
+
+def data(n: int = 256, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 8)).astype("float32")
+    y = (x @ rng.normal(size=(8, 1)) + 0.1).astype("float32")
+    return x, y
+
+
+def build_model(seed: int) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(seed)
+    return tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="tanh"),
+                                tf.keras.layers.Dense(1)])
+
+
+def weights(model: tf.keras.Model) -> list:
+    return [w.tolist() for w in model.get_weights()]
+
+
+class RawLogs(tf.keras.callbacks.Callback):
+    """The per-rank epoch logs before MetricAverage (placed after it) averages them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw: list[dict] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.raw.append({k: float(v) for k, v in logs.items()})
+
+
+class LearningRates(tf.keras.callbacks.Callback):
+    """The optimizer's learning rate at the start of every batch (after the warm-up set it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: list[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.values.append(float(self.model.optimizer.learning_rate.numpy()))
+
+
+def dump(rank: int, payload: dict) -> None:
+    with open(os.path.join(OUTDIR, f"rank{rank}.json"), "w") as f:
+        json.dump(payload, f)
+
+
+if MODE == "train":
+    # auto must resolve to horovod under horovodrun; LR scaling and a 2-epoch warm-up are on.
+    strategy = tfdist.make_strategy("auto", warmup_epochs=2)
+    with strategy.scope():
+        model = build_model(seed=100 + strategy.rank)  # different per rank: the broadcast must fix it
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse", metrics=["mae"])
+    initial = weights(model)
+    raw, lrs = RawLogs(), LearningRates()
+    checkpoint = tf.keras.callbacks.ModelCheckpoint(
+        os.path.join(OUTDIR, f"ckpt-rank{strategy.rank}", "model-{epoch}.weights.h5"), save_weights_only=True)
+    board = TensorBoardRun(os.path.join(OUTDIR, "tb"), run_name=f"run-rank{strategy.rank}",
+                           strategy=strategy, batch_size=16)
+    history = strategy.fit(model, *data(), batch_size=16, epochs=3, validation_data=data(64, seed=7),
+                           callbacks=[raw, MetricAverage(), lrs, strategy.throughput(16), checkpoint, board])
+    dump(strategy.rank, {
+        "kind": strategy.kind, "size": strategy.size, "is_chief": strategy.is_chief,
+        "initial_weights": initial, "final_weights": weights(model),
+        "raw_logs": raw.raw, "history": history.history, "lrs": lrs.values,
+        "steps": history.params["steps"],
+        "evaluate": strategy.evaluate(model, *data(64, seed=9), batch_size=16, return_dict=True),
+    })
+elif MODE == "equivalence":
+    # Plain SGD, no LR scaling: 2 ranks x batch 16 must equal 1 process x batch 32.
+    strategy = tfdist.make_strategy("horovod", scale_lr=False)
+    with strategy.scope():
+        model = build_model(seed=1)
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+    strategy.fit(model, *data(), batch_size=16, epochs=2, shuffle=False)
+    payload = {"distributed": weights(model)}
+    if strategy.rank == 0:
+        reference = build_model(seed=1)
+        reference.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
+        reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
+        payload["reference"] = weights(reference)
+    dump(strategy.rank, payload)
+elif MODE == "crash":
+    # Rank 1 fails in its second epoch; rank 0 would wait in the next allreduce forever.
+    strategy = tfdist.make_strategy("horovod")
+    with strategy.scope():
+        model = build_model(seed=1)
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+
+    class Boom(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1 and strategy.rank == 1:
+                raise RuntimeError("rank 1 fails on purpose")
+
+    strategy.fit(model, *data(4096), batch_size=16, epochs=50, callbacks=[Boom()])
+else:
+    raise SystemExit(f"unknown mode {MODE!r}")

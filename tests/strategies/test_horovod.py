@@ -1,0 +1,113 @@
+"""The Horovod backend with real `horovodrun -np 2 --gloo` jobs (tests/scripts/hvd_train.py)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import horovodrun
+
+pytestmark = pytest.mark.horovod
+
+
+def _run(mode: str, outdir: Path, timeout: float = 300) -> list[dict]:
+    result = horovodrun("hvd_train.py", mode, str(outdir), np=2, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, list[dict]]:
+    outdir = tmp_path_factory.mktemp("horovod-train")
+    return outdir, _run("train", outdir)
+
+
+def test_auto_resolves_to_horovod_under_horovodrun(trained):
+    _, ranks = trained
+    assert [(r["kind"], r["size"], r["is_chief"]) for r in ranks] == [("horovod", 2, True), ("horovod", 2, False)]
+
+
+def test_weights_identical_on_all_ranks_after_fit(trained):
+    _, (rank0, rank1) = trained
+    kernel0, kernel1 = np.array(rank0["initial_weights"][0]), np.array(rank1["initial_weights"][0])
+    assert not np.allclose(kernel0, kernel1), "ranks must start different for this test to mean anything"
+    for w0, w1 in zip(rank0["final_weights"], rank1["final_weights"]):
+        np.testing.assert_array_equal(np.array(w0), np.array(w1))
+
+
+def test_logged_metrics_are_the_mean_over_ranks(trained):
+    _, (rank0, rank1) = trained
+    for epoch in range(3):
+        for name in ("loss", "mae", "val_loss", "val_mae"):
+            raw = [rank0["raw_logs"][epoch][name], rank1["raw_logs"][epoch][name]]
+            assert raw[0] != raw[1], f"{name}: ranks saw different shards, so raw values must differ"
+            for rank in (rank0, rank1):
+                assert rank["history"][name][epoch] == pytest.approx(np.mean(raw), rel=1e-6)
+
+
+def test_evaluate_returns_the_global_mean_on_every_rank(trained):
+    _, (rank0, rank1) = trained
+    assert rank0["evaluate"] == rank1["evaluate"]
+    assert set(rank0["evaluate"]) == {"loss", "mae"}
+
+
+def test_equal_steps_on_every_rank(trained):
+    _, (rank0, rank1) = trained
+    assert rank0["steps"] == rank1["steps"] == 256 // 2 // 16
+
+
+def test_learning_rate_warmup_follows_its_schedule(trained):
+    _, (rank0, rank1) = trained
+    steps, target, start = 8, 0.05 * 2, 0.05  # scaled by size 2; warm-up from the single-worker rate
+    expected = [target * (0.5 + 0.5 * min(1.0, (epoch + batch / steps) / 2))
+                for epoch in range(3) for batch in range(steps)]
+    assert expected[0] == pytest.approx(start)
+    np.testing.assert_allclose(rank0["lrs"], expected, rtol=1e-6)
+    np.testing.assert_allclose(rank1["lrs"], expected, rtol=1e-6)
+    assert rank0["history"]["lr"][-1] == pytest.approx(target)
+
+
+def test_only_rank0_writes_checkpoints_and_event_files(trained):
+    outdir, _ = trained
+    assert sorted(p.name for p in (outdir / "ckpt-rank0").iterdir()) == [
+        "model-1.weights.h5", "model-2.weights.h5", "model-3.weights.h5"]
+    assert not (outdir / "ckpt-rank1").exists()
+    assert sorted(p.name for p in (outdir / "tb").iterdir()) == ["run-rank0"]
+
+
+def test_event_files_hold_the_averaged_metrics_and_throughput(trained):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    outdir, (rank0, _) = trained
+    train = event_accumulator.EventAccumulator(str(outdir / "tb" / "run-rank0" / "train"),
+                                               size_guidance={"tensors": 0})
+    train.Reload()
+    losses = [float(np.asarray(__import__("tensorflow").make_ndarray(e.tensor_proto)))
+              for e in train.Tensors("epoch_loss")]
+    np.testing.assert_allclose(losses, rank0["history"]["loss"], rtol=1e-6)
+    throughput = train.Tensors("epoch_examples_per_second")
+    assert len(throughput) == 3
+    hparams_run = event_accumulator.EventAccumulator(str(outdir / "tb" / "run-rank0"))
+    hparams_run.Reload()
+    assert "_hparams_/session_start_info" in hparams_run.Tags()["tensors"]
+
+
+def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path):
+    rank0, rank1 = _run("equivalence", tmp_path)
+    for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
+        distributed, reference = np.array(distributed), np.array(reference)
+        np.testing.assert_array_equal(distributed, np.array(other))
+        error = np.linalg.norm(distributed - reference) / max(np.linalg.norm(reference), 1e-12)
+        assert error <= 1e-5, f"relative error {error:.2e}"
+
+
+def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path):
+    start = time.monotonic()
+    result = horovodrun("hvd_train.py", "crash", str(tmp_path), np=2, timeout=120)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0
+    assert "rank 1 fails on purpose" in result.stdout + result.stderr
+    assert elapsed < 60, f"the job took {elapsed:.0f}s to fail"

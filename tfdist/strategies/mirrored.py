@@ -1,0 +1,33 @@
+"""Synchronous replicas on the GPUs of one machine (tf.distribute.MirroredStrategy)."""
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+from tfdist.strategies.registry import STRATEGIES
+
+
+@dataclasses.dataclass(frozen=True)
+class MirroredOptions(StrategyOptions):
+    """devices: device names to mirror over (default: every local GPU, else the CPU)."""
+
+    devices: tuple[str, ...] | None = None
+
+
+@STRATEGIES.register("mirrored", "tf.distribute.MirroredStrategy over the local GPUs")
+class MirroredStrategy(DistributedStrategy):
+    """One process, one replica per local GPU, all-reduce inside the step."""
+
+    Options = MirroredOptions
+    options: MirroredOptions
+
+    def __init__(self, options: MirroredOptions) -> None:
+        super().__init__(options)
+        devices = list(options.devices) if options.devices else None
+        self._strategy = tf.distribute.MirroredStrategy(devices=devices)
+
+    @property
+    def tf_strategy(self) -> tf.distribute.Strategy:
+        return self._strategy

@@ -1,0 +1,54 @@
+"""Name -> backend class. Each backend module registers itself; nothing matches by substring."""
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+if TYPE_CHECKING:
+    from tfdist.strategies.base import DistributedStrategy
+
+_Backend = TypeVar("_Backend", bound="type[DistributedStrategy]")
+
+
+class UnknownStrategyError(ValueError):
+    """``make_strategy`` was given a name no backend registered."""
+
+
+class StrategyRegistry:
+    """Backends by exact name, in registration order."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, type[DistributedStrategy]] = {}
+        self._descriptions: dict[str, str] = {}
+
+    def register(self, name: str, description: str) -> Callable[[_Backend], _Backend]:
+        """Class decorator: ``@STRATEGIES.register("horovod", "ring-allreduce ...")``."""
+        def decorate(backend: _Backend) -> _Backend:
+            if name in self._backends:
+                raise ValueError(f"strategy {name!r} is registered twice")
+            self._backends[name] = backend
+            self._descriptions[name] = description
+            backend.kind = name
+            return backend
+        return decorate
+
+    def names(self) -> list[str]:
+        return list(self._backends)
+
+    def description(self, name: str) -> str:
+        return self._descriptions[name]
+
+    def get(self, name: str) -> type[DistributedStrategy]:
+        """The backend class for ``name``; unknown names fail with the list and a close match."""
+        try:
+            return self._backends[name]
+        except (KeyError, TypeError):
+            pass
+        known = ["auto", *self._backends]
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownStrategyError(
+            f"unknown strategy {name!r}; known strategies: {', '.join(known)}.{hint}") from None
+
+
+STRATEGIES = StrategyRegistry()
