@@ -1,0 +1,444 @@
+"""Tests of ``tfdist tf-config``: exit codes and messages, option validation, completion, fuzzed input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from unittest import mock
+
+import click
+import pytest
+import yaml
+from click.shell_completion import ShellComplete
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfdist.cli.main import cli
+from tfdist.cli.tf_config import tf_config
+from tfdist.cluster.errors import ClusterConfigError
+from tfdist.cluster.spec import Address
+from tfdist.cluster.tf_config import parse_task
+from tfdist.cluster.validate import validate_tf_config
+
+EXAMPLE = ["--chief", "h1:2222", "--worker", "h2:2222", "--worker", "h3:2222", "--ps", "h3:2223"]
+TRAINING = {"chief": ["h1:2222"], "worker": ["h2:2222", "h3:2222"], "ps": ["h3:2223"]}
+
+
+def run(*args: str, input: str | None = None):
+    return CliRunner().invoke(cli, ["tf-config", *args], input=input, prog_name="tfdist")
+
+
+def error_line(result) -> str:
+    """The 'Error: ...' text click printed (may span lines for multi-problem errors)."""
+    assert "Traceback" not in result.output
+    return result.output[result.output.index("Error: ") :]
+
+
+# --- option validation alone (make_context) -------------------------------------------------------------
+
+
+def test_make_context_parses_addresses():
+    ctx = tf_config.make_context("tf-config", ["--worker", "[::1]:2222", "--chief", "h:1"])
+    assert ctx.params["worker"] == (Address("::1", 2222),)
+    assert ctx.params["chief"] == Address("h", 1)
+    assert ctx.params["fmt"] == "json"
+
+
+@pytest.mark.parametrize(
+    "args, hint, text",
+    [
+        (
+            ["--worker", "h:99999"],
+            "'--worker'",
+            "'h:99999' has port 99999; ports are 1-65535. Fix: use a port between 1 and 65535.",
+        ),
+        (["--ps", "h"], "'--ps'", "'h' has no port"),
+        (["--chief", "bad_host:1"], "'--chief'", "is not a valid DNS name"),
+        (["--format", "xml"], "'--format'", "'xml' is not one of"),
+        (["--port", "0"], "'--port'", "0 is not in the range 1<=x<=65535"),
+        (["--workers", "-1"], "'--workers'", "-1 is not in the range x>=0"),
+    ],
+)
+def test_make_context_rejects_bad_options(args, hint, text):
+    with pytest.raises(click.BadParameter) as info:
+        tf_config.make_context("tf-config", args)
+    assert info.value.exit_code == 2
+    assert hint in info.value.format_message() and text in info.value.format_message()
+
+
+# --- generation -------------------------------------------------------------------------------------------
+
+
+def test_worked_example_json():
+    result = run(*EXAMPLE)
+    assert result.exit_code == 0, result.output
+    configs = json.loads(result.stdout)
+    assert list(configs) == ["chief:0", "worker:0", "worker:1", "ps:0"]
+    assert configs["worker:1"] == {"cluster": TRAINING, "task": {"type": "worker", "index": 1}}
+
+
+def test_single_task_json_is_a_bare_tf_config():
+    result = run(*EXAMPLE, "--task", "ps:0")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"cluster": TRAINING, "task": {"type": "ps", "index": 0}}
+
+
+def test_shorthand_round_robin_with_port_increments():
+    result = run(
+        "--workers", "2", "--ps-count", "1", "--with-chief", "--hosts", "h1,h2,h3", "--with-evaluator"
+    )
+    assert result.exit_code == 0, result.output
+    configs = json.loads(result.stdout)
+    assert configs["chief:0"]["cluster"] == {
+        "chief": ["h1:2222"],
+        "worker": ["h2:2222", "h3:2222"],
+        "ps": ["h1:2223"],
+    }
+    assert configs["evaluator:0"]["task"] == {"type": "evaluator", "index": 0}
+
+
+def test_shorthand_accepts_slurm_hostlists():
+    result = run("--workers", "3", "--hosts", "n[1-2]", "--port", "5000", "--task", "worker:2")
+    assert json.loads(result.stdout)["cluster"] == {"worker": ["n1:5000", "n2:5000", "n1:5001"]}
+
+
+def test_env_format_round_trips_through_shlex():
+    result = run(*EXAMPLE, "--format", "env")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# chief:0" and lines[6] == "# ps:0"
+    (_, assignment) = shlex.split(lines[7])
+    assert json.loads(assignment.split("=", 1)[1]) == {
+        "cluster": TRAINING,
+        "task": {"type": "ps", "index": 0},
+    }
+
+
+def test_dir_format_writes_files(tmp_path):
+    result = run(*EXAMPLE, "--format", "dir", "--out", str(tmp_path / "cfg"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        str(tmp_path / "cfg" / n) for n in ("chief-0.json", "worker-0.json", "worker-1.json", "ps-0.json")
+    ]
+    assert json.loads((tmp_path / "cfg" / "worker-0.json").read_text())["task"] == {
+        "type": "worker",
+        "index": 0,
+    }
+
+
+def test_cluster_file(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        yaml.safe_dump({"chief": ["h1:2222"], "worker": ["h2:2222", "h3:2222"], "ps": ["h3:2223"]})
+    )
+    result = run("--file", str(path), "--task", "worker:1")
+    assert json.loads(result.stdout) == {"cluster": TRAINING, "task": {"type": "worker", "index": 1}}
+
+
+def test_k8s_formats():
+    result = run(
+        *EXAMPLE, "--format", "k8s", "--k8s-image", "img:1", "--k8s-command", "python train.py --x 'a b'"
+    )
+    assert result.exit_code == 0, result.output
+    (job,) = yaml.safe_load_all(result.stdout)
+    assert job["kind"] == "TFJob"
+    container = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "train.py", "--x", "a b"]
+    result = run(
+        *EXAMPLE, "--format", "k8s", "--k8s-image", "img:1", "--k8s-mode", "plain", "--k8s-name", "mn"
+    )
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout)]
+    assert kinds.count("Service") == 4 and kinds.count("Pod") == 4
+
+
+def test_slurm_format_reads_environment():
+    env = {"SLURM_JOB_NODELIST": "node[1-4]", "SLURM_NTASKS": "4", "SLURM_PROCID": "1"}
+    with mock.patch.dict(os.environ, env, clear=True):
+        result = run("--format", "slurm", "--ps-count", "1", "--with-chief")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("\n") == 1
+    assert json.loads(result.stdout) == {
+        "cluster": {"chief": ["node1:2222"], "worker": ["node3:2222", "node4:2222"], "ps": ["node2:2222"]},
+        "task": {"type": "ps", "index": 0},
+    }
+
+
+def test_slurm_format_missing_variables():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        result = run("--format", "slurm")
+    assert result.exit_code == 2
+    assert "cannot build TF_CONFIG from SLURM's variables:\n  SLURM_JOB_NODELIST: is not set" in result.output
+
+
+def test_all_interfaces_warning_goes_to_stderr():
+    result = run("--worker", "0.0.0.0:2222")
+    assert result.exit_code == 0
+    assert "Warning: worker:0 uses 0.0.0.0:2222" in result.stderr and "no authentication" in result.stderr
+    assert "Warning" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        ([], "Error: no cluster given; hint: pass --worker HOST:PORT"),
+        (
+            ["--worker", "h:99999"],
+            "Error: Invalid value for '--worker': 'h:99999' has port 99999; ports are 1-65535. "
+            "Fix: use a port between 1 and 65535.",
+        ),
+        (
+            ["--worker", "a:1", "--ps", "a:1"],
+            "Error: the cluster is invalid:\n  cluster.ps[0]: 'a:1' is also the address of cluster.worker[0]",
+        ),
+        (["--worker", "a:1", "--ps", "b:1"], "cluster.chief: a cluster with ps tasks needs a chief"),
+        (
+            ["--worker", "a:1", "--task", "worker:1"],
+            "Error: Invalid value for '--task': worker:1 is not a task of this cluster (its tasks: worker:0)",
+        ),
+        (
+            ["--worker", "a:1", "--task", "boss:0"],
+            "Invalid value for '--task': 'boss:0' has unknown task type",
+        ),
+        (
+            ["--worker", "a:1", "--workers", "2", "--hosts", "a"],
+            "give the cluster one way, not with both HOST:PORT options and the --workers/--hosts shorthand",
+        ),
+        (["--workers", "2"], "Invalid value for '--hosts': the shorthand needs hosts"),
+        (["--hosts", "a,b"], "Invalid value for '--workers': the shorthand needs the number of workers"),
+        (["--workers", "1", "--hosts", "a,,b"], "Invalid value for '--hosts': 'a,,b': empty host name"),
+        (
+            ["--workers", "1", "--hosts", "a_b"],
+            "Invalid value for '--hosts': host 'a_b' is not a valid DNS name",
+        ),
+        (
+            ["--workers", "3", "--hosts", "a", "--port", "65534"],
+            "Invalid value for '--port': 65534 is too high: with 3 "
+            "tasks on 1 host(s) the ports go up to 65536",
+        ),
+        (["--worker", "a:1", "--out", "d"], "Invalid value for '--out': is only used with --format dir"),
+        (["--worker", "a:1", "--format", "dir"], "Invalid value for '--out': --format dir needs a directory"),
+        (["--worker", "a:1", "--k8s-image", "i"], "--k8s-image only apply to --format k8s"),
+        (
+            ["--worker", "a:1", "--format", "k8s"],
+            "Invalid value for '--k8s-image': --format k8s needs a container image",
+        ),
+        (
+            ["--worker", "a:1", "--format", "k8s", "--k8s-image", "i", "--k8s-name", "X"],
+            "Invalid value for '--k8s-name': 'X' is not a valid Kubernetes name",
+        ),
+        (
+            ["--worker", "a:1", "--format", "k8s", "--k8s-image", "i", "--k8s-command", "'a"],
+            "Invalid value for '--k8s-command'",
+        ),
+        (
+            ["--worker", "a:1", "--format", "k8s", "--k8s-image", "i", "--task", "worker:0"],
+            "--task cannot be used with --format k8s",
+        ),
+        (["--format", "slurm", "--worker", "a:1"], "--worker cannot be used with --format slurm"),
+        (
+            ["--worker", "a:1", "validate"],
+            "the generation options --worker cannot be used with 'tf-config validate'",
+        ),
+    ],
+)
+def test_bad_generation_input_exits_2_with_message(args, text):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert text in error_line(result)
+
+
+def test_bad_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"worker": ["a:1", "b"]}')
+    result = run("--file", str(path))
+    assert result.exit_code == 2
+    assert (
+        f"Invalid value for '--file': {path} is not a valid cluster file:\n  "
+        f"{path}.worker[1]: 'b' has no port"
+    ) in result.output
+    assert run("--file", str(tmp_path / "missing.yaml")).exit_code == 2
+
+
+# --- validate -------------------------------------------------------------------------------------------
+
+VALID = json.dumps({"cluster": TRAINING, "task": {"type": "worker", "index": 1}})
+
+
+def test_validate_reads_tf_config_env():
+    with mock.patch.dict(os.environ, {"TF_CONFIG": VALID}, clear=True):
+        result = run("validate")
+    assert result.exit_code == 0
+    assert result.stdout == "TF_CONFIG is valid: task worker:1 of a cluster with 1 chief, 2 workers, 1 ps\n"
+
+
+def test_validate_invalid_exits_1_and_lists_every_problem():
+    bad = json.dumps(
+        {"cluster": {"worker": ["a:0", "b:1", "b:1"], "evaluator": ["b:2"]}, "task": {"type": "worker"}}
+    )
+    with mock.patch.dict(os.environ, {"TF_CONFIG": bad}, clear=True):
+        result = run("validate")
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "$TF_CONFIG is invalid (4 problems):"
+    assert lines[1].startswith(
+        "  cluster.evaluator: the evaluator must not be listed in the training cluster"
+    )
+    assert lines[2] == (
+        "  cluster.worker[0]: 'a:0' has port 0; ports are 1-65535. Fix: use a port between 1 and 65535."
+    )
+    assert lines[3].startswith("  cluster.worker[2]: 'b:1' is also the address of cluster.worker[1]")
+    assert lines[4] == "  task.index: the task has no 'index'. Fix: add \"index\": 0."
+
+
+def test_validate_unset_env_is_usage_error():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        result = run("validate")
+    assert result.exit_code == 2
+    assert "Error: TF_CONFIG is not set; hint: export TF_CONFIG=" in result.output
+
+
+def test_validate_file_stdin_and_cluster_file(tmp_path):
+    path = tmp_path / "tf.json"
+    path.write_text(VALID)
+    assert run("validate", str(path)).exit_code == 0
+    result = run("validate", "-", input="{not json")
+    assert result.exit_code == 1
+    assert (
+        "stdin is invalid (1 problem):\n  TF_CONFIG: is not valid JSON: Expecting property name"
+        in result.stdout
+    )
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("worker: [a:1, a:1]\n")
+    result = run("validate", str(cluster))
+    assert result.exit_code == 1
+    assert "is also the address of cluster.worker[0]" in result.stdout
+    cluster.write_text("worker: [a:1]\nevaluator: [a:2]\n")
+    result = run("validate", str(cluster))
+    assert (result.exit_code, result.stdout) == (0, "cluster is valid: 1 worker, 1 evaluator\n")
+    cluster.write_text("worker: [a:1\n")
+    assert "is not valid YAML" in run("validate", str(cluster)).stdout
+    assert run("validate", str(tmp_path / "missing.json")).exit_code == 2
+
+
+# --- shell completion -----------------------------------------------------------------------------------
+
+
+def _complete(args: list[str], incomplete: str) -> list[str]:
+    completer = ShellComplete(cli, {}, "tfdist", "_TFDIST_COMPLETE")
+    return [item.value for item in completer.get_completions(args, incomplete)]
+
+
+def test_completion_of_task_uses_the_cluster_given_so_far():
+    assert _complete(["tf-config", *EXAMPLE, "--task"], "w") == ["worker:0", "worker:1"]
+    assert _complete(["tf-config", "--task"], "") == ["chief:0", "worker:0", "ps:0", "evaluator:0"]
+    assert _complete(["tf-config", "--format"], "") == ["json", "env", "dir", "k8s", "slurm"]
+    assert "validate" in _complete(["tf-config"], "")
+
+
+def test_bash_completion_script_is_produced():
+    result = CliRunner().invoke(cli, [], prog_name="tfdist", env={"_TFDIST_COMPLETE": "bash_source"})
+    assert result.exit_code == 0
+    assert (
+        "_tfdist_completion()" in result.output
+        and "complete -o nosort -F _tfdist_completion tfdist" in result.output
+    )
+
+
+# --- fuzzing: bad input never gives a traceback -----------------------------------------------------------
+
+_bad_addresses = st.one_of(
+    st.text(max_size=30),
+    st.builds(
+        lambda h, p: f"{h}:{p}",
+        st.sampled_from(["a", "10.0.0.1", "[::1]", "a_b", "-x", "1.2.3.999", ""]),
+        st.one_of(st.integers(-5, 0), st.integers(65536, 10**7), st.text(max_size=5)),
+    ),
+)
+
+
+@settings(database=None, max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["--chief", "--worker", "--ps", "--evaluator"]), _bad_addresses)
+def test_fuzzed_addresses_exit_2_with_one_line_or_succeed(flag, text):
+    try:
+        Address.parse(text)
+        expected_ok = True
+    except ClusterConfigError as exc:
+        expected_ok, detail = False, " ".join(p.detail for p in exc.problems)
+    args = [f"{flag}={text}"] + (["--chief=zz:1", "--worker=zz:2"] if flag in ("--ps", "--evaluator") else [])
+    result = run(*args)
+    if expected_ok:
+        assert result.exit_code in (0, 2), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        return
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    message = error_line(result)
+    assert message == f"Error: Invalid value for '{flag}': {detail}\n"
+    assert message.count("\n") == 1
+
+
+@settings(database=None, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(
+        st.text(max_size=12), st.from_regex(r"(chief|worker|ps|evaluator|x):-?[0-9]{1,3}", fullmatch=True)
+    )
+)
+def test_fuzzed_tasks(task):
+    result = run(*EXAMPLE, f"--task={task}")
+    assert isinstance(result.exception, (SystemExit, type(None)))
+    try:
+        valid = parse_task(task) in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+    except ClusterConfigError:
+        valid = False
+    if valid:
+        assert result.exit_code == 0 and json.loads(result.stdout)["task"]["type"] == task.split(":")[0]
+    else:
+        assert result.exit_code == 2
+        assert error_line(result).startswith("Error: Invalid value for '--task': ")
+        assert error_line(result).count("\n") == 1
+
+
+_json_texts = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70000) | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["cluster", "task", "worker", "ps", "chief", "evaluator", "type", "index"]),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=10,
+).map(json.dumps)
+
+
+_env_safe_text = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+
+
+@settings(database=None, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_json_texts, _env_safe_text))
+def test_fuzzed_tf_config_text_through_validate(text):
+    with mock.patch.dict(os.environ, {"TF_CONFIG": text}, clear=True):
+        result = run("validate")
+    assert isinstance(result.exception, (SystemExit, type(None))), result.exception
+    assert "Traceback" not in result.output
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    cluster_form = (
+        isinstance(data, dict) and data and all(k in ("chief", "worker", "ps", "evaluator") for k in data)
+    )
+    if not cluster_form:
+        problems = validate_tf_config(text)
+        assert result.exit_code == (1 if problems else 0)
+        if problems:
+            assert result.stdout.splitlines()[1:] == [f"  {p}" for p in problems]
+    else:
+        assert result.exit_code in (0, 1)

@@ -1,0 +1,347 @@
+"""``tfdist tf-config``: generate TF_CONFIG for every task of a cluster, or validate one.
+
+Thin layer: parse options, call :mod:`tfdist.cluster`, print. Bad input raises click.BadParameter
+or click.UsageError (exit 2); ``validate`` exits 1 when the TF_CONFIG it reads is invalid.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from click.core import ParameterSource
+from click.shell_completion import CompletionItem
+
+from tfdist.cluster.errors import ClusterConfigError
+from tfdist.cluster.files import cluster_from_data, load_cluster_data, load_cluster_file
+from tfdist.cluster.render import K8S_MODES, render_env, render_json, render_k8s, write_dir
+from tfdist.cluster.slurm import expand_hostlist, slurm_cluster
+from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec, host_problem, round_robin_cluster
+from tfdist.cluster.tf_config import TF_CONFIG_ENV, all_tf_configs, parse_task, task_name, tf_config_for
+from tfdist.cluster.validate import validate_cluster, validate_tf_config, warnings_for
+
+FORMATS = ("json", "env", "dir", "k8s", "slurm")
+_EXPLICIT = ("chief", "worker", "ps", "evaluator")
+_SHORTHAND = ("workers", "hosts", "ps_count", "with_chief", "with_evaluator")
+_NO_CLUSTER = ("no cluster given; hint: pass --worker HOST:PORT (repeatable) with --chief/--ps/--evaluator, "
+               "or --file CLUSTER.yaml, or --workers N --hosts h1,h2 [--ps-count M --with-chief], "
+               "or --format slurm inside srun")
+
+
+def _details(exc: ClusterConfigError) -> str:
+    return " ".join(p.detail for p in exc.problems)
+
+
+def _listing(exc: ClusterConfigError) -> str:
+    return "\n".join(f"  {p}" for p in exc.problems)
+
+
+class AddressType(click.ParamType):
+    """A ``HOST:PORT`` option value, parsed into an :class:`Address`."""
+
+    name = "HOST:PORT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Address:
+        if isinstance(value, Address):
+            return value
+        try:
+            return Address.parse(value, field=param.opts[0] if param else "address")
+        except ClusterConfigError as exc:
+            self.fail(_details(exc), param, ctx)
+
+
+def _complete_task(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Complete ``--task`` with the tasks of the cluster given so far, else with ``type:0``."""
+    try:
+        names = [task_name(t, i) for t, i in _build_spec(ctx.params).tasks()]
+    except (click.ClickException, ClusterConfigError, ValueError, OSError):  # fall back to the task types
+        names = [f"{t}:0" for t in TASK_TYPES]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among `names` that the user set (not left at their default)."""
+    return [n for n in names if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@click.group("tf-config", invoke_without_command=True)
+@click.option("--chief", type=AddressType(),
+              help="Address of the chief (coordinator of ParameterServerStrategy).")
+@click.option("--worker", type=AddressType(), multiple=True,
+              help="Address of a worker; repeat for each worker.")
+@click.option("--ps", type=AddressType(), multiple=True,
+              help="Address of a parameter server; repeat for each.")
+@click.option("--evaluator", type=AddressType(),
+              help="Address of the evaluator (never in the training cluster).")
+@click.option("--file", "cluster_file", type=click.Path(exists=True, dir_okay=False),
+              help="Cluster file, YAML or JSON: {chief: [...], worker: [...], ...} or a TF_CONFIG.")
+@click.option("--workers", type=click.IntRange(min=0),
+              help="Shorthand: number of workers, spread over --hosts.")
+@click.option("--hosts", help="Shorthand: comma-separated hosts (SLURM hostlists like node[1-3] work).")
+@click.option("--ps-count", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Shorthand and slurm: number of ps tasks.")
+@click.option("--with-chief", is_flag=True, help="Shorthand and slurm: add a chief as the first task.")
+@click.option("--with-evaluator", is_flag=True, help="Shorthand: add an evaluator as the last task.")
+@click.option("--port", type=click.IntRange(1, 65535), default=2222, show_default=True,
+              help="Shorthand and slurm: first port; the k-th task on a host gets PORT+k.")
+@click.option("--task", metavar="TYPE:INDEX", shell_complete=_complete_task,
+              help="Print only this task's TF_CONFIG, e.g. worker:1.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
+              help="json: one object per task; env: export lines; dir: one file per task in --out; "
+                   "k8s: Kubernetes YAML; slurm: this SLURM task's TF_CONFIG from srun's variables.")
+@click.option("--out", type=click.Path(file_okay=False), help="Directory for --format dir.")
+@click.option("--k8s-image", help="Container image for --format k8s.")
+@click.option("--k8s-mode", type=click.Choice(K8S_MODES), default="tfjob", show_default=True,
+              help="tfjob: a Kubeflow TFJob; plain: headless Services and Pods with TF_CONFIG.")
+@click.option("--k8s-name", default="tfdist", show_default=True,
+              help="Name of the TFJob / prefix of the Pods.")
+@click.option("--k8s-command", help="Container command for --format k8s, e.g. 'python train.py'.")
+@click.pass_context
+def tf_config(ctx: click.Context, **options: Any) -> None:
+    """Generate TF_CONFIG for every task of a cluster (the default), or `validate` one.
+
+    \b
+    tfdist tf-config --chief h1:2222 --worker h2:2222 --worker h3:2222 --ps h3:2223
+    tfdist tf-config --workers 2 --ps-count 1 --with-chief --hosts h1,h2,h3 --format env
+    tfdist tf-config --file cluster.yaml --task worker:1
+    tfdist tf-config validate            # checks $TF_CONFIG
+    """
+    if ctx.invoked_subcommand is not None:
+        given = _given(ctx, tuple(options))
+        if given:
+            flags = ", ".join(_flag(n) for n in given)
+            raise click.UsageError(f"the generation options {flags} cannot be used "
+                                   f"with 'tf-config {ctx.invoked_subcommand}'; hint: drop them")
+        return
+    _generate(ctx, options)
+
+
+def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
+    fmt = o["fmt"]
+    if o["out"] is not None and fmt != "dir":
+        raise click.BadParameter(f"is only used with --format dir, not {fmt}; hint: add --format dir",
+                                 param_hint="'--out'")
+    k8s_given = _given(ctx, ("k8s_image", "k8s_mode", "k8s_name", "k8s_command"))
+    if k8s_given and fmt != "k8s":
+        raise click.UsageError(f"{', '.join(_flag(n) for n in k8s_given)} only apply to --format k8s; "
+                               "hint: add --format k8s or drop them")
+    if fmt == "slurm":
+        return _generate_slurm(ctx, o)
+    spec = _build_spec(o, ctx)
+    problems = validate_cluster(spec)
+    if problems:
+        raise click.UsageError("the cluster is invalid:\n" + "\n".join(f"  {p}" for p in problems))
+    for warning in warnings_for(spec):
+        click.echo(f"Warning: {warning}", err=True)
+    if fmt == "k8s":
+        if o["task"] is not None:
+            raise click.UsageError("--task cannot be used with --format k8s, which describes the whole "
+                                   "cluster; hint: drop --task")
+        if not o["k8s_image"]:
+            raise click.BadParameter("--format k8s needs a container image; "
+                                     "hint: --k8s-image my-registry/train:1.0", param_hint="'--k8s-image'")
+        command = _split_command(o["k8s_command"])
+        try:
+            text = render_k8s(spec, o["k8s_image"], command, o["k8s_name"], o["k8s_mode"])
+        except ClusterConfigError as exc:
+            raise click.BadParameter(_details(exc), param_hint=f"'--k8s-{exc.problems[0].field}'") from None
+        click.echo(text, nl=False)
+        return
+    configs = _selected_configs(spec, o["task"])
+    if fmt == "json":
+        click.echo(render_json(configs, single=o["task"] is not None), nl=False)
+    elif fmt == "env":
+        click.echo(render_env(configs), nl=False)
+    else:
+        if o["out"] is None:
+            raise click.BadParameter("--format dir needs a directory; hint: --out tf_configs/",
+                                     param_hint="'--out'")
+        try:
+            paths = write_dir(configs, o["out"])
+        except OSError as exc:
+            raise click.FileError(o["out"], hint=str(exc)) from None
+        for path in paths:
+            click.echo(str(path))
+
+
+def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:
+    other = _given(ctx, (*_EXPLICIT, "cluster_file", "workers", "hosts", "with_evaluator", "task"))
+    if other:
+        raise click.UsageError(f"{', '.join(_flag(n) for n in other)} cannot be used with --format slurm, "
+                               "which reads the cluster from SLURM's variables; hint: use only --ps-count, "
+                               "--with-chief and --port")
+    try:
+        spec, (task_type, index) = slurm_cluster(os.environ, ps=o["ps_count"], port=o["port"],
+                                                  chief=o["with_chief"])
+    except ClusterConfigError as exc:
+        raise click.UsageError("cannot build TF_CONFIG from SLURM's variables:\n" + _listing(exc)) from None
+    for warning in warnings_for(spec):
+        click.echo(f"Warning: {warning}", err=True)
+    click.echo(json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":")))
+
+
+def _build_spec(o: dict[str, Any], ctx: click.Context | None = None) -> ClusterSpec:
+    """The cluster from exactly one source: explicit addresses, --file, or the shorthand."""
+    def given(names: tuple[str, ...]) -> list[str]:
+        if ctx is not None:
+            return _given(ctx, names)
+        return [n for n in names if o.get(n) not in (None, (), False, 0)]
+
+    explicit, shorthand = given(_EXPLICIT), given(_SHORTHAND)
+    sources = [s for s, used in (("HOST:PORT options", explicit), ("--file", given(("cluster_file",))),
+                                 ("the --workers/--hosts shorthand", shorthand)) if used]
+    if len(sources) > 1:
+        raise click.UsageError(f"give the cluster one way, not with both {sources[0]} and {sources[1]}; "
+                               "hint: keep one of them")
+    if o.get("cluster_file"):
+        try:
+            return load_cluster_file(o["cluster_file"])
+        except ClusterConfigError as exc:
+            raise click.BadParameter(f"{o['cluster_file']} is not a valid cluster file:\n{_listing(exc)}",
+                                     param_hint="'--file'") from None
+    if shorthand:
+        return _shorthand_spec(o)
+    if explicit:
+        return ClusterSpec(chief=_one(o["chief"]), worker=o["worker"], ps=o["ps"],
+                           evaluator=_one(o["evaluator"]))
+    raise click.UsageError(_NO_CLUSTER)
+
+
+def _one(value: Address | None) -> tuple[Address, ...]:
+    return (value,) if value is not None else ()
+
+
+def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
+    if o.get("hosts") is None:
+        raise click.BadParameter("the shorthand needs hosts; hint: --hosts node1,node2",
+                                 param_hint="'--hosts'")
+    if o.get("workers") is None:
+        raise click.BadParameter("the shorthand needs the number of workers; hint: --workers 2",
+                                 param_hint="'--workers'")
+    try:
+        hosts = expand_hostlist(o["hosts"])
+    except ValueError as exc:
+        raise click.BadParameter(f"{o['hosts']!r}: {exc}; hint: write h1,h2 or node[1-3]",
+                                 param_hint="'--hosts'") from None
+    for host in hosts:
+        reason = host_problem(host)
+        if reason is not None:
+            raise click.BadParameter(f"{reason}; hint: use DNS names or IP addresses separated by commas",
+                                     param_hint="'--hosts'")
+    port = o.get("port") or 2222
+    spec = round_robin_cluster(hosts, workers=o["workers"], ps=o.get("ps_count") or 0, port=port,
+                               chief=bool(o.get("with_chief")), evaluator=bool(o.get("with_evaluator")))
+    highest = max((spec.address_of(t, i).port for t, i in spec.tasks()), default=port)
+    if highest > 65535:
+        raise click.BadParameter(f"{port} is too high: with {len(spec.tasks())} tasks on {len(hosts)} "
+                                 f"host(s) the ports go up to {highest}; hint: use a lower --port or more "
+                                 "hosts",
+                                 param_hint="'--port'")
+    return spec
+
+
+def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str, Any]]:
+    if task is None:
+        return all_tf_configs(spec)
+    try:
+        task_type, index = parse_task(task, field="--task")
+        return {task_name(task_type, index): tf_config_for(spec, task_type, index)}
+    except ClusterConfigError as exc:
+        raise click.BadParameter(_details(exc), param_hint="'--task'") from None
+
+
+def _split_command(command: str | None) -> list[str]:
+    if not command:
+        return []
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise click.BadParameter(f"{command!r} cannot be split like a shell would: {exc}; "
+                                 "hint: balance the quotes", param_hint="'--k8s-command'") from None
+
+
+@tf_config.command("validate")
+@click.argument("source", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+def validate(source: str | None) -> None:
+    """Check a TF_CONFIG ($TF_CONFIG by default, or FILE, or - for stdin); print every problem.
+
+    Exit status: 0 valid, 1 invalid, 2 bad usage (unset TF_CONFIG, missing file).
+    A FILE may also be a cluster file ({chief: [...], worker: [...]}, YAML or JSON).
+    """
+    if source is None:
+        text = os.environ.get(TF_CONFIG_ENV)
+        if text is None:
+            raise click.UsageError(f"{TF_CONFIG_ENV} is not set; hint: export {TF_CONFIG_ENV}='{{...}}', "
+                                   "or pass a FILE, or - to read stdin")
+        where = f"${TF_CONFIG_ENV}"
+    elif source == "-":
+        text, where = sys.stdin.read(), "stdin"
+    else:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(f"cannot read {source}: {exc}", param_hint="'SOURCE'") from None
+        where = source
+    is_yaml = where.endswith((".yaml", ".yml"))
+    data = _parse_source(text, where) if is_yaml else _try_json(text)
+    if isinstance(data, dict) and data and all(k in TASK_TYPES for k in data):
+        _validate_cluster_file(data, where)
+        return
+    if not is_yaml:
+        subject: Any = text
+    elif isinstance(data, (str, bytes, bytearray)):  # a YAML scalar, not JSON text to parse again
+        subject = json.dumps(str(data))
+    else:
+        subject = data
+    problems = validate_tf_config(subject)
+    if problems:
+        _report_invalid(where, [str(p) for p in problems])
+    spec = ClusterSpec.from_dict(data["cluster"], allow_evaluator=False)
+    task = data["task"]
+    click.echo(f"TF_CONFIG is valid: task {task['type']}:{task['index']} of a cluster with {spec.summary()}")
+    for warning in warnings_for(spec):
+        click.echo(f"Warning: {warning}", err=True)
+
+
+def _try_json(text: str) -> Any:
+    """The parsed JSON, or None when it does not parse (validate_tf_config then reports why)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _parse_source(text: str, where: str) -> Any:
+    try:
+        return load_cluster_data(text, where)
+    except ClusterConfigError as exc:
+        _report_invalid(where, [str(p) for p in exc.problems])
+
+
+def _validate_cluster_file(data: dict[str, Any], where: str) -> None:
+    """Validate a cluster description ({chief: [...], worker: [...], ...}) rather than a TF_CONFIG."""
+    try:
+        spec = cluster_from_data(data, where)
+    except ClusterConfigError as exc:
+        _report_invalid(where, [str(p) for p in exc.problems])
+    problems = validate_cluster(spec)
+    if problems:
+        _report_invalid(where, [str(p) for p in problems])
+    click.echo(f"cluster is valid: {spec.summary()}")
+    for warning in warnings_for(spec):
+        click.echo(f"Warning: {warning}", err=True)
+
+
+def _report_invalid(where: str, lines: list[str]) -> NoReturn:
+    click.echo(f"{where} is invalid ({len(lines)} problem{'s' if len(lines) > 1 else ''}):")
+    for line in lines:
+        click.echo(f"  {line}")
+    click.get_current_context().exit(1)

@@ -1,0 +1,30 @@
+"""Cluster specs and TF_CONFIG: pure functions and frozen dataclasses, importable without TensorFlow.
+
+>>> from tfdist.cluster import ClusterSpec, all_tf_configs, render_env
+>>> spec = ClusterSpec.from_dict({"chief": ["h1:2222"], "worker": ["h2:2222"], "ps": ["h3:2222"]})
+>>> list(all_tf_configs(spec))
+['chief:0', 'worker:0', 'ps:0']
+"""
+from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.cluster.files import load_cluster_file
+from tfdist.cluster.render import render_env, render_json, render_k8s, write_dir
+from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
+from tfdist.cluster.spec import (
+    TASK_TYPES,
+    TRAINING_TASK_TYPES,
+    Address,
+    ClusterSpec,
+    free_ports,
+    local_cluster,
+    round_robin_cluster,
+)
+from tfdist.cluster.tf_config import TF_CONFIG_ENV, all_tf_configs, parse_task, tf_config_for
+from tfdist.cluster.validate import check, validate_cluster, validate_tf_config, warnings_for
+
+__all__ = [
+    "TASK_TYPES", "TF_CONFIG_ENV", "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterSpec",
+    "Problem", "all_tf_configs", "check", "expand_hostlist", "free_ports", "load_cluster_file",
+    "local_cluster", "parse_task", "render_env", "render_json", "render_k8s", "round_robin_cluster",
+    "slurm_cluster", "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config",
+    "warnings_for", "write_dir",
+]

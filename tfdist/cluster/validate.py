@@ -1,0 +1,202 @@
+"""Validation of cluster specs and TF_CONFIG objects: every problem at once, each with its fix.
+
+Rules (the same for :func:`validate_cluster` and :func:`validate_tf_config`):
+
+* task types are chief, worker, ps, evaluator; at most one chief and one evaluator;
+* the training cluster has a chief or at least one worker;
+* a cluster with ps tasks (ParameterServerStrategy) needs a chief, which runs the coordinator,
+  and at least one worker;
+* every address is ``HOST:PORT`` with a DNS name or IP address and a port 1-65535, and no two
+  tasks share an address;
+* in TF_CONFIG the evaluator is never in ``cluster`` (tensorflow/tensorflow#46169), and ``task``
+  names a task of the cluster (the evaluator's index is 0).
+
+>>> validate_tf_config('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}')
+[]
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.cluster.spec import (
+    CHIEF,
+    EVALUATOR,
+    PS,
+    TASK_TYPES,
+    TRAINING_TASK_TYPES,
+    WORKER,
+    Address,
+    ClusterSpec,
+    _kind,
+    address_key,
+    address_problems,
+    parse_task_lists,
+)
+
+__all__ = ["ClusterConfigError", "Problem", "check", "validate_cluster", "validate_tf_config", "warnings_for"]
+
+#: Top-level keys of TF_CONFIG that TensorFlow reads.
+TF_CONFIG_KEYS = ("cluster", "task", "environment", "rpc_layer")
+TASK_KEYS = ("type", "index")
+_TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
+_OBJECT_EXAMPLE = '{"cluster": {...}, ' + _TASK_EXAMPLE + "}"
+_ALL_INTERFACES = {"0.0.0.0", "::"}
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+def validate_cluster(spec: ClusterSpec, prefix: str = "cluster") -> list[Problem]:
+    """Every problem of a cluster spec (empty when it is valid); fields are named ``prefix.type[i]``."""
+    return _task_list_problems({t: list(spec.addresses(t)) for t in TASK_TYPES}, prefix)
+
+
+def check(spec: ClusterSpec) -> ClusterSpec:
+    """Return `spec` unchanged, or raise ClusterConfigError with every problem of it."""
+    problems = validate_cluster(spec)
+    if problems:
+        raise ClusterConfigError(problems)
+    return spec
+
+
+def validate_tf_config(obj: Any) -> list[Problem]:
+    """Every problem of a TF_CONFIG, given as JSON text (str/bytes) or as the parsed object."""
+    if isinstance(obj, (bytes, bytearray)):
+        try:
+            obj = bytes(obj).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return [Problem("TF_CONFIG", f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                            "write TF_CONFIG as UTF-8 JSON")]
+    if isinstance(obj, str):
+        if not obj.strip():
+            return [Problem("TF_CONFIG", "is empty", f"set it to a JSON object: {_OBJECT_EXAMPLE}")]
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as exc:
+            where = f"line {exc.lineno} column {exc.colno}"
+            return [Problem("TF_CONFIG", f"is not valid JSON: {exc.msg} at {where}",
+                            "fix the JSON syntax (keys and strings need double quotes, no trailing commas)")]
+    if not isinstance(obj, Mapping):
+        return [Problem("TF_CONFIG", f"must be a JSON object, got {_kind(obj)}",
+                        f"write it as {_OBJECT_EXAMPLE}")]
+    problems: list[Problem] = []
+    for key in obj:
+        if key not in TF_CONFIG_KEYS:
+            problems.append(Problem(f"TF_CONFIG.{key}", f"unknown key {key!r}; TensorFlow reads "
+                                    f"{', '.join(TF_CONFIG_KEYS)}", f"remove {key!r} or fix its spelling"))
+    for key in ("environment", "rpc_layer"):
+        if key in obj and not isinstance(obj[key], str):
+            fix = f'write it as "{key}": "grpc"' if key == "rpc_layer" else f"remove {key!r}"
+            problems.append(Problem(key, f"must be a string, got {_kind(obj[key])}", fix))
+    if "cluster" not in obj:
+        problems.append(Problem("cluster", "TF_CONFIG has no 'cluster'",
+                                'add "cluster": {"worker": ["host:port", ...]}'))
+        lists: dict[str, list[Address | None]] = {}
+    else:
+        lists, found = parse_task_lists(obj["cluster"], "cluster", allow_evaluator=False)
+        problems += found
+        problems += _task_list_problems(lists, "cluster", structure=isinstance(obj["cluster"], Mapping))
+    problems += _task_problems(obj.get("task"), "task" in obj, lists)
+    return problems
+
+
+def warnings_for(spec: ClusterSpec) -> list[str]:
+    """Advice that does not make the spec invalid: all-interface hosts, loopback mixed with remote hosts."""
+    warnings = []
+    for task_type, index in spec.tasks():
+        address = spec.address_of(task_type, index)
+        if address.host in _ALL_INTERFACES:
+            warnings.append(f"{task_type}:{index} uses {address}: listening on all interfaces exposes the "
+                            "cluster to the network, and TensorFlow's gRPC runtime has no authentication; "
+                            "hint: use the host's private address")
+    hosts = {spec.address_of(t, i).host for t, i in spec.tasks()}
+    loopback = sorted(hosts & _LOOPBACK)
+    remote = sorted(hosts - _LOOPBACK - _ALL_INTERFACES)
+    if loopback and remote:
+        warnings.append(f"the cluster mixes loopback hosts ({', '.join(loopback)}) with other hosts "
+                        f"({', '.join(remote)}); tasks on other machines cannot reach a loopback address; "
+                        "hint: use every host's network name")
+    return warnings
+
+
+def _task_list_problems(lists: Mapping[str, Sequence[Address | None]], prefix: str,
+                        structure: bool = True) -> list[Problem]:
+    """Counts, role rules, address validity and duplicates; None entries were already reported."""
+    problems: list[Problem] = []
+    seen: dict[tuple[str, int], str] = {}
+    for task_type in TASK_TYPES:
+        for i, address in enumerate(lists.get(task_type, ())):
+            field = f"{prefix}.{task_type}[{i}]"
+            if address is None:
+                continue
+            found = address_problems(address, field)
+            problems += found
+            if found:
+                continue
+            key = address_key(address)
+            if key in seen:
+                problems.append(Problem(field, f"{str(address)!r} is also the address of {seen[key]}; "
+                                        "every task needs its own HOST:PORT",
+                                        "give each task a different port or host"))
+            else:
+                seen[key] = field
+    if not structure:
+        return problems
+    counts = {t: len(lists.get(t, ())) for t in TASK_TYPES}
+    for task_type in (CHIEF, EVALUATOR):
+        if counts[task_type] > 1:
+            fix = "keep one chief and make the others workers" if task_type == CHIEF else "keep one evaluator"
+            message = f"has {counts[task_type]} tasks; a cluster has at most one {task_type}"
+            problems.append(Problem(f"{prefix}.{task_type}", message, fix))
+    if counts[PS]:
+        if not counts[CHIEF]:
+            problems.append(Problem(f"{prefix}.{CHIEF}", "a cluster with ps tasks needs a chief: "
+                                    "ParameterServerStrategy runs its coordinator as the chief",
+                                    "add one chief task"))
+        if not counts[WORKER]:
+            problems.append(Problem(f"{prefix}.{WORKER}", "a cluster with ps tasks needs at least one worker",
+                                    "add a worker task"))
+    elif not counts[CHIEF] and not counts[WORKER]:
+        problems.append(Problem(prefix, "the cluster has no chief and no worker",
+                                "add at least one worker (or a chief)"))
+    return problems
+
+
+def _task_problems(task: Any, present: bool, lists: Mapping[str, Sequence[Address | None]]) -> list[Problem]:
+    """Problems of TF_CONFIG's ``task``: present, a known type, an integer index of an existing task."""
+    if not present:
+        return [Problem("task", "TF_CONFIG has no 'task'", f"add {_TASK_EXAMPLE}")]
+    if not isinstance(task, Mapping):
+        return [Problem("task", f"must be an object, got {_kind(task)}", f"write it as {_TASK_EXAMPLE}")]
+    problems = [Problem(f"task.{key}", f"unknown key {key!r}; the task has only 'type' and 'index'",
+                        f"remove {key!r}") for key in task if key not in TASK_KEYS]
+    task_type, index = task.get("type"), task.get("index")
+    if "type" not in task:
+        problems.append(Problem("task.type", "the task has no 'type'",
+                                f"add \"type\": one of {', '.join(TASK_TYPES)}"))
+    elif task_type not in TASK_TYPES:
+        fix = "use 'chief'" if task_type == "master" else f"use one of {', '.join(TASK_TYPES)}"
+        problems.append(Problem("task.type", f"unknown task type {task_type!r}", fix))
+        task_type = None
+    if "index" not in task:
+        problems.append(Problem("task.index", "the task has no 'index'", 'add "index": 0'))
+        return problems
+    if isinstance(index, bool) or not isinstance(index, int):
+        fix = f'write the index as a number: "index": {index}' if isinstance(index, str) and index.isdigit() \
+            else 'use a whole number such as "index": 0'
+        problems.append(Problem("task.index", f"must be an integer, got {_kind(index)}", fix))
+        return problems
+    if task_type == EVALUATOR:
+        if index != 0:
+            problems.append(Problem("task.index", f"is {index}; the evaluator's index is always 0",
+                                    'use "index": 0'))
+    elif task_type in TRAINING_TASK_TYPES:
+        count = len(lists.get(task_type, ()))
+        if count == 0:
+            problems.append(Problem("task.type", f"is {task_type!r} but cluster has no {task_type!r} tasks",
+                                    f"add the task to cluster.{task_type} or fix the type"))
+        elif not 0 <= index < count:
+            problems.append(Problem("task.index", f"is {index}, but cluster.{task_type} has {count} task(s), "
+                                    f"indices 0-{count - 1}", f"use an index between 0 and {count - 1}"))
+    return problems
