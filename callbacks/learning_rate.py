@@ -17,8 +17,15 @@ def _get_lr(optimizer) -> float:
     return float(tf.keras.backend.get_value(optimizer.learning_rate))
 
 
+def uses_schedule(optimizer) -> bool:
+    """Whether the optimizer's rate is a LearningRateSchedule (tf-keras hides it behind
+    ``optimizer.learning_rate``, which then reads the current value)."""
+    rate = getattr(optimizer, "_learning_rate", getattr(optimizer, "learning_rate", None))
+    return isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule)
+
+
 def _set_lr(optimizer, value: float) -> None:
-    if isinstance(optimizer.learning_rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+    if uses_schedule(optimizer):
         raise TypeError("the optimizer's learning rate is a LearningRateSchedule, which this callback "
                         "cannot overwrite; fix: pass a float learning rate, or drop the callback and "
                         "build the warm-up into the schedule")

@@ -36,9 +36,6 @@ def ensure_legacy_keras(environ: MutableMapping[str, str] | None = None,
             f"{TF_USE_LEGACY_KERAS}={value!r}, but tfdist needs the Keras 2 API from tf-keras "
             "(Keras 3 has no ParameterServerStrategy support). "
             f"Fix: unset it or set {TF_USE_LEGACY_KERAS}=1.")
-    if importlib.util.find_spec("tf_keras") is None:
-        raise KerasVersionError("tf-keras is not installed; tfdist needs it for the Keras 2 API. "
-                                "Fix: pip install 'tf-keras~=2.21.0' (match your TensorFlow).")
     tensorflow = modules.get("tensorflow")
     if tensorflow is None:
         environ.setdefault(TF_USE_LEGACY_KERAS, "1")
@@ -49,6 +46,14 @@ def ensure_legacy_keras(environ: MutableMapping[str, str] | None = None,
             "TensorFlow was imported before tfdist with Keras 3 as tf.keras "
             f"({TF_USE_LEGACY_KERAS} was not set when TensorFlow loaded); tfdist needs the "
             f"Keras 2 API from tf-keras. {_FIX}")
+
+
+def require_tf_keras() -> None:
+    """Raise ``KerasVersionError`` when tf-keras is missing; checked before building a strategy,
+    not at import, so ``tfdist tf-config`` works on a host without TensorFlow."""
+    if importlib.util.find_spec("tf_keras") is None:
+        raise KerasVersionError("tf-keras is not installed; tfdist needs it for the Keras 2 API. "
+                                "Fix: pip install 'tf-keras~=2.21.0' (match your TensorFlow).")
 
 
 def tf_keras_flavour(tensorflow: Any) -> str | None:

@@ -26,6 +26,9 @@ BACKEND_MODULES = ("single", "mirrored", "multi_worker_mirrored", "horovod", "pa
 
 
 def load_backends() -> None:
+    from tfdist.keras_compat import require_tf_keras
+
+    require_tf_keras()
     for name in BACKEND_MODULES:
         importlib.import_module(f"tfdist.strategies.{name}")
 
@@ -41,9 +44,9 @@ log = logging.getLogger("tfdist")
 
 
 def available_strategies() -> list[str]:
-    """Every name ``make_strategy`` accepts, ``auto`` first."""
+    """Every name ``make_strategy`` accepts: ``auto``, then the backends alphabetically."""
     load_backends()
-    return ["auto", *STRATEGIES.names()]
+    return ["auto", *sorted(STRATEGIES.names())]
 
 
 def option_names(kind: str) -> list[str]:

@@ -104,12 +104,13 @@ class DistributedStrategy:
                             "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
         scale = self.options.scale_lr if scale_lr is None else scale_lr
         if scale and self.lr_scale != 1.0:
-            learning_rate = optimizer.learning_rate
-            if isinstance(learning_rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+            from tfdist.callbacks.learning_rate import uses_schedule
+
+            if uses_schedule(optimizer):
                 raise TypeError(
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
-            optimizer.learning_rate = float(tf.keras.backend.get_value(learning_rate)) * self.lr_scale
+            optimizer.learning_rate = float(tf.keras.backend.get_value(optimizer.learning_rate)) * self.lr_scale
         return self._wrap_optimizer(optimizer)
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
@@ -140,7 +141,7 @@ class DistributedStrategy:
         """A ``Throughput`` callback that knows how many replicas consume ``batch_size`` each."""
         from tfdist.callbacks import Throughput
 
-        return Throughput(batch_size, workers=self.num_replicas_in_sync, **kwargs)
+        return Throughput(batch_size, replicas=self.num_replicas_in_sync, workers=self.num_workers, **kwargs)
 
     # --- hooks ----------------------------------------------------------------------------------
     def _check_model(self, model: Any) -> None:

@@ -44,7 +44,7 @@ class StrategyRegistry:
             return self._backends[name]
         except (KeyError, TypeError):
             pass
-        known = ["auto", *self._backends]
+        known = ["auto", *sorted(self._backends)]
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UnknownStrategyError(

@@ -1,0 +1,52 @@
+"""``tfdist launch``: start a local parameter-server cluster, or a Horovod job via horovodrun."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster
+
+BACKENDS = ("parameter_server", "horovod")
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--backend", type=click.Choice(BACKENDS), default="parameter_server", show_default=True,
+              help="parameter_server: local chief, workers and ps; horovod: call horovodrun.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="parameter_server: number of workers.")
+@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True,
+              help="parameter_server: number of parameter servers.")
+@click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
+@click.option("-np", "--num-proc", "num_proc", type=click.IntRange(min=1), default=2, show_default=True,
+              help="horovod: number of ranks.")
+@click.option("-H", "--hosts", help="horovod: horovodrun's -H, e.g. host1:2,host2:2 (default localhost:NP).")
+@click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when tearing tasks down.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def launch(backend: str, workers: int, ps: int, evaluator: bool, num_proc: int, hosts: str | None,
+           grace: float, command: tuple[str, ...]) -> None:
+    """Run COMMAND as every task of a local cluster; exit with the chief's exit code.
+
+    \b
+    tfdist launch --workers 2 --ps 1 -- python examples/classifier.py
+    tfdist launch --backend horovod -np 2 -- python examples/classifier.py
+
+    Each parameter_server task gets its own TF_CONFIG on free localhost ports and
+    GRPC_FAIL_FAST=use_caller; output lines are prefixed with the task ([worker:1]). When the
+    chief exits, or on Ctrl-C, every task is stopped. The gRPC runtime has no authentication
+    and TensorFlow's servers listen on all interfaces: run on a trusted network.
+    """
+    from tfdist.cluster import free_ports
+    from tfdist.launch.local import run_command, run_local_cluster
+
+    try:
+        if backend == "horovod":
+            raise SystemExit(run_command(horovodrun_command(command, num_proc, hosts)))
+        ports = free_ports(1 + workers + ps + int(evaluator))
+        _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"tfdist launch: chief, {workers} worker(s), {ps} ps{', evaluator' if evaluator else ''} "
+               f"on 127.0.0.1 ports {', '.join(map(str, ports))}", err=True)
+    raise SystemExit(run_local_cluster(tasks, grace=grace))

@@ -1,0 +1,70 @@
+"""Build launch plans: which processes to start, with which command and environment.
+
+Pure functions: nothing is started here and no input is mutated, so plans are tested without
+TensorFlow or subprocesses. ``tfdist.launch.local`` runs a plan.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
+
+GRPC_FAIL_FAST = "GRPC_FAIL_FAST"
+
+
+@dataclass(frozen=True)
+class TaskProcess:
+    """One process of a local cluster: its task, command and full environment."""
+
+    task_type: str
+    index: int
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}:{self.index}"
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot work; the message names the option and the fix."""
+
+
+def plan_local_cluster(command: Sequence[str], workers: int, ps: int, ports: Sequence[int],
+                       base_env: Mapping[str, str], evaluator: bool = False,
+                       host: str = "127.0.0.1") -> tuple[ClusterSpec, list[TaskProcess]]:
+    """A chief, ``workers`` workers, ``ps`` parameter servers (and an evaluator) on ``host``.
+
+    Every task gets ``base_env`` plus its TF_CONFIG and ``GRPC_FAIL_FAST=use_caller``.
+    """
+    if not command:
+        raise LaunchError("no command to launch; fix: put it after `--`, e.g. "
+                          "`tfdist launch --workers 2 --ps 1 -- python train.py`")
+    if workers < 1:
+        raise LaunchError(f"--workers is {workers}; a parameter-server cluster needs at least one "
+                          "worker; fix: --workers 1 or more")
+    if ps < 1:
+        raise LaunchError(f"--ps is {ps}; a parameter-server cluster needs at least one ps task; "
+                          "fix: --ps 1 or more (for synchronous training use --backend horovod)")
+    spec = local_cluster(workers=workers, ps=ps, ports=ports, host=host, chief=True, evaluator=evaluator)
+    processes = []
+    for task_type, index in spec.tasks():
+        env = dict(base_env)
+        env["TF_CONFIG"] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
+        env.setdefault(GRPC_FAIL_FAST, "use_caller")
+        processes.append(TaskProcess(task_type, index, tuple(command), env))
+    return spec, processes
+
+
+def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None,
+                       horovodrun: str | None = None) -> list[str]:
+    """``horovodrun -np N -H localhost:N --gloo COMMAND`` (or the given ``-H`` hosts)."""
+    if not command:
+        raise LaunchError("no command to launch; fix: `tfdist launch --backend horovod -np 2 -- python train.py`")
+    if np < 1:
+        raise LaunchError(f"-np is {np}; fix: -np 1 or more")
+    launcher = horovodrun or shutil.which("horovodrun") or "horovodrun"
+    return [launcher, "-np", str(np), "-H", hosts or f"localhost:{np}", "--gloo", *command]
