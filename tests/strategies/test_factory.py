@@ -1,0 +1,96 @@
+"""make_strategy in-process: registered set, option errors, single/mirrored training."""
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tfdist  # noqa: E402
+from tfdist.strategies import UnknownStrategyError, available_strategies, option_names  # noqa: E402
+from tfdist.strategies.horovod import HorovodLaunchError  # noqa: E402
+
+
+def test_registered_strategies_are_pinned():
+    assert available_strategies() == ["auto", "horovod", "mirrored", "multi_worker_mirrored",
+                                      "parameter_server", "single"]
+
+
+def test_unknown_strategy_name():
+    with pytest.raises(UnknownStrategyError, match=r"Did you mean 'horovod'\?"):
+        tfdist.make_strategy("horovd")
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(TypeError) as info:
+        tfdist.make_strategy("single", scale_rl=False)
+    assert "unknown option(s) for strategy 'single': 'scale_rl' (did you mean 'scale_lr'?)" in str(info.value)
+    assert "valid options: scale_lr, shard_data" in str(info.value)
+
+
+def test_auto_ignores_options_of_other_backends_but_not_typos():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        strategy = tfdist.make_strategy("auto", compression="fp16", warmup_epochs=2)
+        assert strategy.kind == "single"
+        with pytest.raises(TypeError, match="unknown option"):
+            tfdist.make_strategy("auto", compresion="fp16")
+
+
+def test_horovod_outside_horovodrun_says_how_to_launch():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        with pytest.raises(HorovodLaunchError, match=r"horovodrun -np N python script.py"):
+            tfdist.make_strategy("horovod")
+
+
+def test_bad_option_values_name_the_option():
+    with pytest.raises(ValueError, match="`compression` must be 'none' or 'fp16'"):
+        tfdist.make_strategy("horovod", compression="int8")
+    assert "backward_passes_per_step" in option_names("horovod")
+
+
+def _regression_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 4)).astype("float32")
+    return x, (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32"))
+
+
+@pytest.mark.parametrize("kind", ["single", "mirrored"])
+def test_training_converges_with_in_process_backends(kind):
+    strategy = tfdist.make_strategy(kind)
+    assert strategy.kind == kind and strategy.is_chief and strategy.rank == 0
+    assert strategy.tf_strategy is not None
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(0.1)), loss="mse")
+    x, y = _regression_data()
+    history = strategy.fit(model, x, y, batch_size=32, epochs=5, verbose=0)
+    assert history.history["loss"][-1] < 0.05 * history.history["loss"][0]
+    assert strategy.evaluate(model, x, y, batch_size=64, verbose=0) < 0.1
+
+
+def test_uncompiled_model_and_keras3_objects_are_refused():
+    strategy = tfdist.make_strategy("single")
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="the model is not compiled"):
+        strategy.fit(model, *_regression_data())
+    with pytest.raises(TypeError, match="must be a tf.keras optimizer instance"):
+        strategy.optimizer("adam")
+
+
+def test_lr_is_scaled_by_replicas_only_when_asked():
+    from tfdist.strategies.single import SingleStrategy
+
+    class TwoReplicas(SingleStrategy):
+        lr_scale = 2.0
+
+    strategy = TwoReplicas(SingleStrategy.Options())
+    assert float(strategy.optimizer(tf.keras.optimizers.SGD(0.1)).learning_rate.numpy()) == pytest.approx(0.2)
+    assert float(strategy.optimizer(tf.keras.optimizers.SGD(0.1), scale_lr=False).learning_rate.numpy()) \
+        == pytest.approx(0.1)
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
+    with pytest.raises(TypeError, match="cannot scale a LearningRateSchedule.*fix: pass scale_lr=False"):
+        strategy.optimizer(tf.keras.optimizers.SGD(schedule))
+    strategy.optimizer(tf.keras.optimizers.SGD(schedule), scale_lr=False)

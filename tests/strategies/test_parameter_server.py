@@ -1,0 +1,109 @@
+"""The parameter-server backend on real gRPC clusters on localhost, started by `tfdist launch`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support import SCRIPTS, subprocess_env
+
+pytestmark = pytest.mark.cluster
+
+
+def launch(mode: str, outdir: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`tfdist launch OPTIONS -- python ps_train.py MODE OUTDIR`, output captured."""
+    command = [sys.executable, "-m", "tfdist", "launch", *options, "--",
+               sys.executable, str(SCRIPTS / "ps_train.py"), mode, str(outdir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+
+
+def epochs(outdir: Path) -> list[tuple[int, float]]:
+    lines = (outdir / "epochs.txt").read_text().split()
+    return [(int(lines[i]), float(lines[i + 1])) for i in range(0, len(lines), 2)]
+
+
+def leftover_processes(outdir: Path) -> list[str]:
+    """Processes whose command line names this test's output directory."""
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if str(outdir) in line and "ps -eo" not in line]
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    outdir = tmp_path_factory.mktemp("ps-sharded")
+    result = launch("sharded", outdir, "--workers", "2", "--ps", "2", "--evaluator")
+    assert result.returncode == 0, result.stdout[-4000:]
+    return outdir, result, json.loads((outdir / "chief.json").read_text())
+
+
+def test_auto_picks_parameter_server_from_tf_config(sharded):
+    _, _, chief = sharded
+    assert (chief["kind"], chief["num_workers"], chief["num_ps"]) == ("parameter_server", 2, 2)
+
+
+def test_training_converges_on_two_workers_and_two_sharded_ps(sharded):
+    _, _, chief = sharded
+    assert chief["loss"][-1] < 0.2 * chief["loss"][0]
+    assert chief["evaluate"] < 0.5
+
+
+def test_sharded_variables_land_on_different_ps_tasks(sharded):
+    _, _, chief = sharded
+    for devices in (chief["embedding_devices"], chief["kernel_devices"]):
+        assert sorted(devices) == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
+
+
+def test_sharded_weights_round_trip_through_save_and_restore(sharded):
+    _, _, chief = sharded
+    assert chief["restore_max_abs_diff"] == 0.0
+
+
+def test_evaluator_evaluates_the_chiefs_checkpoints(sharded):
+    outdir, result, _ = sharded
+    assert sorted(p.name for p in (outdir / "checkpoints").glob("ckpt-*.index")) == [
+        "ckpt-1.index", "ckpt-2.index", "ckpt-3.index", "ckpt-4.index"]
+    evaluated = [line for line in result.stdout.splitlines() if "[tfdist] evaluator: step" in line]
+    assert evaluated and all(line.startswith("[evaluator:0]") for line in evaluated)
+    assert any("step 256 " in line for line in evaluated), "the last checkpoint (4 x 64 steps) was evaluated"
+
+
+def test_output_lines_are_prefixed_and_no_process_is_left(sharded):
+    outdir, result, _ = sharded
+    prefixes = {line.split("]")[0] + "]" for line in result.stdout.splitlines() if line.startswith("[")}
+    assert {"[chief:0", "[worker:0", "[worker:1", "[ps:0", "[ps:1", "[evaluator:0"} <= {p.rstrip("]") for p in prefixes}
+    assert leftover_processes(outdir) == []
+
+
+def test_a_killed_worker_does_not_stop_training(tmp_path):
+    result = launch("kill-worker", tmp_path, "--workers", "2", "--ps", "1")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "killing worker-1" in result.stdout
+    losses = [loss for _, loss in epochs(tmp_path)]
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert leftover_processes(tmp_path) == []
+
+
+def test_a_killed_ps_fails_the_chief_with_a_clear_error(tmp_path):
+    start = time.monotonic()
+    result = launch("kill-ps", tmp_path, "--workers", "2", "--ps", "1", timeout=180)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0
+    assert "killing ps-0" in result.stdout
+    assert "ParameterServerError: the parameter-server job lost ps:0" in result.stdout
+    assert "Fix: restart the whole cluster" in result.stdout
+    assert elapsed < 90, f"the chief took {elapsed:.0f}s to give up"
+    assert leftover_processes(tmp_path) == []
+
+
+def test_a_relaunched_chief_resumes_at_the_last_finished_epoch(tmp_path):
+    first = launch("restart", tmp_path, "--workers", "2", "--ps", "1")
+    assert first.returncode != 0 and "killing chief-0" in first.stdout
+    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1]
+    second = launch("restart", tmp_path, "--workers", "2", "--ps", "1")
+    assert second.returncode == 0, second.stdout[-4000:]
+    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # none lost, none repeated
+    assert leftover_processes(tmp_path) == []

@@ -1,0 +1,35 @@
+"""Every row of the auto table, as a pure function (no TensorFlow)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfdist.strategies.selection import select_strategy
+
+PS_CLUSTER = json.dumps({"cluster": {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"], "ps": ["h3:1"]},
+                         "task": {"type": "chief", "index": 0}})
+WORKER_CLUSTER = json.dumps({"cluster": {"worker": ["h1:1", "h2:1"]}, "task": {"type": "worker", "index": 1}})
+
+
+@pytest.mark.parametrize("environ, gpus, expected", [
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, 0, "horovod"),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}, 8, "horovod"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "2"}, 0, "horovod"),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "TF_CONFIG": PS_CLUSTER}, 0, "horovod"),  # row 1 first
+    ({"TF_CONFIG": PS_CLUSTER}, 4, "parameter_server"),
+    ({"TF_CONFIG": WORKER_CLUSTER}, 4, "multi_worker_mirrored"),
+    ({}, 2, "mirrored"),
+    ({}, 1, "single"),
+    ({}, 0, "single"),
+    ({"TF_CONFIG": ""}, 0, "single"),  # blank TF_CONFIG is no cluster
+    ({"HOROVOD_RANK": "0"}, 0, "single"),  # a stray rank without size is not a horovodrun job
+])
+def test_auto_table(environ, gpus, expected):
+    selection = select_strategy(environ, gpus)
+    assert selection.kind == expected
+    assert selection.reason
+
+
+def test_malformed_tf_config_goes_to_a_tf_distribute_backend_that_reports_it():
+    assert select_strategy({"TF_CONFIG": "{not json"}, 0).kind == "multi_worker_mirrored"
