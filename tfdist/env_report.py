@@ -50,11 +50,23 @@ def _tensorflow_facts() -> dict[str, Any]:
     }
 
 
+def _extension_built(module: str) -> bool:
+    """Whether Horovod's extension for another framework exists, without importing that framework."""
+    from pathlib import Path
+
+    import horovod
+
+    package, name = module.rsplit(".", 1)
+    folder = Path(horovod.__file__).parent / package.split(".", 1)[1]
+    return any(folder.glob(f"{name}*.so"))
+
+
 def _horovod_build() -> dict[str, Any]:
-    import horovod.tensorflow as hvd
+    import horovod.tensorflow as hvd  # loads Horovod's TensorFlow extension, or raises
 
     return {
-        "frameworks": {"tensorflow": True},
+        "frameworks": {"tensorflow": True, "pytorch": _extension_built("horovod.torch.mpi_lib_v2"),
+                       "mxnet": _extension_built("horovod.mxnet.mpi_lib")},
         "controllers": {"gloo": bool(hvd.gloo_built()), "mpi": bool(hvd.mpi_built())},
         "tensor_operations": {
             "nccl": bool(hvd.nccl_built()), "ddl": bool(hvd.ddl_built()), "ccl": bool(hvd.ccl_built()),

@@ -29,7 +29,7 @@ def test_env_json_reports_the_pinned_stack_and_horovod_build():
     assert report["tf_keras_module"].startswith("tf_keras")
     assert report["gpus"] == []  # this machine has none
     build = report["horovod_build"]
-    assert build["frameworks"]["tensorflow"] is True
+    assert build["frameworks"] == {"tensorflow": True, "pytorch": False, "mxnet": False}
     assert build["controllers"]["gloo"] is True
     assert build["tensor_operations"]["gloo"] is True
     assert report["environment"]["name"] == "local"

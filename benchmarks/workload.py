@@ -1,0 +1,96 @@
+"""The workload every benchmark script trains: two MLPs, random data, an epoch timer, one result line.
+
+Shared by the baselines and the tfdist scripts, so both sides train exactly the same thing.
+Importing this module imports TensorFlow: set ``TF_USE_LEGACY_KERAS=1`` (or ``import tfdist``) first.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import tensorflow as tf
+
+INPUT_DIM, CLASSES = 784, 10
+# Hidden layer widths: 784-512-512-10 has 669,706 parameters, 784-2048-2048-10 has 5,824,522.
+MODELS = {"small": (512, 512), "large": (2048, 2048)}
+LEARNING_RATE = 0.01
+SEED = 0
+PS_EXAMPLES = 4096  # parameter server: the dataset every worker reads (its shard), repeated
+BENCH_PREFIX = "BENCH"
+
+
+def build_model(name: str) -> tf.keras.Model:
+    """The named MLP, with the same initial weights in every process and implementation."""
+    tf.keras.utils.set_random_seed(SEED)
+    layers = [tf.keras.Input((INPUT_DIM,))]
+    layers += [tf.keras.layers.Dense(width, activation="relu") for width in MODELS[name]]
+    layers.append(tf.keras.layers.Dense(CLASSES))
+    return tf.keras.Sequential(layers)
+
+
+def loss() -> tf.keras.losses.Loss:
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def make_data(examples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform random inputs and labels, identical in every process (fixed seed)."""
+    rng = np.random.default_rng(SEED)
+    x = rng.random((examples, INPUT_DIM), dtype=np.float32)
+    y = rng.integers(0, CLASSES, size=(examples,), dtype=np.int64)
+    return x, y
+
+
+class EpochTimer(tf.keras.callbacks.Callback):
+    """Wall time from the end of the warm-up epochs to the end of the last epoch.
+
+    Epoch-level hooks only, so it runs unchanged under ParameterServerStrategy (which refuses
+    batch hooks) and adds no per-step work anywhere. The warm-up epochs hold the tracing.
+    """
+
+    def __init__(self, warmup_epochs: int) -> None:
+        super().__init__()
+        self.warmup_epochs = warmup_epochs
+        self.start: float | None = None
+        self.end: float | None = None
+        self.epoch_seconds: list[float] = []
+        self._last: float | None = None
+
+    def on_train_begin(self, logs=None) -> None:
+        self._last = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        now = time.perf_counter()
+        self.epoch_seconds.append(now - self._last)
+        self._last = now
+        if epoch == self.warmup_epochs - 1:
+            self.start = now
+        self.end = now
+
+    @property
+    def seconds(self) -> float:
+        if self.start is None or self.end is None or self.end <= self.start:
+            raise RuntimeError("no timed epoch finished; run more epochs than warm-up epochs")
+        return self.end - self.start
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark script takes."""
+    parser.add_argument("--model", choices=sorted(MODELS), default="small")
+    parser.add_argument("--batch-size", type=int, default=64, help="per worker")
+    parser.add_argument("--steps", type=int, default=50,
+                        help="steps per epoch (Horovod: per rank; parameter server: all workers together)")
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs, after the warm-up")
+    parser.add_argument("--warmup-epochs", type=int, default=1)
+
+
+def report(impl: str, backend: str, model: tf.keras.Model, args: argparse.Namespace,
+           timer: EpochTimer, examples_per_step: int, **extra: object) -> None:
+    """Print the one machine-readable result line that compare.py parses."""
+    steps = args.steps * args.epochs
+    seconds = timer.seconds
+    fields = {"impl": impl, "backend": backend, "model": args.model, "params": model.count_params(),
+              "examples_per_sec": f"{steps * examples_per_step / seconds:.1f}",
+              "steps": steps, "seconds": f"{seconds:.3f}",
+              "epoch_seconds": ",".join(f"{s:.2f}" for s in timer.epoch_seconds), **extra}
+    print(BENCH_PREFIX + " " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)

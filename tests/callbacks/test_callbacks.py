@@ -1,0 +1,109 @@
+"""The callbacks in one process: chief-only routing, warm-up arithmetic, throughput, TensorBoard."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tfdist  # noqa: E402
+from tfdist.callbacks import (ChiefOnly, LearningRateScale, LearningRateWarmup, MetricAverage,  # noqa: E402
+                              TensorBoardRun, Throughput, default_run_name, warmup_learning_rate)
+
+
+class Recorder(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls.append(f"epoch{epoch}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append("batch")
+
+
+def _fit(callbacks, epochs=2, lr=0.1):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(lr), loss="mse")
+    x = np.random.default_rng(0).normal(size=(64, 3)).astype("float32")
+    return model, model.fit(x, x.sum(axis=1, keepdims=True), batch_size=16, epochs=epochs,
+                            callbacks=callbacks, verbose=0)
+
+
+def test_warmup_formula():
+    assert warmup_learning_rate(0.4, 0.25, 2, epoch=0, batch=0, steps_per_epoch=10) == pytest.approx(0.1)
+    assert warmup_learning_rate(0.4, 0.25, 2, epoch=1, batch=0, steps_per_epoch=10) == pytest.approx(0.25)
+    assert warmup_learning_rate(0.4, 0.25, 2, epoch=5, batch=3, steps_per_epoch=10) == pytest.approx(0.4)
+
+
+def test_chief_only_silences_non_chiefs_entirely():
+    on_chief, elsewhere = Recorder(), Recorder()
+    _fit([ChiefOnly(on_chief, is_chief=True), ChiefOnly(elsewhere, is_chief=False)])
+    assert on_chief.calls.count("epoch1") == 1 and "batch" in on_chief.calls
+    assert elsewhere.calls == []
+
+
+def test_warmup_in_one_process_ramps_from_start_factor():
+    rates = []
+    probe = tf.keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: rates.append(float(model_ref[0].optimizer.learning_rate.numpy())))
+    model_ref = []
+
+    class Capture(tf.keras.callbacks.Callback):
+        def set_model(self, model):
+            super().set_model(model)
+            model_ref.append(model)
+
+    _fit([Capture(), LearningRateWarmup(warmup_epochs=1, start_factor=0.5), probe], epochs=2, lr=0.2)
+    assert rates[:4] == pytest.approx([0.1, 0.125, 0.15, 0.175])
+    assert rates[4:] == pytest.approx([0.2] * 4)
+
+
+def test_lr_scale_multiplies_within_its_epochs():
+    model, history = _fit([LearningRateScale(0.1, start_epoch=1)], epochs=2, lr=0.2)
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+
+
+def test_metric_average_is_a_no_op_outside_horovod():
+    _, history = _fit([MetricAverage()])
+    _, reference = _fit([])
+    assert history.history["loss"] == reference.history["loss"]
+
+
+def test_throughput_logs_rates_from_the_step_count():
+    throughput = Throughput(batch_size=16, replicas=2, workers=2)
+    _, history = _fit([throughput])
+    steps = 64 // 16
+    for rate, step_ms in zip(history.history["examples_per_second"], history.history["step_time_ms"]):
+        assert rate == pytest.approx(steps * 16 * 2 / (steps * step_ms / 1000), rel=1e-6)
+    assert history.history["examples_per_second_per_worker"][0] == pytest.approx(
+        history.history["examples_per_second"][0] / 2)
+    with pytest.raises(ValueError, match="`batch_size` must be a positive"):
+        Throughput(0)
+
+
+def test_tensorboard_run_writes_one_directory_per_run_with_hparams(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    strategy = tfdist.make_strategy("single")
+    board = TensorBoardRun(str(tmp_path), strategy=strategy, batch_size=16, hparams={"lr": 0.1})
+    assert re.fullmatch(r"single-1w-b16-\d{8}-\d{6}", board.run_name)
+    _fit([strategy.throughput(16), board])
+    run = tmp_path / board.run_name
+    assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["train"]
+    train = event_accumulator.EventAccumulator(str(run / "train"), size_guidance={"tensors": 0})
+    train.Reload()
+    assert {"epoch_loss", "epoch_examples_per_second", "epoch_step_time_ms"} <= set(train.Tags()["tensors"])
+    top = event_accumulator.EventAccumulator(str(run))
+    top.Reload()
+    assert "_hparams_/session_start_info" in top.Tags()["tensors"]
+    assert default_run_name("horovod", 4, None).startswith("horovod-4w-2")
+
+
+def test_tensorboard_run_writes_nothing_off_the_chief(tmp_path):
+    _fit([TensorBoardRun(str(tmp_path), run_name="r", is_chief=False)])
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,44 @@
+"""Launch plans are pure: TF_CONFIG per task, GRPC_FAIL_FAST, horovodrun command (no TensorFlow)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster
+
+
+def test_every_task_gets_its_own_tf_config_and_fail_fast():
+    base = {"PATH": "/bin", "GRPC_FAIL_FAST": "true"}
+    spec, tasks = plan_local_cluster(["python", "train.py"], workers=2, ps=1, ports=[5000, 5001, 5002, 5003, 5004],
+                                     base_env=base, evaluator=True)
+    assert [t.name for t in tasks] == ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0"]
+    cluster = {"chief": ["127.0.0.1:5000"], "worker": ["127.0.0.1:5001", "127.0.0.1:5002"], "ps": ["127.0.0.1:5003"]}
+    for task in tasks:
+        config = json.loads(task.env["TF_CONFIG"])
+        assert config == {"cluster": cluster, "task": {"type": task.task_type, "index": task.index}}
+        assert task.command == ("python", "train.py")
+        assert task.env["PATH"] == "/bin"
+        assert task.env["GRPC_FAIL_FAST"] == "true"  # the user's explicit value wins
+    assert base == {"PATH": "/bin", "GRPC_FAIL_FAST": "true"}  # input not mutated
+    _, tasks = plan_local_cluster(["x"], 1, 1, [1, 2, 3], base_env={})
+    assert {t.env["GRPC_FAIL_FAST"] for t in tasks} == {"use_caller"}
+
+
+@pytest.mark.parametrize("workers, ps, command, message", [
+    (0, 1, ["python"], "--workers is 0"),
+    (1, 0, ["python"], "--ps is 0"),
+    (1, 1, [], "no command to launch"),
+])
+def test_impossible_clusters_are_refused_with_the_fix(workers, ps, command, message):
+    with pytest.raises(LaunchError, match=message) as info:
+        plan_local_cluster(command, workers, ps, ports=[1, 2, 3], base_env={})
+    assert "fix:" in str(info.value)
+
+
+def test_horovodrun_command():
+    assert horovodrun_command(["python", "t.py"], 2, horovodrun="hr") == [
+        "hr", "-np", "2", "-H", "localhost:2", "--gloo", "python", "t.py"]
+    assert horovodrun_command(["python"], 4, hosts="a:2,b:2", horovodrun="hr")[4] == "a:2,b:2"
+    with pytest.raises(LaunchError, match="-np is 0"):
+        horovodrun_command(["python"], 0)
