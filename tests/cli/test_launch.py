@@ -26,7 +26,7 @@ def test_workers_must_be_positive():
 def test_unknown_backend_lists_the_choices():
     result = CliRunner().invoke(launch, ["--backend", "mpi", "--", "python"])
     assert result.exit_code == 2
-    assert "'parameter_server', 'horovod'" in result.output
+    assert "'parameter_server', 'multi_worker_mirrored', 'horovod'" in result.output
 
 
 def test_chief_exit_code_is_returned_and_servers_are_torn_down(tmp_path):

@@ -42,3 +42,11 @@ def test_horovodrun_command():
     assert horovodrun_command(["python"], 4, hosts="a:2,b:2", horovodrun="hr")[4] == "a:2,b:2"
     with pytest.raises(LaunchError, match="-np is 0"):
         horovodrun_command(["python"], 0)
+
+
+def test_worker_cluster_has_no_chief_and_no_ps():
+    from tfdist.launch.plan import plan_worker_cluster
+
+    _, tasks = plan_worker_cluster(["python"], 2, ports=[7000, 7001], base_env={})
+    assert [t.name for t in tasks] == ["worker:0", "worker:1"]
+    assert json.loads(tasks[1].env["TF_CONFIG"])["cluster"] == {"worker": ["127.0.0.1:7000", "127.0.0.1:7001"]}

@@ -94,3 +94,21 @@ def test_lr_is_scaled_by_replicas_only_when_asked():
     with pytest.raises(TypeError, match="cannot scale a LearningRateSchedule.*fix: pass scale_lr=False"):
         strategy.optimizer(tf.keras.optimizers.SGD(schedule))
     strategy.optimizer(tf.keras.optimizers.SGD(schedule), scale_lr=False)
+
+
+def test_multi_worker_mirrored_checks_tf_config_first():
+    from tfdist.cluster import ClusterConfigError
+
+    config = '{"cluster": {"worker": ["h:1", "h:1"]}, "task": {"type": "worker", "index": 3}}'
+    with mock.patch.dict(os.environ, {"TF_CONFIG": config}, clear=True):
+        with pytest.raises(ClusterConfigError, match=r"2 problems"):
+            tfdist.make_strategy("auto")
+
+
+def test_datasets_with_batch_size_are_batched_globally():
+    strategy = tfdist.make_strategy("single")
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((10, 4), "float32"), np.zeros((10, 1), "float32")))
+    x, _, kwargs = strategy._prepare_fit_inputs(dataset, None, {"batch_size": 4, "validation_data": dataset})
+    assert "batch_size" not in kwargs
+    assert [int(b[0].shape[0]) for b in x] == [4, 4, 2]
+    assert int(kwargs["validation_data"].cardinality()) == 3

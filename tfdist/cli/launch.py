@@ -5,16 +5,17 @@ import os
 
 import click
 
-from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster
+from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster, plan_worker_cluster
 
-BACKENDS = ("parameter_server", "horovod")
+BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--backend", type=click.Choice(BACKENDS), default="parameter_server", show_default=True,
-              help="parameter_server: local chief, workers and ps; horovod: call horovodrun.")
+              help="parameter_server: local chief, workers and ps; multi_worker_mirrored: local "
+                   "peer workers; horovod: call horovodrun.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="parameter_server: number of workers.")
+              help="parameter_server, multi_worker_mirrored: number of workers.")
 @click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True,
               help="parameter_server: number of parameter servers.")
 @click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
@@ -30,6 +31,7 @@ def launch(backend: str, workers: int, ps: int, evaluator: bool, num_proc: int, 
 
     \b
     tfdist launch --workers 2 --ps 1 -- python examples/classifier.py
+    tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
     tfdist launch --backend horovod -np 2 -- python examples/classifier.py
 
     Each parameter_server task gets its own TF_CONFIG on free localhost ports and
@@ -43,10 +45,14 @@ def launch(backend: str, workers: int, ps: int, evaluator: bool, num_proc: int, 
     try:
         if backend == "horovod":
             raise SystemExit(run_command(horovodrun_command(command, num_proc, hosts)))
-        ports = free_ports(1 + workers + ps + int(evaluator))
-        _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator)
+        if backend == "multi_worker_mirrored":
+            ports = free_ports(workers)
+            _, tasks = plan_worker_cluster(command, workers, ports, os.environ)
+        else:
+            ports = free_ports(1 + workers + ps + int(evaluator))
+            _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"tfdist launch: chief, {workers} worker(s), {ps} ps{', evaluator' if evaluator else ''} "
-               f"on 127.0.0.1 ports {', '.join(map(str, ports))}", err=True)
-    raise SystemExit(run_local_cluster(tasks, grace=grace))
+    click.echo(f"tfdist launch: {', '.join(task.name for task in tasks)} on 127.0.0.1 ports "
+               f"{', '.join(map(str, ports))}", err=True)
+    raise SystemExit(run_local_cluster(tasks, grace=grace, wait_for_all=backend == "multi_worker_mirrored"))

@@ -49,8 +49,13 @@ def _terminate(processes: Sequence[subprocess.Popen], grace: float) -> None:
 
 
 def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS,
-                      sink: IO[bytes] | None = None) -> int:
-    """Start every task, stream its output as ``[type:index] line``, return the chief's exit code."""
+                      sink: IO[bytes] | None = None, wait_for_all: bool = False) -> int:
+    """Start every task, stream its output as ``[type:index] line``, return the chief's exit code.
+
+    The chief is the ``chief`` task, else ``worker:0``. With ``wait_for_all`` (peer workers of
+    MultiWorkerMirroredStrategy, which all finish by themselves) every task is awaited and the
+    first non-zero exit code wins; a failing task then stops the others.
+    """
     sink = sink or sys.stdout.buffer
     lock = threading.Lock()
     started: list[subprocess.Popen] = []
@@ -74,11 +79,11 @@ def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS
             pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
             pump.start()
             pumps.append(pump)
-            if task.task_type == "chief":
+            if task.task_type == "chief" or (chief is None and task.name == "worker:0"):
                 chief = process
         if chief is None:
             raise ValueError("the plan has no chief task")
-        code = chief.wait()
+        code = _wait_all(started) if wait_for_all else chief.wait()
     except KeyboardInterrupt:
         code = 130
     finally:
@@ -88,6 +93,18 @@ def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return code
+
+
+def _wait_all(processes: Sequence[subprocess.Popen], poll: float = 0.2) -> int:
+    """Wait for every process; return 0, or the first non-zero exit code as soon as it appears."""
+    while True:
+        codes = [p.poll() for p in processes]
+        failed = [code for code in codes if code not in (None, 0)]
+        if failed:
+            return failed[0]
+        if all(code == 0 for code in codes):
+            return 0
+        time.sleep(poll)
 
 
 def run_command(command: Sequence[str]) -> int:

@@ -50,13 +50,29 @@ def plan_local_cluster(command: Sequence[str], workers: int, ps: int, ports: Seq
         raise LaunchError(f"--ps is {ps}; a parameter-server cluster needs at least one ps task; "
                           "fix: --ps 1 or more (for synchronous training use --backend horovod)")
     spec = local_cluster(workers=workers, ps=ps, ports=ports, host=host, chief=True, evaluator=evaluator)
+    return spec, _task_processes(spec, command, base_env)
+
+
+def plan_worker_cluster(command: Sequence[str], workers: int, ports: Sequence[int],
+                        base_env: Mapping[str, str], host: str = "127.0.0.1") -> tuple[ClusterSpec, list[TaskProcess]]:
+    """``workers`` peer workers and no ps (MultiWorkerMirroredStrategy); worker 0 acts as chief."""
+    if not command:
+        raise LaunchError("no command to launch; fix: put it after `--`, e.g. "
+                          "`tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py`")
+    if workers < 1:
+        raise LaunchError(f"--workers is {workers}; fix: --workers 1 or more")
+    spec = local_cluster(workers=workers, ps=0, ports=ports, host=host, chief=False)
+    return spec, _task_processes(spec, command, base_env)
+
+
+def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping[str, str]) -> list[TaskProcess]:
     processes = []
     for task_type, index in spec.tasks():
         env = dict(base_env)
         env["TF_CONFIG"] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
         env.setdefault(GRPC_FAIL_FAST, "use_caller")
         processes.append(TaskProcess(task_type, index, tuple(command), env))
-    return spec, processes
+    return processes
 
 
 def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None,

@@ -168,12 +168,15 @@ class DistributedStrategy:
 
         replicas = self.num_replicas_in_sync
         batch_size = kwargs.get("batch_size")
-        if is_dataset(x) and batch_size is not None and self.options.shard_data:
-            x = x.batch(int(batch_size) * replicas)
+        if batch_size is None:
+            return x, y, kwargs
+        global_batch = int(batch_size) * replicas
+        if is_dataset(x):  # a dataset passed with batch_size holds single examples
+            x = x.batch(global_batch)
             del kwargs["batch_size"]
-        elif batch_size is not None:
-            kwargs["batch_size"] = int(batch_size) * replicas
-        validation = kwargs.get("validation_data")
-        if is_dataset(validation) and batch_size is not None and self.options.shard_data:
-            kwargs["validation_data"] = validation.batch(int(batch_size) * replicas)
+            validation = kwargs.get("validation_data")
+            if is_dataset(validation):
+                kwargs["validation_data"] = validation.batch(global_batch)
+        else:
+            kwargs["batch_size"] = global_batch
         return x, y, kwargs

@@ -8,6 +8,8 @@ from typing import Literal
 import tensorflow as tf
 
 from tfdist.environments import TFConfigEnvironment
+from tfdist.environments.tf_config import TF_CONFIG
+from tfdist.strategies.cluster_config import checked_tf_config
 from tfdist.strategies.base import DistributedStrategy, StrategyOptions
 from tfdist.strategies.registry import STRATEGIES
 
@@ -40,6 +42,8 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     def __init__(self, options: MultiWorkerMirroredOptions) -> None:
         super().__init__(options)
+        if os.environ.get(TF_CONFIG, "").strip():
+            checked_tf_config(os.environ[TF_CONFIG])
         self._environment = TFConfigEnvironment(os.environ)
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
                                  _IMPLEMENTATIONS[options.communication])

@@ -14,7 +14,6 @@ Variables are placed on the ps tasks; with ``shards=N`` or ``min_shard_bytes=B``
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -84,7 +83,7 @@ class ParameterServerOptions(StrategyOptions):
 
 
 def _resolver(options: ParameterServerOptions) -> tf.distribute.cluster_resolver.ClusterResolver:
-    from tfdist.cluster import ClusterConfigError, validate_tf_config
+    from tfdist.strategies.cluster_config import checked_tf_config
 
     if options.cluster is not None:
         config = {"cluster": {k: list(v) for k, v in options.cluster.items()},
@@ -97,10 +96,7 @@ def _resolver(options: ParameterServerOptions) -> tf.distribute.cluster_resolver
                 "launch locally with `tfdist launch --workers 2 --ps 1 -- python script.py`, set "
                 "TF_CONFIG on every task (`tfdist tf-config --help`), or pass cluster=..., task_type=...")
         config = raw
-    problems = validate_tf_config(config)
-    if problems:
-        raise ClusterConfigError(problems)
-    config = json.loads(config) if isinstance(config, str) else config
+    config = checked_tf_config(config)
     cluster = config["cluster"]
     if not cluster.get("ps") or not cluster.get("worker") or not cluster.get("chief"):
         raise ParameterServerError(

@@ -1,0 +1,29 @@
+"""MultiWorkerMirroredStrategy with two real worker processes (`tfdist launch --backend multi_worker_mirrored`)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from support import SCRIPTS, subprocess_env
+
+pytestmark = pytest.mark.cluster
+
+
+def test_two_workers_train_in_sync(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "tfdist", "launch", "--backend", "multi_worker_mirrored", "--workers", "2", "--",
+         sys.executable, str(SCRIPTS / "mwms_train.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert result.returncode == 0, result.stdout[-4000:]
+    workers = [json.loads((tmp_path / f"worker{rank}.json").read_text()) for rank in (0, 1)]
+    assert [(w["kind"], w["rank"], w["is_chief"], w["replicas"]) for w in workers] == [
+        ("multi_worker_mirrored", 0, True, 2), ("multi_worker_mirrored", 1, False, 2)]
+    for w0, w1 in zip(workers[0]["weights"], workers[1]["weights"]):
+        np.testing.assert_allclose(np.array(w0), np.array(w1), rtol=1e-6)
+    assert workers[0]["loss"] == workers[1]["loss"]
+    assert workers[0]["loss"][-1] < 0.2 * workers[0]["loss"][0]
+    assert "Epoch 1/4" in result.stdout and "[worker:1] Epoch" not in result.stdout  # progress on the chief only
