@@ -49,7 +49,7 @@ def build_model() -> tf.keras.Model:
 
 with strategy.scope():
     model = build_model()
-    model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(0.003)), loss="mse")
+    model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adagrad(0.1)), loss="mse")
 
 
 def pid_of(name: str) -> int:
@@ -102,7 +102,7 @@ if strategy.is_chief:
         model.save_weights(path)
         with strategy.scope():
             restored = build_model()
-            restored.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse")
+            restored.compile(optimizer=tf.keras.optimizers.Adagrad(0.1), loss="mse")
         restored.load_weights(path)
         result["restore_max_abs_diff"] = max(
             float(np.max(np.abs(a - b))) for a, b in zip(model.get_weights(), restored.get_weights()))

@@ -31,9 +31,9 @@ from tfdist.strategies.registry import STRATEGIES
 log = logging.getLogger("tfdist")
 
 GRPC_FAIL_FAST = "GRPC_FAIL_FAST"
-# Chosen by measurement (README, "steps_per_execution"): 10 steps per dispatch gained little
-# throughput here and made asynchronous Adam diverge in 3 of 5 runs of the embedding test model
-# (0 of 2 with 1), so batching dispatches is opt-in.
+# Chosen by measurement (README, "steps_per_execution"): 10 steps per dispatch makes updates
+# staler, and asynchronous Adam on the embedding test model diverged in 3 of 5 runs with 10
+# (Adagrad: 0 of 3), so batching dispatches is opt-in.
 DEFAULT_STEPS_PER_EXECUTION = 1
 _SERVER_TASKS = ("ps", "worker")
 
