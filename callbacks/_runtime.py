@@ -5,7 +5,7 @@ import os
 import sys
 from types import ModuleType
 
-from tfdist.environments import TFConfigEnvironment
+from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
 
 
 def horovod() -> ModuleType | None:
@@ -22,11 +22,22 @@ def world_size() -> int:
     return hvd.size() if hvd else 1
 
 
+def replicas(model) -> int:
+    """Replicas that step together: Horovod's size, else the model's tf.distribute replicas."""
+    hvd = horovod()
+    if hvd is not None:
+        return hvd.size()
+    strategy = getattr(model, "distribute_strategy", None)
+    return int(getattr(strategy, "num_replicas_in_sync", 1) or 1)
+
+
 def is_chief() -> bool:
     """Rank 0 under Horovod; the chief (or worker 0 without a chief) under TF_CONFIG; else True."""
     hvd = horovod()
     if hvd is not None:
         return hvd.rank() == 0
+    if HorovodRunEnvironment.detect(os.environ):  # horovodrun started us; hvd.init() comes later
+        return HorovodRunEnvironment(os.environ).rank == 0
     if TFConfigEnvironment.detect(os.environ):
         env = TFConfigEnvironment(os.environ)
         if env.cluster.get("chief"):

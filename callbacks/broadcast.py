@@ -24,7 +24,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
         if hvd is None or self.broadcast_done:
             return
         optimizer = self.model.optimizer
-        if optimizer is not None and hasattr(optimizer, "build") and not getattr(optimizer, "_built", True):
+        if optimizer is not None and hasattr(optimizer, "build") and not getattr(optimizer, "_built", False):
             optimizer.build(self.model.trainable_variables)
         hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank)
         if optimizer is not None:

@@ -1,6 +1,8 @@
 """Run a callback on the chief only: progress, checkpoints and logs written once, not N times."""
 from __future__ import annotations
 
+from typing import Iterable
+
 import tensorflow as tf
 
 from tfdist.callbacks import _runtime
@@ -9,30 +11,46 @@ from tfdist.callbacks import _runtime
 class ChiefOnly(tf.keras.callbacks.Callback):
     """Forward every hook to ``callback`` on the chief; do nothing on the other ranks.
 
+    ``is_chief`` defaults to what the running job says when training starts (Horovod's rank,
+    horovodrun's variables, or TF_CONFIG). ``everywhere`` names hooks that run on every rank,
+    e.g. ``("on_train_begin",)`` for a BackupAndRestore whose state every rank must load while
+    only the chief writes it.
+
     For Horovod, where each rank is an independent process. Under tf.distribute multi-worker
-    strategies Keras' own ModelCheckpoint and TensorBoard already write on the chief only, and
-    they take part in collective ops, so do not wrap them there: ``strategy.fit`` never does.
+    strategies Keras' own ModelCheckpoint and BackupAndRestore already write on the chief only,
+    and they take part in collective ops, so do not wrap them there: ``strategy.fit`` never does.
     """
 
-    def __init__(self, callback: tf.keras.callbacks.Callback, is_chief: bool | None = None) -> None:
+    def __init__(self, callback: tf.keras.callbacks.Callback, is_chief: bool | None = None,
+                 everywhere: Iterable[str] = ()) -> None:
         super().__init__()
         self.callback = callback
-        self.is_chief = _runtime.is_chief() if is_chief is None else is_chief
+        self._is_chief = is_chief
+        self.everywhere = frozenset(everywhere)
+
+    @property
+    def is_chief(self) -> bool:
+        if self._is_chief is None:
+            self._is_chief = _runtime.is_chief()
+        return self._is_chief
+
+    def _runs(self, hook: str) -> bool:
+        return self.is_chief or hook in self.everywhere
 
     def set_model(self, model) -> None:
         super().set_model(model)
-        if self.is_chief:
+        if self.is_chief or self.everywhere:  # TensorBoard.set_model already writes the graph
             self.callback.set_model(model)
 
     def set_params(self, params) -> None:
         super().set_params(params)
-        if self.is_chief:
+        if self.is_chief or self.everywhere:
             self.callback.set_params(params)
 
     def __getattribute__(self, name: str):
         # Route every on_* hook, and the batch-hook checks Keras makes, to the wrapped callback.
         if name.startswith("on_") or name.startswith("_implements_"):
-            if object.__getattribute__(self, "is_chief"):
+            if object.__getattribute__(self, "_runs")(name):
                 return getattr(object.__getattribute__(self, "callback"), name)
             if name.startswith("_implements_"):
                 return lambda: False

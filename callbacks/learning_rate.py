@@ -42,8 +42,9 @@ def warmup_learning_rate(target_lr: float, start_factor: float, warmup_epochs: f
 class LearningRateWarmup(tf.keras.callbacks.Callback):
     """Ramp the learning rate linearly over ``warmup_epochs`` epochs, updated every batch.
 
-    ``start_factor`` defaults to ``1/size`` under Horovod: training starts at the single-worker
-    rate and reaches the (already scaled) optimizer rate at the end of the warm-up.
+    ``start_factor`` defaults to ``1/replicas`` (Horovod's size, or the tf.distribute replicas):
+    training starts at the single-worker rate and reaches the (already scaled) optimizer rate at
+    the end of the warm-up.
 
         strategy.fit(model, x, y, callbacks=[LearningRateWarmup(warmup_epochs=3)])
     """
@@ -66,7 +67,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         if self.target_lr is None:
             self.target_lr = _get_lr(self.model.optimizer)
         if self.start_factor is None:
-            self.start_factor = 1.0 / _runtime.world_size()
+            self.start_factor = 1.0 / _runtime.replicas(self.model)
         if self.steps_per_epoch is None:
             self.steps_per_epoch = (self.params or {}).get("steps")
         if not self.steps_per_epoch:

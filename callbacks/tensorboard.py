@@ -58,6 +58,8 @@ class TensorBoardRun(ChiefOnly):
     def __init__(self, logdir: str, run_name: str | None = None, *, strategy: Any = None,
                  batch_size: int | None = None, hparams: Mapping[str, Any] | None = None,
                  is_chief: bool | None = None, **tensorboard_kwargs: Any) -> None:
+        if is_chief is None and strategy is not None:
+            is_chief = bool(strategy.is_chief)
         kind = getattr(strategy, "kind", "single")
         workers = int(getattr(strategy, "num_workers", _runtime.world_size()))
         replicas = int(getattr(strategy, "num_replicas_in_sync", workers))

@@ -15,8 +15,9 @@ class Throughput(tf.keras.callbacks.Callback):
     ``batch_size`` is the batch one replica consumes per step; ``replicas`` how many replicas
     step together (default: the Horovod size, else 1); ``workers`` how many processes share the
     work, for the per-worker figure. ``strategy.throughput(batch_size)`` fills both in for any
-    backend. Epoch-level hooks only, so it also runs under ParameterServerStrategy; the first
-    epoch includes tracing, so compare the later ones.
+    backend. The clock runs from the epoch's start to its validation (or end) and every step
+    counts as a full batch. Epoch-level hooks only, so it also runs under ParameterServerStrategy;
+    the first epoch includes tracing, so compare the later ones.
     """
 
     def __init__(self, batch_size: int, replicas: int | None = None, workers: int | None = None) -> None:
@@ -27,16 +28,21 @@ class Throughput(tf.keras.callbacks.Callback):
         self.replicas = replicas
         self.workers = workers
         self._start: float | None = None
+        self._stop: float | None = None
         self.history: list[float] = []
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
-        self._start = time.perf_counter()
+        self._start, self._stop = time.perf_counter(), None
+
+    def on_test_begin(self, logs=None) -> None:
+        if self._start is not None and self._stop is None:
+            self._stop = time.perf_counter()  # validation is not training throughput
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         steps = (self.params or {}).get("steps")
         if self._start is None or not steps or logs is None:
             return
-        elapsed = time.perf_counter() - self._start
+        elapsed = (self._stop or time.perf_counter()) - self._start
         replicas = self.replicas or _runtime.world_size()
         workers = self.workers or replicas
         total = steps * self.batch_size * replicas / elapsed

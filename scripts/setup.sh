@@ -42,7 +42,8 @@ fi
 
 HOROVOD_VERSION="$(pinned_version horovod)"
 TF_VERSION="$(pinned_version tensorflow)"
-if command -v nvcc >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q libnccl; then
+shared_libs="$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null || true)"
+if command -v nvcc >/dev/null 2>&1 && [[ "$shared_libs" == *libnccl* ]]; then
   FLAVOUR=nccl
 else
   FLAVOUR=cpu
@@ -62,10 +63,10 @@ for pkg in "${apt_packages[@]}"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  sudo_cmd=(env DEBIAN_FRONTEND=noninteractive)
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo env DEBIAN_FRONTEND=noninteractive)
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # --- 2. virtual environment and pinned stack ------------------------------------------------
@@ -115,8 +116,9 @@ log "installing tfdist (editable) with its test and example extras"
 "${pip[@]}" install -q -c constraints.txt --no-build-isolation -e '.[test,examples]'
 
 # --- 5. verify the Horovod build --------------------------------------------------------------
-check="$(PATH="$here/$VENV/bin:$PATH" "$VENV/bin/horovodrun" --check-build 2>&1)" \
-  || die "horovodrun --check-build failed:\n$check"
+venv_bin="$(cd "$VENV/bin" && pwd)"
+check="$(PATH="$venv_bin:$PATH" "$venv_bin/horovodrun" --check-build 2>&1)" \
+  || die "horovodrun --check-build failed: $check"
 printf '%s\n' "$check" | grep -qE '\[X\] TensorFlow' \
   || die "Horovod was built without TensorFlow support; delete $wheel_dir and run again"
 printf '%s\n' "$check" | grep -qE '\[X\] Gloo' \

@@ -49,3 +49,50 @@ def test_chief_exit_code_is_returned_and_servers_are_torn_down(tmp_path):
         assert any(line.startswith(f"[{task}]") and "hello from" in line for line in lines), result.stdout
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(marker) not in ps
+
+
+def test_a_missing_executable_is_a_usage_error_not_a_traceback():
+    result = CliRunner().invoke(launch, ["--", "no-such-binary-xyz", "train.py"])
+    assert result.exit_code == 2
+    assert "'no-such-binary-xyz' is not an executable on PATH" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_options_of_another_backend_are_refused():
+    result = CliRunner().invoke(launch, ["--backend", "multi_worker_mirrored", "--ps", "2", "--", "python"])
+    assert result.exit_code == 2
+    assert "--ps do(es) not apply to --backend multi_worker_mirrored" in result.output
+    result = CliRunner().invoke(launch, ["-np", "4", "--", "python"])
+    assert "-np do(es) not apply to --backend parameter_server" in result.output
+
+
+def test_a_mistyped_option_is_caught_before_the_command():
+    result = CliRunner().invoke(launch, ["--worker", "2", "--", "python", "x.py"])
+    assert result.exit_code == 2
+    assert "No such option '--worker'. Did you mean '--workers'?" in result.output
+
+
+def test_a_task_killed_by_a_signal_reports_128_plus_the_signal():
+    from tfdist.launch.local import exit_code
+
+    assert exit_code(-9) == 137 and exit_code(3) == 3 and exit_code(0) == 0
+
+
+def test_sigterm_to_the_launcher_stops_every_task(tmp_path):
+    import os
+    import signal
+
+    marker = tmp_path / "marker"
+    script = "import time; print('up', flush=True); time.sleep(600)"
+    launcher = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "--workers", "1", "--ps", "1",
+                                 "--grace", "1", "--", sys.executable, "-c", script, str(marker)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(marker)], capture_output=True,
+                                                         text=True).stdout.count("\n") < 4:
+        time.sleep(0.2)
+    os.kill(launcher.pid, signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 130
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True).stdout.split()
+    assert [pid for pid in left if int(pid) != launcher.pid] == []

@@ -113,5 +113,26 @@ elif MODE == "crash":
                 raise RuntimeError("rank 1 fails on purpose")
 
     strategy.fit(model, *data(4096), batch_size=16, epochs=50, callbacks=[Boom()])
+elif MODE == "resume":
+    # BackupAndRestore on every rank: the first run dies at epoch 2, the second resumes there.
+    strategy = tfdist.make_strategy("horovod")
+    first_run = not os.path.exists(os.path.join(OUTDIR, "first-run-done"))
+    with strategy.scope():
+        model = build_model(seed=1)
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+
+    class Progress(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if first_run and epoch == 2:
+                if strategy.rank == 0:
+                    open(os.path.join(OUTDIR, "first-run-done"), "w").close()
+                raise RuntimeError("stopping the first run at epoch 2 on purpose")
+
+        def on_epoch_end(self, epoch, logs=None):
+            with open(os.path.join(OUTDIR, f"epochs-rank{strategy.rank}.txt"), "a") as f:
+                f.write(f"{epoch}\n")
+
+    backup = tf.keras.callbacks.BackupAndRestore(os.path.join(OUTDIR, "backup"))
+    strategy.fit(model, *data(), batch_size=16, epochs=4, callbacks=[backup, Progress()])
 else:
     raise SystemExit(f"unknown mode {MODE!r}")

@@ -111,3 +111,13 @@ def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path):
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stdout + result.stderr
     assert elapsed < 60, f"the job took {elapsed:.0f}s to fail"
+
+
+def test_backup_and_restore_resumes_every_rank_at_the_last_finished_epoch(tmp_path):
+    first = horovodrun("hvd_train.py", "resume", str(tmp_path), np=2, timeout=180)
+    assert first.returncode != 0 and "stopping the first run at epoch 2" in first.stdout + first.stderr
+    second = horovodrun("hvd_train.py", "resume", str(tmp_path), np=2, timeout=180)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    for rank in (0, 1):
+        epochs = (tmp_path / f"epochs-rank{rank}.txt").read_text().split()
+        assert epochs == ["0", "1", "2", "3"], f"rank {rank}: {epochs}"  # none lost, none repeated

@@ -77,6 +77,15 @@ def test_arrays_get_steps_per_epoch_from_their_length():
 
 
 def test_evaluation_data_is_repeated_with_a_step_count():
-    dataset, steps = _finite_eval_dataset((np.zeros((70, 3)), np.zeros((70, 1))), 32, None)
+    dataset, steps = _finite_eval_dataset((np.zeros((70, 3)), np.zeros((70, 1))), 32, None, batch_datasets=False)
     assert steps == 3
     assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
+
+
+def test_a_batched_validation_dataset_is_not_batched_again_for_array_inputs():
+    x, y = np.zeros((100, 3), "float32"), np.zeros((100, 1), "float32")
+    validation = tf.data.Dataset.from_tensor_slices((x[:40], y[:40])).batch(8)
+    _, _, kwargs = _bare_strategy()._prepare_fit_inputs(x, y, {"batch_size": 16, "validation_data": validation})
+    assert kwargs["validation_steps"] == 5
+    first_x, _ = next(iter(kwargs["validation_data"]))
+    assert first_x.shape == (8, 3)

@@ -24,6 +24,7 @@ WORKER_CLUSTER = json.dumps({"cluster": {"worker": ["h1:1", "h2:1"]}, "task": {"
     ({}, 0, "single"),
     ({"TF_CONFIG": ""}, 0, "single"),  # blank TF_CONFIG is no cluster
     ({"HOROVOD_RANK": "0"}, 0, "single"),  # a stray rank without size is not a horovodrun job
+    ({"PMI_RANK": "0", "PMI_SIZE": "4", "TF_CONFIG": PS_CLUSTER}, 0, "parameter_server"),  # srun --mpi=pmi2
 ])
 def test_auto_table(environ, gpus, expected):
     selection = select_strategy(environ, gpus)

@@ -1,16 +1,34 @@
-"""``tfdist launch``: start a local parameter-server cluster, or a Horovod job via horovodrun."""
+"""``tfdist launch``: start a local tf.distribute cluster, or a Horovod job via horovodrun."""
 from __future__ import annotations
 
 import os
 
 import click
+from click.core import ParameterSource
 
 from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster, plan_worker_cluster
 
 BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
+# which options each backend reads; giving another backend's option is an error, not ignored
+_BACKEND_OPTIONS = {
+    "parameter_server": {"workers", "ps", "evaluator"},
+    "multi_worker_mirrored": {"workers"},
+    "horovod": {"num_proc", "hosts"},
+}
+_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np", "hosts": "-H"}
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
+    given = [name for name in _FLAGS
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+             and name not in _BACKEND_OPTIONS[backend]]
+    if given:
+        flags = ", ".join(_FLAGS[name] for name in given)
+        raise click.UsageError(f"{flags} do(es) not apply to --backend {backend}; fix: drop "
+                               f"{flags}, or pick the backend they belong to")
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--backend", type=click.Choice(BACKENDS), default="parameter_server", show_default=True,
               help="parameter_server: local chief, workers and ps; multi_worker_mirrored: local "
                    "peer workers; horovod: call horovodrun.")
@@ -23,10 +41,11 @@ BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
               help="horovod: number of ranks.")
 @click.option("-H", "--hosts", help="horovod: horovodrun's -H, e.g. host1:2,host2:2 (default localhost:NP).")
 @click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL when tearing tasks down.")
+              help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(backend: str, workers: int, ps: int, evaluator: bool, num_proc: int, hosts: str | None,
-           grace: float, command: tuple[str, ...]) -> None:
+@click.pass_context
+def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
+           hosts: str | None, grace: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as every task of a local cluster; exit with the chief's exit code.
 
     \b
@@ -34,17 +53,27 @@ def launch(backend: str, workers: int, ps: int, evaluator: bool, num_proc: int, 
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
     tfdist launch --backend horovod -np 2 -- python examples/classifier.py
 
-    Each parameter_server task gets its own TF_CONFIG on free localhost ports and
-    GRPC_FAIL_FAST=use_caller; output lines are prefixed with the task ([worker:1]). When the
-    chief exits, or on Ctrl-C, every task is stopped. The gRPC runtime has no authentication
-    and TensorFlow's servers listen on all interfaces: run on a trusted network.
+    Each task gets its own TF_CONFIG on free localhost ports and GRPC_FAIL_FAST=use_caller;
+    output lines are prefixed with the task ([worker:1]). When the chief exits, or on Ctrl-C,
+    every task is stopped. The gRPC runtime has no authentication and TensorFlow's servers
+    listen on all interfaces: run on a trusted network.
     """
+    import shutil
+
     from tfdist.cluster import free_ports
     from tfdist.launch.local import run_command, run_local_cluster
 
+    _reject_foreign_options(ctx, backend)
+    if shutil.which(command[0]) is None:
+        raise click.BadParameter(f"{command[0]!r} is not an executable on PATH; fix: give the full "
+                                 "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
     try:
         if backend == "horovod":
-            raise SystemExit(run_command(horovodrun_command(command, num_proc, hosts)))
+            argv = horovodrun_command(command, num_proc, hosts)
+            if shutil.which(argv[0]) is None:
+                raise click.UsageError("horovodrun is not on PATH; fix: run `make setup` and activate "
+                                       ".venv, or install Horovod with TensorFlow and Gloo")
+            raise SystemExit(run_command(argv, grace=grace))
         if backend == "multi_worker_mirrored":
             ports = free_ports(workers)
             _, tasks = plan_worker_cluster(command, workers, ports, os.environ)

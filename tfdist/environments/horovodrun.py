@@ -22,13 +22,20 @@ _RANK_SIZE_LOCAL = (
 
 
 class HorovodRunEnvironment(ClusterEnvironment):
-    """A rank of a Horovod job: ``horovodrun`` (HOROVOD_RANK) or ``mpirun`` (OMPI_/PMI_ variables)."""
+    """A rank of a Horovod job: ``horovodrun`` (HOROVOD_RANK) or ``mpirun`` (OMPI_/PMI_ variables).
+
+    PMI_RANK/PMI_SIZE alone count only without TF_CONFIG: ``srun --mpi=pmi2`` and Intel MPI set
+    them for jobs that are not Horovod jobs, such as a SLURM step that exports TF_CONFIG.
+    """
 
     name = "horovodrun"
 
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
-        return any(rank in environ and size in environ for rank, size, _ in _RANK_SIZE_LOCAL)
+        for rank, size, _ in _RANK_SIZE_LOCAL:
+            if rank in environ and size in environ:
+                return rank != PMI_RANK or not environ.get("TF_CONFIG", "").strip()
+        return False
 
     def _variables(self) -> tuple[str, str, str | None]:
         for rank, size, local in _RANK_SIZE_LOCAL:

@@ -1,10 +1,12 @@
 """Run a planned local cluster: prefixed output, the chief's exit code, no orphans.
 
-Each task runs in its own process group; when the chief ends (or on Ctrl-C / SIGTERM) every
-other group is sent SIGTERM, then SIGKILL after a grace period.
+Each task runs in its own process group; when the chief ends (or on Ctrl-C, SIGTERM or SIGHUP)
+every other group is sent SIGTERM, then SIGKILL after a grace period. Signals are blocked while
+a process starts and ignored during teardown, so a second Ctrl-C cannot leave a task behind.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +18,47 @@ from typing import IO, Sequence
 from tfdist.launch.plan import TaskProcess
 
 GRACE_SECONDS = 5.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stop(Exception):
+    """A stop signal arrived."""
+
+
+def exit_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: a signal N becomes 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _SignalGuard:
+    """Inside ``with``: a stop signal raises ``_Stop``. ``quiet()`` ignores them (for teardown,
+    which must finish); leaving the block restores the previous handlers."""
+
+    def __enter__(self) -> "_SignalGuard":
+        def stop(signum, frame):  # noqa: ARG001
+            raise _Stop
+
+        self._previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+        return self
+
+    def quiet(self) -> None:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def __exit__(self, *exc_info) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool) -> subprocess.Popen:
+    """Start a process in its own group with stop signals blocked, so none lands half-way."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                stdout=subprocess.PIPE if capture else None,
+                                stderr=subprocess.STDOUT if capture else None)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
@@ -26,73 +69,21 @@ def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Loc
     stream.close()
 
 
-def _terminate(processes: Sequence[subprocess.Popen], grace: float) -> None:
-    """SIGTERM every live process group, then SIGKILL what is left after ``grace`` seconds."""
-    alive = [p for p in processes if p.poll() is None]
-    for process in alive:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace
-    for process in alive:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
+def _terminate(processes: Sequence[subprocess.Popen], grace: float,
+               first: signal.Signals = signal.SIGTERM) -> None:
+    """Send ``first`` to every live process group, SIGKILL what is left after ``grace`` seconds."""
     for process in processes:
-        try:  # the group may hold grandchildren even when the leader is gone
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, first)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # the group may hold grandchildren
         process.wait()
-
-
-def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS,
-                      sink: IO[bytes] | None = None, wait_for_all: bool = False) -> int:
-    """Start every task, stream its output as ``[type:index] line``, return the chief's exit code.
-
-    The chief is the ``chief`` task, else ``worker:0``. With ``wait_for_all`` (peer workers of
-    MultiWorkerMirroredStrategy, which all finish by themselves) every task is awaited and the
-    first non-zero exit code wins; a failing task then stops the others.
-    """
-    sink = sink or sys.stdout.buffer
-    lock = threading.Lock()
-    started: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
-    chief: subprocess.Popen | None = None
-    width = max(len(t.name) for t in tasks)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def stop(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    for sig in previous:
-        signal.signal(sig, stop)
-    try:
-        for task in tasks:
-            process = subprocess.Popen(list(task.command), env=dict(task.env), stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
-            started.append(process)
-            prefix = f"[{task.name}]".ljust(width + 2).encode() + b" "
-            pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
-            pump.start()
-            pumps.append(pump)
-            if task.task_type == "chief" or (chief is None and task.name == "worker:0"):
-                chief = process
-        if chief is None:
-            raise ValueError("the plan has no chief task")
-        code = _wait_all(started) if wait_for_all else chief.wait()
-    except KeyboardInterrupt:
-        code = 130
-    finally:
-        _terminate(started, grace)
-        for pump in pumps:
-            pump.join(timeout=5)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return code
 
 
 def _wait_all(processes: Sequence[subprocess.Popen], poll: float = 0.2) -> int:
@@ -107,9 +98,60 @@ def _wait_all(processes: Sequence[subprocess.Popen], poll: float = 0.2) -> int:
         time.sleep(poll)
 
 
-def run_command(command: Sequence[str]) -> int:
-    """Run one command in the foreground (horovodrun) and return its exit code."""
-    try:
-        return subprocess.call(list(command))
-    except KeyboardInterrupt:
-        return 130
+def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS,
+                      sink: IO[bytes] | None = None, wait_for_all: bool = False) -> int:
+    """Start every task, stream its output as ``[type:index] line``, return the chief's exit code.
+
+    The chief is the ``chief`` task, else ``worker:0``. With ``wait_for_all`` (peer workers of
+    MultiWorkerMirroredStrategy, which all finish by themselves) every task is awaited and the
+    first non-zero exit code wins; a failing task then stops the others. Raises ``OSError`` when
+    the command cannot be started.
+    """
+    sink = sink or sys.stdout.buffer
+    lock = threading.Lock()
+    started: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    chief: subprocess.Popen | None = None
+    width = max(len(t.name) for t in tasks)
+    code = 1
+    with _SignalGuard() as guard:
+        try:
+            for task in tasks:
+                process = _start(task.command, dict(task.env), capture=True)
+                started.append(process)
+                prefix = f"[{task.name}]".ljust(width + 2).encode() + b" "
+                pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
+                pump.start()
+                pumps.append(pump)
+                if task.task_type == "chief" or (chief is None and task.name == "worker:0"):
+                    chief = process
+            if chief is None:
+                raise ValueError("the plan has no chief task")
+            code = _wait_all(started) if wait_for_all else chief.wait()
+        except _Stop:
+            code = 130
+        finally:
+            guard.quiet()
+            _terminate(started, grace)
+            for pump in pumps:
+                pump.join(timeout=5)
+    return exit_code(code)
+
+
+def run_command(command: Sequence[str], grace: float = GRACE_SECONDS) -> int:
+    """Run one launcher command (horovodrun) and return its exit code.
+
+    A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
+    ranks; SIGKILL follows after ``grace`` seconds.
+    """
+    code = 1
+    with _SignalGuard() as guard:
+        process = _start(command, None, capture=False)
+        try:
+            code = process.wait()
+        except _Stop:
+            code = 130
+        finally:
+            guard.quiet()
+            _terminate([process], grace, first=signal.SIGINT)
+    return exit_code(code)

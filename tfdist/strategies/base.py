@@ -11,6 +11,17 @@ import tensorflow as tf
 from tfdist.keras_compat import check_keras_object
 
 log = logging.getLogger("tfdist")
+_SCALED_MARK = "_tfdist_lr_scaled"
+DEFAULT_BATCH_SIZE = 32  # Keras' default, per replica here
+
+
+def require_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
+    """Raise ``ValueError`` naming option ``name`` unless ``value`` is a number >= ``minimum``."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"`{name}` must be {kind} >= {minimum:g}, got {value!r}; "
+                         f"fix: pass {name}={max(minimum, 1) if integer else minimum:g} or more")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +35,14 @@ class StrategyOptions:
 
     scale_lr: bool = True
     shard_data: bool = True
+
+
+def _is_array_input(x: Any) -> bool:
+    """numpy arrays, tensors, or lists/dicts of them: what Keras batches with ``batch_size``."""
+    import numpy as np
+
+    leaves = tf.nest.flatten(x)
+    return bool(leaves) and all(isinstance(leaf, (np.ndarray, tf.Tensor)) for leaf in leaves)
 
 
 class DistributedStrategy:
@@ -99,10 +118,16 @@ class DistributedStrategy:
     def optimizer(self, optimizer: Any, scale_lr: bool | None = None) -> Any:
         """Prepare a tf-keras optimizer: scale its learning rate, then wrap it for the backend."""
         check_keras_object(optimizer, "optimizer")
+        if isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
+            raise TypeError(f"`optimizer` is a legacy optimizer ({type(optimizer).__name__}); fix: use "
+                            f"tf.keras.optimizers.{type(optimizer).__name__} instead of tf.keras.optimizers.legacy")
         if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
             raise TypeError(f"`optimizer` must be a tf.keras optimizer instance, got {optimizer!r}; "
                             "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
         scale = self.options.scale_lr if scale_lr is None else scale_lr
+        if scale and self.lr_scale != 1.0 and getattr(optimizer, _SCALED_MARK, False):
+            raise ValueError("this optimizer's learning rate was already scaled by strategy.optimizer(); "
+                             "fix: pass a new optimizer, or scale_lr=False")
         if scale and self.lr_scale != 1.0:
             from tfdist.callbacks.learning_rate import uses_schedule
 
@@ -111,6 +136,7 @@ class DistributedStrategy:
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
             optimizer.learning_rate = float(tf.keras.backend.get_value(optimizer.learning_rate)) * self.lr_scale
+            setattr(optimizer, _SCALED_MARK, True)
         return self._wrap_optimizer(optimizer)
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
@@ -169,7 +195,9 @@ class DistributedStrategy:
         replicas = self.num_replicas_in_sync
         batch_size = kwargs.get("batch_size")
         if batch_size is None:
-            return x, y, kwargs
+            if x is None or is_dataset(x) or not _is_array_input(x):
+                return x, y, kwargs
+            batch_size = DEFAULT_BATCH_SIZE  # per replica, as under Horovod
         global_batch = int(batch_size) * replicas
         if is_dataset(x):  # a dataset passed with batch_size holds single examples
             x = x.batch(global_batch)

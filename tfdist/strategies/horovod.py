@@ -8,7 +8,7 @@ from typing import Any, Literal
 import tensorflow as tf
 
 from tfdist.environments import HorovodRunEnvironment
-from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+from tfdist.strategies.base import DistributedStrategy, StrategyOptions, require_number
 from tfdist.strategies.registry import STRATEGIES
 
 
@@ -38,12 +38,11 @@ class HorovodOptions(StrategyOptions):
 
     def __post_init__(self) -> None:
         if self.compression not in ("none", "fp16"):
-            raise ValueError(f"`compression` must be 'none' or 'fp16', got {self.compression!r}")
-        if not isinstance(self.backward_passes_per_step, int) or self.backward_passes_per_step < 1:
-            raise ValueError("`backward_passes_per_step` must be an integer >= 1, "
-                             f"got {self.backward_passes_per_step!r}")
-        if self.warmup_epochs < 0:
-            raise ValueError(f"`warmup_epochs` must be >= 0, got {self.warmup_epochs!r}")
+            raise ValueError(f"`compression` must be 'none' or 'fp16', got {self.compression!r}; "
+                             "fix: compression='fp16' to halve allreduce traffic, else leave it out")
+        require_number("backward_passes_per_step", self.backward_passes_per_step, minimum=1, integer=True)
+        require_number("warmup_epochs", self.warmup_epochs, minimum=0)
+        require_number("root_rank", self.root_rank, minimum=0, integer=True)
 
 
 @STRATEGIES.register("horovod", "Horovod ring-allreduce over Gloo/MPI/NCCL (launch with horovodrun)")
@@ -151,9 +150,10 @@ class HorovodStrategy(DistributedStrategy):
                     kwargs["validation_steps"] = steps
                 kwargs["validation_data"] = validation
             else:
-                kwargs["validation_data"] = tuple(
-                    self._shard(validation[0], validation[1] if len(validation) > 1 else None, {},
-                                steps_key="validation_steps")[:2]) + tuple(validation[2:])
+                weights = {"sample_weight": validation[2]} if len(validation) > 2 else {}
+                vx, vy, weights = self._shard(validation[0], validation[1] if len(validation) > 1 else None,
+                                              weights, steps_key="validation_steps")
+                kwargs["validation_data"] = (vx, vy, *([weights["sample_weight"]] if weights else []))
         return x, y, kwargs
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
@@ -189,9 +189,13 @@ class HorovodStrategy(DistributedStrategy):
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _chief_only_if_writer(self, callback: Any) -> Any:
-        """File writers (checkpoints, TensorBoard, CSV) and progress bars run on the chief only."""
+        """File writers (checkpoints, TensorBoard, CSV) and progress bars run on the chief only;
+        BackupAndRestore restores on every rank (so all resume at the same epoch) and saves on
+        the chief only."""
         from tfdist.callbacks import ChiefOnly
 
+        if isinstance(callback, tf.keras.callbacks.BackupAndRestore) and not self.is_chief:
+            return ChiefOnly(callback, is_chief=False, everywhere=("on_train_begin",))
         writers = (tf.keras.callbacks.ModelCheckpoint, tf.keras.callbacks.TensorBoard,
                    tf.keras.callbacks.CSVLogger, tf.keras.callbacks.ProgbarLogger)
         if isinstance(callback, writers) and not self.is_chief:

@@ -25,7 +25,8 @@ class MultiWorkerMirroredOptions(StrategyOptions):
     def __post_init__(self) -> None:
         if self.communication not in _IMPLEMENTATIONS:
             raise ValueError(f"`communication` must be one of {sorted(_IMPLEMENTATIONS)}, "
-                             f"got {self.communication!r}")
+                             f"got {self.communication!r}; fix: leave it at 'auto' unless you know "
+                             "the collective you need")
 
 
 @STRATEGIES.register("multi_worker_mirrored",

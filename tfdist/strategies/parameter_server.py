@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
-from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+from tfdist.strategies.base import DEFAULT_BATCH_SIZE, DistributedStrategy, StrategyOptions, require_number
 from tfdist.strategies.registry import STRATEGIES
 
 log = logging.getLogger("tfdist")
@@ -70,13 +70,13 @@ class ParameterServerOptions(StrategyOptions):
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.min_shard_bytes is not None:
-            raise ValueError("pass either `shards` or `min_shard_bytes`, not both")
-        if self.shards is not None and (not isinstance(self.shards, int) or self.shards < 1):
-            raise ValueError(f"`shards` must be an integer >= 1, got {self.shards!r}")
-        if self.min_shard_bytes is not None and self.min_shard_bytes < 1:
-            raise ValueError(f"`min_shard_bytes` must be >= 1, got {self.min_shard_bytes!r}")
-        if self.steps_per_execution is not None and self.steps_per_execution < 1:
-            raise ValueError(f"`steps_per_execution` must be >= 1, got {self.steps_per_execution!r}")
+            raise ValueError("pass either `shards` or `min_shard_bytes`, not both; fix: `shards=N` "
+                             "splits every variable, `min_shard_bytes=B` only the large ones")
+        for name in ("shards", "min_shard_bytes", "steps_per_execution"):
+            if getattr(self, name) is not None:
+                require_number(name, getattr(self, name), minimum=1, integer=True)
+        require_number("chief_grace_seconds", self.chief_grace_seconds, minimum=0)
+        require_number("chief_startup_timeout", self.chief_startup_timeout, minimum=0)
         if self.cluster is not None and self.task_type is None:
             raise ValueError("an explicit `cluster` needs `task_type` (and `task_index`) to say "
                              "which task this process is")
@@ -187,9 +187,8 @@ class ParameterServerStrategy(DistributedStrategy):
         finished = wait_for_chief_to_finish(self._chief_address, self.options.chief_grace_seconds,
                                             self.options.chief_startup_timeout)
         if not finished:
-            print(f"[tfdist] {self.task_type}:{self.task_index}: the chief at {self._chief_address} "
-                  f"did not start within {self.options.chief_startup_timeout:.0f}s; exiting",
-                  file=sys.stderr, flush=True)
+            log.error("%s:%d: the chief at %s did not start within %.0fs; exiting", self.task_type,
+                      self.task_index, self._chief_address, self.options.chief_startup_timeout)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0 if finished else 1)  # the gRPC server has no clean shutdown in TF 2
@@ -261,6 +260,7 @@ class ParameterServerStrategy(DistributedStrategy):
             self._require_steps(kwargs, "a dataset_fn")
             return creator, y, kwargs
         batch_size = kwargs.pop("batch_size", None)
+        unbatched_datasets = is_dataset(x) and batch_size is not None  # tfdist's batch_size rule
         if is_dataset(x):
             dataset = x.batch(int(batch_size)) if batch_size is not None else x
             if kwargs.get("steps_per_epoch") is None:
@@ -270,7 +270,7 @@ class ParameterServerStrategy(DistributedStrategy):
                 kwargs["steps_per_epoch"] = cardinality
             x = dataset if dataset.cardinality() == tf.data.INFINITE_CARDINALITY else dataset.repeat()
         elif x is not None:
-            batch_size = int(batch_size or 32)
+            batch_size = int(batch_size or DEFAULT_BATCH_SIZE)
             arrays = (x,) if y is None else (x, y)
             if kwargs.get("sample_weight") is not None:
                 arrays = arrays + (kwargs.pop("sample_weight"),)
@@ -281,14 +281,16 @@ class ParameterServerStrategy(DistributedStrategy):
             x, y = self._array_dataset_creator(arrays, batch_size, shuffle), None
         validation = kwargs.get("validation_data")
         if validation is not None:
-            kwargs["validation_data"], steps = _finite_eval_dataset(validation, batch_size,
-                                                                    kwargs.get("validation_steps"))
+            kwargs["validation_data"], steps = _finite_eval_dataset(
+                validation, batch_size, kwargs.get("validation_steps"), batch_datasets=unbatched_datasets)
             kwargs["validation_steps"] = steps
         return x, y, kwargs
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         data = x if y is None else (x, y)
-        dataset, kwargs["steps"] = _finite_eval_dataset(data, kwargs.pop("batch_size", None), kwargs.get("steps"))
+        batch_size = kwargs.pop("batch_size", None)
+        dataset, kwargs["steps"] = _finite_eval_dataset(data, batch_size, kwargs.get("steps"),
+                                                        batch_datasets=batch_size is not None)
         return dataset, None, kwargs
 
     @staticmethod
@@ -331,16 +333,20 @@ class ParameterServerStrategy(DistributedStrategy):
         validation = fit_kwargs.get("validation_data")
         data = validation if validation is not None else ((x, y) if y is not None else x)
         if isinstance(data, tuple):
-            data = tf.data.Dataset.from_tensor_slices(data).batch(int(fit_kwargs.get("batch_size") or 32))
-        done = threading.Event()
+            data = tf.data.Dataset.from_tensor_slices(data).batch(
+                int(fit_kwargs.get("batch_size") or DEFAULT_BATCH_SIZE))
 
         def stop_when_chief_leaves() -> None:
-            wait_for_chief_to_finish(self._chief_address, self.options.chief_grace_seconds,
-                                     self.options.chief_startup_timeout)
-            done.set()
-            print("[tfdist] evaluator: the chief has finished; exiting", file=sys.stderr, flush=True)
+            finished = wait_for_chief_to_finish(self._chief_address, self.options.chief_grace_seconds,
+                                                self.options.chief_startup_timeout)
+            if finished:
+                log.warning("evaluator: the chief has finished; exiting")
+            else:
+                log.error("evaluator: the chief at %s did not start within %.0fs; exiting",
+                          self._chief_address, self.options.chief_startup_timeout)
             sys.stdout.flush()
-            os._exit(0)
+            sys.stderr.flush()
+            os._exit(0 if finished else 1)
 
         threading.Thread(target=stop_when_chief_leaves, daemon=True).start()
         report = tf.keras.callbacks.LambdaCallback(on_test_end=lambda logs: print(
@@ -353,8 +359,12 @@ class ParameterServerStrategy(DistributedStrategy):
         evaluator.start()
 
 
-def _finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None) -> tuple[tf.data.Dataset, int]:
+def _finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
+                         batch_datasets: bool) -> tuple[tf.data.Dataset, int]:
     """An evaluation dataset the coordinator can read from any worker: repeated, with a step count.
+
+    Arrays are batched by ``batch_size`` (default 32); a dataset only when ``batch_datasets``
+    says it holds single examples.
 
     Each worker reads its own copy, so the evaluated batches are the first ``steps`` batches
     handed out across workers: an estimate, exact when one worker evaluates.
@@ -362,10 +372,10 @@ def _finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None) -
     from tfdist.strategies.data import is_dataset
 
     if is_dataset(data):
-        dataset = data.batch(int(batch_size)) if batch_size is not None else data
+        dataset = data.batch(int(batch_size)) if batch_datasets and batch_size is not None else data
     else:
         dataset = tf.data.Dataset.from_tensor_slices(tuple(data) if isinstance(data, list) else data)
-        dataset = dataset.batch(int(batch_size or 32))
+        dataset = dataset.batch(int(batch_size or DEFAULT_BATCH_SIZE))
     if steps is None:
         steps = int(dataset.cardinality().numpy())
         if steps < 1:
