@@ -145,7 +145,7 @@ def report(records: list[dict], models: list[str]) -> str:
         for model in models:
             base, base_n = _rates(records, backend=backend, model=model, impl="baseline", steps_per_execution=None)
             ours, ours_n = _rates(records, backend=backend, model=model, impl="tfdist", steps_per_execution=None)
-            rows.append([backend, model, f"{int(params.get(model, 0)):,}", table.rate(base, base_n),
+            rows.append([backend, model, f"{int(params[model]):,}" if model in params else "-", table.rate(base, base_n),
                          table.rate(ours, ours_n), table.ratio(ours, base)])
     parts = ["Examples/s, all workers together: median (min-max) over runs",
              table.render(["backend", "model", "params", "baseline ex/s", "tfdist ex/s", "tfdist/baseline"], rows)]
@@ -203,14 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     configs = configs_for(args.models)
     print(f"tfdist benchmarks: {len(configs)} configurations x {plan.repeats} run(s), batch 64 per "
           f"worker, 1 warm-up epoch + {plan.epochs} timed", file=sys.stderr, flush=True)
-    start = time.monotonic()
+    start, load_before = time.monotonic(), os.getloadavg()[0]
     records = measure(configs, plan)
-    wall = time.monotonic() - start
+    wall, load_after = time.monotonic() - start, os.getloadavg()[0]
     print(report(records, args.models))
-    print(f"\nwall time {wall:.0f}s", flush=True)
+    print(f"\nwall time {wall:.0f}s; 1-min load average {load_before:.1f} before, {load_after:.1f} after "
+          f"({os.cpu_count()} CPUs: above that, other processes share the cores and the figures are noisy)",
+          flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"plan": dataclasses.asdict(plan), "models": args.models, "wall_seconds": round(wall, 1),
+                       "load_average": [load_before, load_after],
                        "steps": {f"{b}/{m}": plan.steps(Config(b, "baseline", m)) for b, m in STEPS},
                        "runs": records}, f, indent=2)
     return 0 if all(r["ok"] for r in records) else 1

@@ -53,10 +53,13 @@ class EpochTimer(tf.keras.callbacks.Callback):
         self.warmup_epochs = warmup_epochs
         self.start: float | None = None
         self.end: float | None = None
+        self.cpu_start = self.cpu_end = 0.0  # this process's CPU time (all threads), same points
+        self.steps_per_epoch: int | None = None
         self.epoch_seconds: list[float] = []
         self._last: float | None = None
 
     def on_train_begin(self, logs=None) -> None:
+        self.steps_per_epoch = (self.params or {}).get("steps")
         self._last = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
@@ -64,8 +67,8 @@ class EpochTimer(tf.keras.callbacks.Callback):
         self.epoch_seconds.append(now - self._last)
         self._last = now
         if epoch == self.warmup_epochs - 1:
-            self.start = now
-        self.end = now
+            self.start, self.cpu_start = now, time.process_time()
+        self.end, self.cpu_end = now, time.process_time()
 
     @property
     def seconds(self) -> float:
@@ -86,11 +89,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def report(impl: str, backend: str, model: tf.keras.Model, args: argparse.Namespace,
            timer: EpochTimer, examples_per_step: int, **extra: object) -> None:
-    """Print the one machine-readable result line that compare.py parses."""
-    steps = args.steps * args.epochs
+    """Print the one machine-readable result line that compare.py parses.
+
+    The step count is the one Keras ran (``params["steps"]``), not the one asked for.
+    """
+    steps = (timer.steps_per_epoch or args.steps) * args.epochs
     seconds = timer.seconds
     fields = {"impl": impl, "backend": backend, "model": args.model, "params": model.count_params(),
               "examples_per_sec": f"{steps * examples_per_step / seconds:.1f}",
               "steps": steps, "seconds": f"{seconds:.3f}",
+              "cpu_ms_per_step": f"{1000 * (timer.cpu_end - timer.cpu_start) / steps:.2f}",
               "epoch_seconds": ",".join(f"{s:.2f}" for s in timer.epoch_seconds), **extra}
     print(BENCH_PREFIX + " " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)

@@ -78,21 +78,30 @@ def test_a_task_killed_by_a_signal_reports_128_plus_the_signal():
     assert exit_code(-9) == 137 and exit_code(3) == 3 and exit_code(0) == 0
 
 
-def test_sigterm_to_the_launcher_stops_every_task(tmp_path):
+def test_sigterm_to_the_launcher_stops_every_task_with_sigterm(tmp_path):
+    """Every task gets SIGTERM (not only the SIGKILL after the grace period) and nothing is left."""
     import os
     import signal
 
-    marker = tmp_path / "marker"
-    script = "import time; print('up', flush=True); time.sleep(600)"
+    script = ("import os, signal, sys, time\n"
+              "def bye(signum, frame):\n"
+              f"    open(os.path.join({str(tmp_path)!r}, 'term-%d' % os.getpid()), 'w').close()\n"
+              "    sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, bye)\n"
+              "print('up', flush=True)\n"
+              "time.sleep(600)\n")
     launcher = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "--workers", "1", "--ps", "1",
-                                 "--grace", "1", "--", sys.executable, "-c", script, str(marker)],
+                                 "--grace", "10", "--", sys.executable, "-c", script, str(tmp_path)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(marker)], capture_output=True,
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True,
                                                          text=True).stdout.count("\n") < 4:
         time.sleep(0.2)
+    time.sleep(0.5)  # let the tasks install their handlers
+    start = time.monotonic()
     os.kill(launcher.pid, signal.SIGTERM)
     assert launcher.wait(timeout=30) == 130
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True).stdout.split()
+    assert time.monotonic() - start < 8, "tasks ignored SIGTERM and waited for the SIGKILL"
+    assert len(list(tmp_path.glob("term-*"))) == 3  # chief, worker and ps each saw SIGTERM
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert [pid for pid in left if int(pid) != launcher.pid] == []

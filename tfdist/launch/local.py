@@ -1,8 +1,9 @@
 """Run a planned local cluster: prefixed output, the chief's exit code, no orphans.
 
 Each task runs in its own process group; when the chief ends (or on Ctrl-C, SIGTERM or SIGHUP)
-every other group is sent SIGTERM, then SIGKILL after a grace period. Signals are blocked while
-a process starts and ignored during teardown, so a second Ctrl-C cannot leave a task behind.
+every other group is sent SIGTERM, then SIGKILL after a grace period. A stop signal only sets a
+flag that the launcher polls, and teardown ignores further signals, so a second Ctrl-C cannot
+interrupt it half-way; the tasks themselves start with default signal handling.
 """
 from __future__ import annotations
 
@@ -21,22 +22,20 @@ GRACE_SECONDS = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class _Stop(Exception):
-    """A stop signal arrived."""
-
-
 def exit_code(returncode: int) -> int:
     """A child's return code as a shell reports it: a signal N becomes 128+N."""
     return 128 - returncode if returncode < 0 else returncode
 
 
 class _SignalGuard:
-    """Inside ``with``: a stop signal raises ``_Stop``. ``quiet()`` ignores them (for teardown,
+    """Inside ``with``: a stop signal sets ``stopped``. ``quiet()`` ignores them (for teardown,
     which must finish); leaving the block restores the previous handlers."""
 
     def __enter__(self) -> "_SignalGuard":
+        self.stopped = False
+
         def stop(signum, frame):  # noqa: ARG001
-            raise _Stop
+            self.stopped = True
 
         self._previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
         return self
@@ -51,14 +50,9 @@ class _SignalGuard:
 
 
 def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool) -> subprocess.Popen:
-    """Start a process in its own group with stop signals blocked, so none lands half-way."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                stdout=subprocess.PIPE if capture else None,
-                                stderr=subprocess.STDOUT if capture else None)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                            stdout=subprocess.PIPE if capture else None,
+                            stderr=subprocess.STDOUT if capture else None)
 
 
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
@@ -86,16 +80,23 @@ def _terminate(processes: Sequence[subprocess.Popen], grace: float,
         process.wait()
 
 
-def _wait_all(processes: Sequence[subprocess.Popen], poll: float = 0.2) -> int:
-    """Wait for every process; return 0, or the first non-zero exit code as soon as it appears."""
-    while True:
-        codes = [p.poll() for p in processes]
-        failed = [code for code in codes if code not in (None, 0)]
-        if failed:
-            return failed[0]
-        if all(code == 0 for code in codes):
-            return 0
+def _wait(processes: Sequence[subprocess.Popen], chief: subprocess.Popen | None, guard: _SignalGuard,
+          poll: float = 0.1) -> int:
+    """The chief's exit code or, with ``chief=None``, 0 once all exited or the first non-zero
+    one; 130 when a stop signal arrives first."""
+    while not guard.stopped:
+        if chief is not None:
+            if chief.poll() is not None:
+                return chief.returncode
+        else:
+            codes = [p.poll() for p in processes]
+            failed = [code for code in codes if code not in (None, 0)]
+            if failed:
+                return failed[0]
+            if all(code == 0 for code in codes):
+                return 0
         time.sleep(poll)
+    return 130
 
 
 def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS,
@@ -113,10 +114,12 @@ def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS
     pumps: list[threading.Thread] = []
     chief: subprocess.Popen | None = None
     width = max(len(t.name) for t in tasks)
-    code = 1
+    code = 130
     with _SignalGuard() as guard:
         try:
             for task in tasks:
+                if guard.stopped:
+                    break
                 process = _start(task.command, dict(task.env), capture=True)
                 started.append(process)
                 prefix = f"[{task.name}]".ljust(width + 2).encode() + b" "
@@ -125,11 +128,10 @@ def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS
                 pumps.append(pump)
                 if task.task_type == "chief" or (chief is None and task.name == "worker:0"):
                     chief = process
-            if chief is None:
-                raise ValueError("the plan has no chief task")
-            code = _wait_all(started) if wait_for_all else chief.wait()
-        except _Stop:
-            code = 130
+            else:
+                if chief is None:
+                    raise ValueError("the plan has no chief task")
+                code = _wait(started, None if wait_for_all else chief, guard)
         finally:
             guard.quiet()
             _terminate(started, grace)
@@ -144,13 +146,10 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS) -> int:
     A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
     ranks; SIGKILL follows after ``grace`` seconds.
     """
-    code = 1
     with _SignalGuard() as guard:
         process = _start(command, None, capture=False)
         try:
-            code = process.wait()
-        except _Stop:
-            code = 130
+            code = _wait([process], process, guard)
         finally:
             guard.quiet()
             _terminate([process], grace, first=signal.SIGINT)
