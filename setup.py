@@ -26,6 +26,7 @@ setup(
         "tfdist.callbacks",
     ],
     package_dir={"tfdist.callbacks": "callbacks"},
+    package_data={"tfdist.launch": ["bind_shim.c"]},
     install_requires=[
         "tensorflow~=2.21.0",
         "tf-keras~=2.21.0",

@@ -29,7 +29,7 @@ def test_mpirun_variables():
 def test_malformed_rank_names_the_variable():
     env = HorovodRunEnvironment({"HOROVOD_RANK": "one", "HOROVOD_SIZE": "2"})
     with pytest.raises(ValueError, match="HOROVOD_RANK='one' is not an integer"):
-        env.rank
+        _ = env.rank
 
 
 def test_tf_config_ranks_put_the_chief_first():
@@ -41,7 +41,7 @@ def test_tf_config_ranks_put_the_chief_first():
 def test_tf_config_not_json_names_the_variable_and_the_fix():
     env = TFConfigEnvironment({"TF_CONFIG": "{oops"})
     with pytest.raises(ValueError, match=r"TF_CONFIG is not valid JSON .*tfdist tf-config"):
-        env.config
+        _ = env.config
 
 
 def test_slurm_interactive_shell_is_not_a_job():

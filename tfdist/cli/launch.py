@@ -11,11 +11,12 @@ from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_clust
 BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
-    "parameter_server": {"workers", "ps", "evaluator"},
-    "multi_worker_mirrored": {"workers"},
+    "parameter_server": {"workers", "ps", "evaluator", "bind_all"},
+    "multi_worker_mirrored": {"workers", "bind_all"},
     "horovod": {"num_proc", "hosts"},
 }
-_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np", "hosts": "-H"}
+_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np", "hosts": "-H",
+          "bind_all": "--bind-all"}
 
 
 def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
@@ -40,12 +41,15 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 @click.option("-np", "--num-proc", "num_proc", type=click.IntRange(min=1), default=2, show_default=True,
               help="horovod: number of ranks.")
 @click.option("-H", "--hosts", help="horovod: horovodrun's -H, e.g. host1:2,host2:2 (default localhost:NP).")
+@click.option("--bind-all", is_flag=True,
+              help="Let TensorFlow's servers listen on every interface (its default) instead of only "
+                   "on 127.0.0.1. The gRPC runtime has no authentication.")
 @click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
-           hosts: str | None, grace: float, command: tuple[str, ...]) -> None:
+           hosts: str | None, bind_all: bool, grace: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as every task of a local cluster; exit with the chief's exit code.
 
     \b
@@ -55,12 +59,13 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
 
     Each task gets its own TF_CONFIG on free localhost ports and GRPC_FAIL_FAST=use_caller;
     output lines are prefixed with the task ([worker:1]). When the chief exits, or on Ctrl-C,
-    every task is stopped. The gRPC runtime has no authentication and TensorFlow's servers
-    listen on all interfaces: run on a trusted network.
+    every task is stopped. TensorFlow's servers would listen on every interface; tfdist keeps
+    them on 127.0.0.1 (an LD_PRELOAD shim, built once with the C compiler) unless --bind-all.
     """
     import shutil
 
     from tfdist.cluster import free_ports
+    from tfdist.launch.bind import BindShimError, shim_library
     from tfdist.launch.local import run_command, run_local_cluster
 
     _reject_foreign_options(ctx, backend)
@@ -74,14 +79,20 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
                 raise click.UsageError("horovodrun is not on PATH; fix: run `make setup` and activate "
                                        ".venv, or install Horovod with TensorFlow and Gloo")
             raise SystemExit(run_command(argv, grace=grace))
+        shim = None if bind_all else shim_library()
         if backend == "multi_worker_mirrored":
             ports = free_ports(workers)
-            _, tasks = plan_worker_cluster(command, workers, ports, os.environ)
+            _, tasks = plan_worker_cluster(command, workers, ports, os.environ, bind_shim=shim)
         else:
             ports = free_ports(1 + workers + ps + int(evaluator))
-            _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator)
-    except LaunchError as exc:
+            _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator,
+                                          bind_shim=shim)
+    except (LaunchError, BindShimError) as exc:
         raise click.UsageError(str(exc)) from None
+    if bind_all:
+        click.echo("tfdist launch: warning: --bind-all: the servers listen on every interface and the gRPC "
+                   "runtime has no authentication; anyone who reaches these ports can run code in them",
+                   err=True)
     click.echo(f"tfdist launch: {', '.join(task.name for task in tasks)} on 127.0.0.1 ports "
                f"{', '.join(map(str, ports))}", err=True)
     raise SystemExit(run_local_cluster(tasks, grace=grace, wait_for_all=backend == "multi_worker_mirrored"))

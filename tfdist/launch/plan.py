@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
@@ -34,11 +35,12 @@ class LaunchError(ValueError):
 
 
 def plan_local_cluster(command: Sequence[str], workers: int, ps: int, ports: Sequence[int],
-                       base_env: Mapping[str, str], evaluator: bool = False,
-                       host: str = "127.0.0.1") -> tuple[ClusterSpec, list[TaskProcess]]:
+                       base_env: Mapping[str, str], evaluator: bool = False, host: str = "127.0.0.1",
+                       bind_shim: Path | None = None) -> tuple[ClusterSpec, list[TaskProcess]]:
     """A chief, ``workers`` workers, ``ps`` parameter servers (and an evaluator) on ``host``.
 
-    Every task gets ``base_env`` plus its TF_CONFIG and ``GRPC_FAIL_FAST=use_caller``.
+    Every task gets ``base_env`` plus its TF_CONFIG and ``GRPC_FAIL_FAST=use_caller``; with
+    ``bind_shim`` (see ``tfdist.launch.bind``) also the variables that keep its server on ``host``.
     """
     if not command:
         raise LaunchError("no command to launch; fix: put it after `--`, e.g. "
@@ -50,11 +52,12 @@ def plan_local_cluster(command: Sequence[str], workers: int, ps: int, ports: Seq
         raise LaunchError(f"--ps is {ps}; a parameter-server cluster needs at least one ps task; "
                           "fix: --ps 1 or more (for synchronous training use --backend horovod)")
     spec = local_cluster(workers=workers, ps=ps, ports=ports, host=host, chief=True, evaluator=evaluator)
-    return spec, _task_processes(spec, command, base_env)
+    return spec, _task_processes(spec, command, base_env, bind_shim)
 
 
 def plan_worker_cluster(command: Sequence[str], workers: int, ports: Sequence[int],
-                        base_env: Mapping[str, str], host: str = "127.0.0.1") -> tuple[ClusterSpec, list[TaskProcess]]:
+                        base_env: Mapping[str, str], host: str = "127.0.0.1",
+                        bind_shim: Path | None = None) -> tuple[ClusterSpec, list[TaskProcess]]:
     """``workers`` peer workers and no ps (MultiWorkerMirroredStrategy); worker 0 acts as chief."""
     if not command:
         raise LaunchError("no command to launch; fix: put it after `--`, e.g. "
@@ -62,15 +65,21 @@ def plan_worker_cluster(command: Sequence[str], workers: int, ports: Sequence[in
     if workers < 1:
         raise LaunchError(f"--workers is {workers}; fix: --workers 1 or more")
     spec = local_cluster(workers=workers, ps=0, ports=ports, host=host, chief=False)
-    return spec, _task_processes(spec, command, base_env)
+    return spec, _task_processes(spec, command, base_env, bind_shim)
 
 
-def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping[str, str]) -> list[TaskProcess]:
+def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping[str, str],
+                    bind_shim: Path | None) -> list[TaskProcess]:
+    from tfdist.launch.bind import exact_bind_env
+
     processes = []
     for task_type, index in spec.tasks():
         env = dict(base_env)
         env["TF_CONFIG"] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
         env.setdefault(GRPC_FAIL_FAST, "use_caller")
+        if bind_shim is not None:
+            address = spec.address_of(task_type, index)
+            env.update(exact_bind_env(address.host, [address.port], bind_shim, base_env))
         processes.append(TaskProcess(task_type, index, tuple(command), env))
     return processes
 

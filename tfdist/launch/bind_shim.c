@@ -1,0 +1,53 @@
+/* tfdist bind shim: make TensorFlow's gRPC servers listen on one address, not on all of them.
+ *
+ * TensorFlow's tf.distribute.Server always binds "[::]:PORT" (every interface), whatever host the
+ * cluster spec names, and the gRPC runtime has no authentication. Loaded with LD_PRELOAD, this
+ * wraps bind(2): a bind to the wildcard address on a port listed in TFDIST_BIND_PORTS becomes a
+ * bind to TFDIST_BIND_ADDRESS (an IPv4 address; on an IPv6 socket its v4-mapped form). Every
+ * other bind passes through unchanged. Built by tfdist/launch/bind.py; used by `tfdist launch`.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
+
+static int port_listed(unsigned short port) {
+    const char *ports = getenv("TFDIST_BIND_PORTS");
+    if (!ports) return 0;
+    char buf[1024];
+    strncpy(buf, ports, sizeof buf - 1); buf[sizeof buf - 1] = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+        if (atoi(tok) == port) return 1;
+    return 0;
+}
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len) {
+    static bind_fn real_bind;
+    if (!real_bind) real_bind = (bind_fn)dlsym(RTLD_NEXT, "bind");
+    const char *host = getenv("TFDIST_BIND_ADDRESS");
+    struct in_addr v4;
+    if (host && addr && inet_pton(AF_INET, host, &v4) == 1) {
+        if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+            struct sockaddr_in a; memcpy(&a, addr, sizeof a);
+            if (a.sin_addr.s_addr == htonl(INADDR_ANY) && port_listed(ntohs(a.sin_port))) {
+                a.sin_addr = v4;
+                return real_bind(fd, (struct sockaddr *)&a, sizeof a);
+            }
+        } else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+            struct sockaddr_in6 a; memcpy(&a, addr, sizeof a);
+            if (memcmp(&a.sin6_addr, &in6addr_any, sizeof in6addr_any) == 0 && port_listed(ntohs(a.sin6_port))) {
+                memset(&a.sin6_addr, 0, sizeof a.sin6_addr);
+                a.sin6_addr.s6_addr[10] = 0xff; a.sin6_addr.s6_addr[11] = 0xff;
+                memcpy(&a.sin6_addr.s6_addr[12], &v4, 4);
+                return real_bind(fd, (struct sockaddr *)&a, sizeof a);
+            }
+        }
+    }
+    return real_bind(fd, addr, len);
+}
