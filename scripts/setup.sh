@@ -95,8 +95,9 @@ if [ "$installed_hvd" != "$HOROVOD_VERSION" ]; then
       "MAKEFLAGS=-j$(nproc)"
     )
     [ "$FLAVOUR" = nccl ] && build_env+=(HOROVOD_GPU_OPERATIONS=NCCL)
+    # --no-cache-dir: pip's own wheel cache would hand back a wheel built with other flags.
     (export "${build_env[@]}"
-     "${pip[@]}" wheel -q --no-build-isolation --no-deps --no-binary horovod \
+     "${pip[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps --no-binary horovod \
        -w "$build_tmp" "horovod==$HOROVOD_VERSION") \
       || die "the Horovod build failed; see the compiler output above"
     mkdir -p "$wheel_dir"
