@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from tfdist.cluster.tf_config import TF_CONFIG_ENV as TF_CONFIG
 from tfdist.environments.base import ClusterEnvironment
-
-TF_CONFIG = "TF_CONFIG"
 
 
 def parse_tf_config(raw: str | None) -> dict[str, Any]:
