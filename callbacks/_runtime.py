@@ -39,8 +39,5 @@ def is_chief() -> bool:
     if HorovodRunEnvironment.detect(os.environ):  # horovodrun started us; hvd.init() comes later
         return HorovodRunEnvironment(os.environ).rank == 0
     if TFConfigEnvironment.detect(os.environ):
-        env = TFConfigEnvironment(os.environ)
-        if env.cluster.get("chief"):
-            return env.task_type == "chief"
-        return env.task_type in (None, "worker") and env.task_index == 0
+        return TFConfigEnvironment(os.environ).is_chief
     return True

@@ -58,3 +58,14 @@ def test_detect_environment_reads_os_environ_without_writing_it():
         assert dict(os.environ) == before
     with mock.patch.dict(os.environ, {}, clear=True):
         assert isinstance(detect_environment(), LocalEnvironment)
+
+
+@pytest.mark.parametrize("cluster, task, chief", [
+    ({"chief": ["a:1"], "worker": ["b:1"]}, {"type": "chief", "index": 0}, True),
+    ({"chief": ["a:1"], "worker": ["b:1"]}, {"type": "worker", "index": 0}, False),
+    ({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": 0}, True),
+    ({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": 1}, False),
+])
+def test_tf_config_chief_is_the_chief_else_worker_0(cluster, task, chief):
+    env = TFConfigEnvironment({"TF_CONFIG": json.dumps({"cluster": cluster, "task": task})})
+    assert env.is_chief is chief

@@ -15,6 +15,8 @@ from tfdist.cluster.spec import TASK_TYPES, ClusterSpec
 
 #: Environment variable read by tf.distribute.cluster_resolver.TFConfigClusterResolver.
 TF_CONFIG_ENV = "TF_CONFIG"
+#: gRPC setting every task of a fault-tolerant ParameterServerStrategy cluster needs ("use_caller").
+GRPC_FAIL_FAST_ENV = "GRPC_FAIL_FAST"
 _TASK_FIX = "write the task as TYPE:INDEX, e.g. 'worker:1', with TYPE one of " + ", ".join(TASK_TYPES)
 
 

@@ -64,6 +64,13 @@ class TFConfigEnvironment(ClusterEnvironment):
         return bool(self.cluster.get("ps"))
 
     @property
+    def is_chief(self) -> bool:
+        """The chief task, or worker 0 when the cluster has no chief (also True without TF_CONFIG)."""
+        if self.cluster.get("chief"):
+            return self.task_type == "chief"
+        return self.task_type in (None, "worker") and self.task_index == 0
+
+    @property
     def rank(self) -> int:
         """Chief is rank 0; worker i is i (+1 when a chief exists); others report their index."""
         if self.task_type == "worker" and self.cluster.get("chief"):

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
-
-GRPC_FAIL_FAST = "GRPC_FAIL_FAST"
+from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
 
 
 @dataclass(frozen=True)

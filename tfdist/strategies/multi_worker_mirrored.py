@@ -66,9 +66,4 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     @property
     def is_chief(self) -> bool:
-        resolver = self._strategy.cluster_resolver
-        task_type, task_id = resolver.task_type, resolver.task_id
-        if task_type is None:
-            return True
-        has_chief = "chief" in resolver.cluster_spec().as_dict()
-        return task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+        return self._environment.is_chief

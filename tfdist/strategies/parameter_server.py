@@ -25,12 +25,12 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
+from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
 from tfdist.strategies.base import DEFAULT_BATCH_SIZE, DistributedStrategy, StrategyOptions, require_number
 from tfdist.strategies.registry import STRATEGIES
 
 log = logging.getLogger("tfdist")
 
-GRPC_FAIL_FAST = "GRPC_FAIL_FAST"
 # Chosen by measurement (README, "steps_per_execution"): 10 steps per dispatch makes updates
 # staler, and asynchronous Adam on the embedding test model diverged in 3 of 5 runs with 10
 # (Adagrad: 0 of 3), so batching dispatches is opt-in.
