@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from tfdist.cli.main import cli
@@ -18,6 +19,7 @@ def _tfdist_env_json(**env: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow  # a child Python imports TensorFlow
 def test_env_json_reports_the_pinned_stack_and_horovod_build():
     report = _tfdist_env_json()
     assert report["packages"]["tensorflow"].startswith("2.21.")
@@ -35,6 +37,7 @@ def test_env_json_reports_the_pinned_stack_and_horovod_build():
     assert report["environment"]["name"] == "local"
 
 
+@pytest.mark.slow  # a child Python imports TensorFlow
 def test_env_json_detects_horovodrun_variables():
     report = _tfdist_env_json(HOROVOD_RANK="1", HOROVOD_SIZE="4", HOROVOD_LOCAL_RANK="1")
     assert report["environment"] == {"name": "horovodrun", "rank": 1, "size": 4, "local_rank": 1,
@@ -57,3 +60,10 @@ def test_version_and_help():
     assert usage.exit_code == 0
     for command in ("env", "tf-config", "launch"):
         assert command in usage.output
+
+
+def test_a_repeated_flag_is_a_usage_error():
+    result = CliRunner().invoke(cli, ["env", "--no-tensorflow", "--no-tensorflow"])
+    assert result.exit_code == 2
+    expected = "Error: Option '--no-tensorflow' was given 2 times; it is a flag; fix: give it once"
+    assert expected in result.output

@@ -52,13 +52,13 @@ def test_make_context_parses_addresses():
         (
             ["--worker", "h:99999"],
             "'--worker'",
-            "'h:99999' has port 99999; ports are 1-65535. Fix: use a port between 1 and 65535.",
+            "'h:99999' has port 99999; ports are 1-65535; fix: use a port between 1 and 65535",
         ),
         (["--ps", "h"], "'--ps'", "'h' has no port"),
         (["--chief", "bad_host:1"], "'--chief'", "is not a valid DNS name"),
         (["--format", "xml"], "'--format'", "'xml' is not one of"),
         (["--port", "0"], "'--port'", "0 is not in the range 1<=x<=65535"),
-        (["--workers", "-1"], "'--workers'", "-1 is not in the range x>=0"),
+        (["--workers", "-1"], "'--workers'", "-1 is not in the range 0<=x<=10000"),
     ],
 )
 def test_make_context_rejects_bad_options(args, hint, text):
@@ -185,8 +185,8 @@ def test_all_interfaces_warning_goes_to_stderr():
         ([], "Error: no cluster given; hint: pass --worker HOST:PORT"),
         (
             ["--worker", "h:99999"],
-            "Error: Invalid value for '--worker': 'h:99999' has port 99999; ports are 1-65535. "
-            "Fix: use a port between 1 and 65535.",
+            "Error: Invalid value for '--worker': 'h:99999' has port 99999; ports are 1-65535; "
+            "fix: use a port between 1 and 65535",
         ),
         (
             ["--worker", "a:1", "--ps", "a:1"],
@@ -256,7 +256,7 @@ def test_bad_file(tmp_path):
     result = run("--file", str(path))
     assert result.exit_code == 2
     assert (
-        f"Invalid value for '--file': {path} is not a valid cluster file:\n  "
+        f"Invalid value for '--file': {path} is not a valid cluster file: "
         f"{path}.worker[1]: 'b' has no port"
     ) in result.output
     assert run("--file", str(tmp_path / "missing.yaml")).exit_code == 2
@@ -288,10 +288,10 @@ def test_validate_invalid_exits_1_and_lists_every_problem():
         "  cluster.evaluator: the evaluator must not be listed in the training cluster"
     )
     assert lines[2] == (
-        "  cluster.worker[0]: 'a:0' has port 0; ports are 1-65535. Fix: use a port between 1 and 65535."
+        "  cluster.worker[0]: 'a:0' has port 0; ports are 1-65535; fix: use a port between 1 and 65535"
     )
     assert lines[3].startswith("  cluster.worker[2]: 'b:1' is also the address of cluster.worker[1]")
-    assert lines[4] == "  task.index: the task has no 'index'. Fix: add \"index\": 0."
+    assert lines[4] == "  task.index: the task has no 'index'; fix: add \"index\": 0"
 
 
 def test_validate_unset_env_is_usage_error():
@@ -308,7 +308,7 @@ def test_validate_file_stdin_and_cluster_file(tmp_path):
     result = run("validate", "-", input="{not json")
     assert result.exit_code == 1
     assert (
-        "stdin is invalid (1 problem):\n  TF_CONFIG: is not valid JSON: Expecting property name"
+        "stdin is invalid: TF_CONFIG: is not valid JSON: Expecting property name"
         in result.stdout
     )
     cluster = tmp_path / "cluster.yaml"
@@ -368,11 +368,16 @@ def test_fuzzed_addresses_exit_2_with_one_line_or_succeed(flag, text):
         expected_ok = True
     except ClusterConfigError as exc:
         expected_ok, detail = False, " ".join(p.detail for p in exc.problems)
-    args = [f"{flag}={text}"] + (["--chief=zz:1", "--worker=zz:2"] if flag in ("--ps", "--evaluator") else [])
-    result = run(*args)
+    extra = ["--chief=zz:1", "--worker=zz:2"] if flag in ("--ps", "--evaluator") else []
+    result = run(f"{flag}={text}", *extra)
     if expected_ok:
-        assert result.exit_code in (0, 2), result.output
+        # alone, a chief or a worker is a valid cluster; next to zz:1 and zz:2 only those two collide
+        address = Address.parse(text)
+        collides = bool(extra) and address.host.lower().rstrip(".") == "zz" and address.port in (1, 2)
+        assert result.exit_code == (2 if collides else 0), result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
+        if collides:
+            assert "is also the address of" in error_line(result)
         return
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)
@@ -428,17 +433,109 @@ def test_fuzzed_tf_config_text_through_validate(text):
         result = run("validate")
     assert isinstance(result.exception, (SystemExit, type(None))), result.exception
     assert "Traceback" not in result.output
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    cluster_form = (
-        isinstance(data, dict) and data and all(k in ("chief", "worker", "ps", "evaluator") for k in data)
-    )
-    if not cluster_form:
-        problems = validate_tf_config(text)
-        assert result.exit_code == (1 if problems else 0)
-        if problems:
-            assert result.stdout.splitlines()[1:] == [f"  {p}" for p in problems]
-    else:
-        assert result.exit_code in (0, 1)
+    # $TF_CONFIG is always read as a TF_CONFIG: task lists without "cluster" are invalid (TensorFlow
+    # would read an empty cluster), so there is no second branch for the cluster-file form
+    problems = validate_tf_config(text)
+    assert result.exit_code == (1 if problems else 0)
+    if len(problems) == 1:
+        assert result.stdout == f"$TF_CONFIG is invalid: {problems[0]}\n"
+    elif problems:
+        assert result.stdout.splitlines()[1:] == [f"  {p}" for p in problems]
+
+
+# --- issue 9: exit codes agree with the docs; nothing dropped; limits -----------------------------------
+
+
+def test_unwritable_out_is_a_usage_error_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # root ignores permission bits, but no directory can be made under a file
+    result = run("--worker", "a:1", "--format", "dir", "--out", str(blocker / "cfg"))
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == (f"Error: Invalid value for '--out': cannot write into '{blocker / 'cfg'}': "
+                                  "Not a directory; fix: give a directory you can write to\n")
+
+
+@pytest.mark.parametrize("option, value", [("--chief", "b:2222"), ("--evaluator", "e:1"), ("--format", "env"),
+                                           ("--task", "worker:0"), ("--port", "1"), ("--out", "d")])
+def test_a_repeated_single_valued_option_is_a_usage_error(option, value):
+    result = run("--worker", "a:2222", option, value, option, value)
+    assert result.exit_code == 2
+    expected = f"Error: Option '{option}' was given 2 times; it takes one value; fix: give it once\n"
+    assert error_line(result) == expected
+
+
+def test_repeated_flag_is_a_usage_error_and_multiple_options_still_repeat():
+    result = run("--workers", "1", "--hosts", "a", "--with-chief", "--with-chief")
+    assert result.exit_code == 2
+    assert "Option '--with-chief' was given 2 times; it is a flag" in error_line(result)
+    repeated = run("--worker", "a:1", "--worker", "b:1", "--ps", "c:1", "--ps", "d:1", "--chief", "e:1")
+    assert repeated.exit_code == 0
+
+
+def test_task_lists_in_tf_config_without_cluster_are_invalid():
+    text = json.dumps({**TRAINING, "task": {"type": "worker", "index": 0}})
+    sources = ((["validate"], {"TF_CONFIG": text}, "$TF_CONFIG"), (["validate", "-"], {}, "stdin"))
+    for args, env, where in sources:
+        with mock.patch.dict(os.environ, env, clear=True):
+            result = run(*args, input=text)
+        assert result.exit_code == 1, result.output
+        assert result.stdout.splitlines()[1] == (
+            "  cluster: TF_CONFIG has no 'cluster', so TensorFlow reads an empty cluster; the task lists "
+            "'chief', 'worker', 'ps' must go under \"cluster\"; fix: write "
+            "{\"cluster\": {\"worker\": [...], ...}, \"task\": {...}}")
+        assert result.stdout.startswith(f"{where} is invalid (2 problems):")
+
+
+def test_validate_reports_one_problem_on_one_line_and_at_most_50(tmp_path):
+    result = run("validate", "-", input=b'{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", '
+                 b'"index": 0}, "rpc_layer": "grpc+verbs"}')
+    assert (result.exit_code, result.stdout) == (
+        1, "stdin is invalid: rpc_layer: is 'grpc+verbs'; tfdist supports only 'grpc' (the layer "
+           "TensorFlow's servers speak by default); fix: remove \"rpc_layer\" or write "
+           "\"rpc_layer\": \"grpc\"\n")
+    bad = json.dumps({"cluster": {"worker": [f"bad_{i}:1" for i in range(200)]},
+                      "task": {"type": "worker", "index": 0}})
+    lines = run("validate", "-", input=bad).stdout.splitlines()
+    assert lines[0] == "stdin is invalid (200 problems):" and len(lines) == 52
+    assert lines[-1] == "  ... and 150 more (fix the ones above first)"
+
+
+def test_cluster_file_with_keys_tfdist_would_drop_is_refused(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"cluster": TRAINING, "task": {"type": "worker", "index": 0},
+                                "rpc_layer": "grpc"}))
+    result = run("--file", str(path))
+    assert result.exit_code == 2
+    assert f"{path}.rpc_layer: key 'rpc_layer' is not used" in error_line(result)
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--workers", str(10 ** 30), "--hosts", "a"],
+         "Invalid value for '--workers': a number of 31 digits is not in the range 0<=x<=10000 (tfdist's "
+         "limit is 10,000 tasks per cluster); fix: use 0 to 10,000"),
+        (["--workers", "1", "--ps-count", "1000000000", "--hosts", "a"],
+         "Invalid value for '--ps-count': 1000000000 is not in the range 0<=x<=10000"),
+        (["--workers", "6000", "--ps-count", "5000", "--hosts", "a", "--with-chief"],
+         "--workers, --ps-count, --with-chief and --with-evaluator: asks for 11,001 tasks; tfdist's limit "
+         "is 10,000 per cluster"),
+        (["--workers", "1", "--hosts", "r[0-100000]n[0-100000]"],
+         "Invalid value for '--hosts': 'r[0-100000]n[0-100000]': the hostlist is too large: it names more "
+         "than 10,000 hosts"),
+        (["--worker", "a:" + "9" * 5000], "has a port of 5000 digits; ports are 1-65535"),
+        (["--worker", "a:1", "--task", "worker:" + "9" * 5000],
+         "which is not a whole number >= 0 of at most 18"),
+    ],
+)
+def test_resource_limits_are_usage_errors_naming_the_option(args, text):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    message = error_line(result)
+    assert text in message and message.count("\n") == 1 and len(message) < 600
+
+
+def test_the_limit_itself_is_accepted():
+    result = run("--workers", "10000", "--hosts", "n[1-100]", "--task", "worker:9999")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["cluster"]["worker"]) == 10_000

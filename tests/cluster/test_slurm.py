@@ -126,7 +126,7 @@ def test_too_few_tasks_for_roles():
     with pytest.raises(
         ClusterConfigError,
         match=r"SLURM_NTASKS: is 2, but a chief, 1 ps and at least one worker "
-        r"need 3 tasks. Fix: run with --ntasks=3 or more",
+        r"need 3 tasks; fix: run with --ntasks=3 or more",
     ):
         slurm_tf_config(_env(0, nodelist="a,b", ntasks="2"), ps=1, chief=True)
 
@@ -134,3 +134,44 @@ def test_too_few_tasks_for_roles():
 def test_ps_without_chief_is_rejected_by_validation():
     with pytest.raises(ClusterConfigError, match="ps tasks needs a chief"):
         slurm_tf_config(_env(0), ps=1, chief=False)
+
+
+# --- limits: counted before anything is built (issue 9 item 7) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["r[0-100000]n[0-100000]", "n[0-10000]", "a,n[1-10000]", "n[0-" + "9" * 18 + "]", "x[1-5000],y[1-5001]"],
+)
+def test_hostlists_above_the_limit_are_refused_before_expansion(text, monkeypatch):
+    from tfdist.cluster import slurm
+
+    def never(*args):
+        raise AssertionError("expanded")
+
+    monkeypatch.setattr(slurm, "_expand_ranges", never)
+    with pytest.raises(ValueError, match="the hostlist is too large: it names more than 10,000 hosts"):
+        expand_hostlist(text)
+
+
+def test_hostlist_at_the_limit_and_giant_numbers():
+    assert len(expand_hostlist("n[1-10000]")) == 10_000
+    with pytest.raises(ValueError, match="is not N or N-M"):
+        expand_hostlist("n[0-" + "9" * 5000 + "]")
+
+
+@pytest.mark.parametrize("text", ["1000000000(x1000000000)", "1(x10001)", "10001", "1(x5000),1(x5001)"])
+def test_tasks_per_node_above_the_limit(text):
+    with pytest.raises(ValueError, match="places more than 10,000 tasks or nodes"):
+        parse_tasks_per_node(text)
+
+
+def test_ntasks_above_the_limit_is_refused_before_placing_tasks():
+    env = _env(0, nodelist="a", ntasks="1000000000", SLURM_NTASKS_PER_NODE="1000000000")
+    with pytest.raises(ClusterConfigError) as info:
+        slurm_tf_config(env)
+    assert str(info.value) == ("SLURM_NTASKS: is 1,000,000,000; tfdist's limit is 10,000 tasks per cluster; "
+                               "fix: run at most 10,000 tasks")
+    env = _env(0, ntasks="9" * 5000)
+    with pytest.raises(ClusterConfigError, match="more than 18 digits"):
+        slurm_tf_config(env)

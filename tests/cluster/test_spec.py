@@ -52,9 +52,9 @@ def test_address_str_round_trips(address, text):
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("node1", "'node1' has no port. Fix: write it as HOST:PORT, e.g. 'node1:2222'."),
+        ("node1", "'node1' has no port; fix: write it as HOST:PORT, e.g. 'node1:2222'"),
         ("", "the address is empty"),
-        ("h:99999", "'h:99999' has port 99999; ports are 1-65535. Fix: use a port between 1 and 65535."),
+        ("h:99999", "'h:99999' has port 99999; ports are 1-65535; fix: use a port between 1 and 65535"),
         ("h:0", "'h:0' has port 0; ports are 1-65535"),
         ("h:-1", "has port '-1', which is not a number"),
         ("h:22a", "has port '22a', which is not a number"),
@@ -197,7 +197,7 @@ def test_local_cluster_assigns_ports_in_task_order():
 
 def test_local_cluster_rejects_wrong_number_of_ports():
     with pytest.raises(
-        ClusterConfigError, match=r"ports: got 2 ports for 3 tasks. Fix: pass exactly 3 ports"
+        ClusterConfigError, match=r"ports: got 2 ports for 3 tasks; fix: pass exactly 3 ports"
     ):
         local_cluster(workers=2, ps=0, ports=[1, 2])
     with pytest.raises(ClusterConfigError, match=r"workers: must be a whole number >= 0, got -1"):
@@ -260,5 +260,59 @@ def test_load_cluster_file_errors_name_the_file(tmp_path, name, text, expected):
 
 
 def test_load_cluster_file_missing(tmp_path):
-    with pytest.raises(ClusterConfigError, match=r"cannot be read.*Fix: check the path"):
+    with pytest.raises(ClusterConfigError, match=r"cannot be read.*; fix: check the path"):
         load_cluster_file(tmp_path / "nope.yaml")
+
+
+# --- files keep nothing back; hostile values; limits --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, fields",
+    [
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "extra": 1}',
+         ["c.json.extra"]),
+        ('{"cluster": {"worker": ["a:1"]}, "rpc_layer": "grpc"}', ["c.json.rpc_layer"]),
+        ('{"cluster": {"worker": ["a:1"]}, "ps": ["b:1"]}', ["c.json.ps"]),
+        ('{"cluster": {"worker": ["a"]}, "extra": 1}', ["c.json.extra", "cluster.worker[0]"]),
+    ],
+)
+def test_cluster_file_keys_that_would_be_dropped_are_reported(tmp_path, text, fields):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(ClusterConfigError) as info:
+        load_cluster_file(path)
+    assert [p.field.replace(str(tmp_path) + "/", "") for p in info.value.problems] == fields
+    assert "is not used" in info.value.problems[0].message
+
+
+def test_cluster_file_refuses_yaml_aliases_and_repeated_keys(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("w: &w a:1\nworker: [*w]\n")
+    with pytest.raises(ClusterConfigError, match="uses a YAML anchor or alias"):
+        load_cluster_file(path)
+    path.write_text("worker: [a:1]\nworker: [b:1]\n")
+    with pytest.raises(ClusterConfigError, match="key 'worker' is given more than once"):
+        load_cluster_file(path)
+
+
+def test_cluster_file_reads_at_most_the_limit(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("worker: [" + ", ".join(["a:1"] * 300_000) + "]\n")
+    with pytest.raises(ClusterConfigError, match="is larger than 1,048,576 bytes"):
+        load_cluster_file(path)
+
+
+def test_a_5000_digit_port_is_a_problem_not_a_value_error():
+    with pytest.raises(ClusterConfigError) as info:
+        Address.parse("h:" + "9" * 5000, field="--worker")
+    assert "has a port of 5000 digits; ports are 1-65535" in str(info.value)
+    assert len(str(info.value)) < 300  # the value is echoed cut short
+
+
+@pytest.mark.parametrize("kwargs", [{"workers": 10 ** 30}, {"workers": 1, "ps": 10_000}, {"workers": 10_001}])
+def test_round_robin_and_local_clusters_count_before_building(kwargs):
+    with pytest.raises(ClusterConfigError, match="tfdist's limit is 10,000 per cluster"):
+        round_robin_cluster(["a"], **kwargs)
+    with pytest.raises(ClusterConfigError, match="tfdist's limit is 10,000 per cluster"):
+        local_cluster(kwargs["workers"], kwargs.get("ps", 0), ports=[])

@@ -26,15 +26,15 @@ def test_problem_str_names_field_message_and_fix():
         "use a port between 1 and 65535",
     )
     assert str(problem) == (
-        "cluster.worker[1]: '10.0.0.1:99999' has port 99999; ports are 1-65535. "
-        "Fix: use a port between 1 and 65535."
+        "cluster.worker[1]: '10.0.0.1:99999' has port 99999; ports are 1-65535; "
+        "fix: use a port between 1 and 65535"
     )
 
 
 def test_cluster_config_error_lists_all_problems():
     error = ClusterConfigError([Problem("a", "m1", "f1"), Problem("b", "m2", "f2")])
     assert isinstance(error, ValueError)
-    assert str(error) == "2 problems:\n  a: m1. Fix: f1.\n  b: m2. Fix: f2."
+    assert str(error) == "2 problems:\n  a: m1; fix: f1\n  b: m2; fix: f2"
     with pytest.raises(ValueError):
         ClusterConfigError([])
 
@@ -252,3 +252,86 @@ def test_validate_tf_config_never_raises_on_garbage(obj):
     problems = validate_tf_config(obj)
     assert all(isinstance(p, Problem) and p.field and p.message and p.fix for p in problems)
     assert all("\n" not in str(p) for p in problems)
+
+
+# --- agreement with TensorFlow's resolver, endpoints, limits (issue 9) ----------------------------------
+
+
+def test_cluster_config_error_is_a_tfdist_error():
+    from tfdist.errors import TfdistError
+
+    error = ClusterConfigError([Problem("a", "m", "f")])
+    assert isinstance(error, TfdistError) and isinstance(error, ValueError)
+    assert str(error) == "a: m; fix: f"
+
+
+def test_task_lists_outside_cluster_are_invalid_and_explained():
+    problems = validate_tf_config({"chief": ["a:1"], "worker": ["b:1"],
+                                   "task": {"type": "worker", "index": 0}})
+    assert problems[0] == Problem(
+        "cluster",
+        "TF_CONFIG has no 'cluster', so TensorFlow reads an empty cluster; the task lists 'chief', 'worker' "
+        'must go under "cluster"',
+        'write {"cluster": {"worker": [...], ...}, "task": {...}}',
+    )
+    assert not any("unknown key" in p.message for p in problems)  # one explanation, not one per list
+
+
+@pytest.mark.parametrize("rpc_layer", ["grpc+verbs", "GRPC", "", "grpc "])
+def test_rpc_layer_other_than_grpc_is_flagged(rpc_layer):
+    problems = validate_tf_config(_tf_config({"worker": ["a:1"]}, rpc_layer=rpc_layer))
+    assert [(p.field, p.fix) for p in problems] == [
+        ("rpc_layer", 'remove "rpc_layer" or write "rpc_layer": "grpc"')]
+    assert f"is {rpc_layer!r}; tfdist supports only 'grpc'" in problems[0].message
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("localhost:2222", "127.0.0.1:2222"),
+        ("localhost:2222", "[::1]:2222"),
+        ("LOCALHOST.:2222", "localhost:2222"),
+        ("node.localhost:2222", "127.0.0.1:2222"),
+        ("[::ffff:10.0.0.1]:2222", "10.0.0.1:2222"),
+        ("[0:0:0:0:0:0:0:1]:2222", "[::1]:2222"),
+    ],
+)
+def test_one_endpoint_written_two_ways_is_a_duplicate(first, second):
+    problems = validate_tf_config(_tf_config({"worker": [first, second]}))
+    assert [p.field for p in problems] == ["cluster.worker[1]"]
+    assert "is also the address of cluster.worker[0]" in problems[0].message
+
+
+@pytest.mark.parametrize("pair", [("127.0.0.1:2222", "[::1]:2222"), ("127.0.0.1:2222", "127.0.0.2:2222"),
+                                  ("localhost:2222", "localhost:2223")])
+def test_different_sockets_are_not_duplicates(pair):
+    assert validate_tf_config(_tf_config({"worker": list(pair)})) == []
+
+
+def test_a_list_above_the_task_limit_is_refused_before_reading_it():
+    from tfdist.cluster.limits import MAX_TASKS
+
+    class Exploding(list):
+        def __iter__(self):
+            raise AssertionError("the entries were read")
+
+    problems = validate_tf_config(_tf_config({"worker": Exploding(["a:1"] * (MAX_TASKS + 1))}))
+    assert [(p.field, p.message) for p in problems] == [
+        ("cluster.worker", "asks for 10,001 tasks; tfdist's limit is 10,000 per cluster")]
+    split = _tf_config({"chief": ["c:1"], "worker": [f"w:{i}" for i in range(1, 5001)],
+                        "ps": [f"p:{i}" for i in range(1, 5001)]})
+    assert [p.message for p in validate_tf_config(split)] == [
+        "asks for 10,001 tasks; tfdist's limit is 10,000 per cluster"]
+
+
+def test_hostile_python_objects_give_problems_not_exceptions():
+    huge = 10 ** 5000
+    obj = _tf_config({"worker": ["a:1"]}, {"type": "worker", "index": huge}, environment=huge)
+    messages = [p.message for p in validate_tf_config(obj)]
+    assert "is a number of about 5001 digits, but cluster.worker has 1 task(s), indices 0-0" in messages
+    problems = validate_cluster(ClusterSpec(worker=[Address("a", huge)]))
+    assert problems[0].message == (
+        "'a:a number of about 5001 digits' has port a number of about 5001 digits; ports are 1-65535")
+    long_key = {"x" * 5000 + "\n": 1, **_tf_config({"worker": ["a:1"]})}
+    (problem,) = validate_tf_config(long_key)
+    assert "\n" not in str(problem) and len(str(problem)) < 400

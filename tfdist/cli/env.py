@@ -5,8 +5,10 @@ import json
 
 import click
 
+from tfdist.cli.strict import StrictCommand
 
-@click.command()
+
+@click.command(cls=StrictCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--no-tensorflow", is_flag=True,
               help="Skip the checks that import TensorFlow and Horovod (faster).")

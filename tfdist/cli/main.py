@@ -9,6 +9,7 @@ import importlib
 
 import click
 
+from tfdist.cli.strict import StrictGroup
 from tfdist.version import __version__
 
 # command name -> "module:attribute" of its click command
@@ -19,8 +20,9 @@ _COMMANDS = {
 }
 
 
-class _LazyGroup(click.Group):
-    """A click group that imports each sub-command only when it is used."""
+class _LazyGroup(StrictGroup):
+    """A click group that imports each sub-command only when it is used; single-valued options may be
+    given once (:mod:`tfdist.cli.strict`)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)

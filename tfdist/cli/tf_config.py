@@ -9,22 +9,33 @@ import json
 import os
 import shlex
 import sys
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from tfdist.cluster.errors import ClusterConfigError
-from tfdist.cluster.files import cluster_from_data, load_cluster_data, load_cluster_file
+from tfdist.cli.strict import StrictGroup
+from tfdist.cluster.errors import ClusterConfigError, shown
+from tfdist.cluster.files import cluster_from_data, load_cluster_file, read_bounded
+from tfdist.cluster.limits import MAX_DIGITS, MAX_INPUT_BYTES, MAX_TASKS, limit_text
+from tfdist.cluster.parsing import parse_json, parse_yaml
 from tfdist.cluster.render import K8S_MODES, render_env, render_json, render_k8s, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster
 from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec, host_problem, round_robin_cluster
-from tfdist.cluster.tf_config import TF_CONFIG_ENV, all_tf_configs, parse_task, task_name, tf_config_for
-from tfdist.cluster.validate import validate_cluster, validate_tf_config, warnings_for
+from tfdist.cluster.tf_config import (
+    TF_CONFIG_ENV,
+    TFConfig,
+    all_tf_configs,
+    parse_task,
+    task_name,
+    tf_config_for,
+)
+from tfdist.cluster.validate import validate_cluster, warnings_for
 
 FORMATS = ("json", "env", "dir", "k8s", "slurm")
+#: Most problems `validate` prints; a file of 10,000 bad addresses would otherwise print 10,000 lines.
+MAX_LISTED = 50
 _EXPLICIT = ("chief", "worker", "ps", "evaluator")
 _SHORTHAND = ("workers", "hosts", "ps_count", "with_chief", "with_evaluator")
 _NO_CLUSTER = ("no cluster given; hint: pass --worker HOST:PORT (repeatable) with --chief/--ps/--evaluator, "
@@ -36,8 +47,16 @@ def _details(exc: ClusterConfigError) -> str:
     return " ".join(p.detail for p in exc.problems)
 
 
-def _listing(exc: ClusterConfigError) -> str:
-    return "\n".join(f"  {p}" for p in exc.problems)
+def _listing(problems: Any) -> str:
+    """After a ``...:`` lead-in: one problem on the same line, several as an indented list (at most
+    MAX_LISTED of them)."""
+    problems = list(problems.problems if isinstance(problems, ClusterConfigError) else problems)
+    if len(problems) == 1:
+        return f" {problems[0]}"
+    lines = [f"  {p}" for p in problems[:MAX_LISTED]]
+    if len(problems) > MAX_LISTED:
+        lines.append(f"  ... and {len(problems) - MAX_LISTED} more (fix the ones above first)")
+    return "\n" + "\n".join(lines)
 
 
 class AddressType(click.ParamType):
@@ -52,6 +71,28 @@ class AddressType(click.ParamType):
             return Address.parse(value, field=param.opts[0] if param else "address")
         except ClusterConfigError as exc:
             self.fail(_details(exc), param, ctx)
+
+
+class TaskCount(click.ParamType):
+    """A number of tasks, 0 to MAX_TASKS; checked as text first, so 10**30 or 5,000 digits never
+    become a loop or a giant int."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not (digits.isascii() and digits.isdigit()):
+            self.fail(f"{shown(text)} is not a whole number; fix: give a count such as 2", param, ctx)
+        if len(digits) > MAX_DIGITS or not 0 <= int(text) <= MAX_TASKS:
+            shown_text = text if len(text) <= 20 else f"a number of {len(digits)} digits"
+            self.fail(f"{shown_text} is not in the range 0<=x<={MAX_TASKS} (tfdist's limit is "
+                      f"{limit_text(MAX_TASKS)} tasks per cluster); fix: use 0 to {limit_text(MAX_TASKS)}",
+                      param, ctx)
+        return int(text)
 
 
 def _complete_task(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -72,7 +113,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-@click.group("tf-config", invoke_without_command=True)
+@click.group("tf-config", cls=StrictGroup, invoke_without_command=True)
 @click.option("--chief", type=AddressType(),
               help="Address of the chief (coordinator of ParameterServerStrategy).")
 @click.option("--worker", type=AddressType(), multiple=True,
@@ -83,10 +124,10 @@ def _flag(name: str) -> str:
               help="Address of the evaluator (never in the training cluster).")
 @click.option("--file", "cluster_file", type=click.Path(exists=True, dir_okay=False),
               help="Cluster file, YAML or JSON: {chief: [...], worker: [...], ...} or a TF_CONFIG.")
-@click.option("--workers", type=click.IntRange(min=0),
+@click.option("--workers", type=TaskCount(),
               help="Shorthand: number of workers, spread over --hosts.")
 @click.option("--hosts", help="Shorthand: comma-separated hosts (SLURM hostlists like node[1-3] work).")
-@click.option("--ps-count", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--ps-count", type=TaskCount(), default=0, show_default=True,
               help="Shorthand and slurm: number of ps tasks.")
 @click.option("--with-chief", is_flag=True, help="Shorthand and slurm: add a chief as the first task.")
 @click.option("--with-evaluator", is_flag=True, help="Shorthand: add an evaluator as the last task.")
@@ -138,7 +179,7 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
     spec = _build_spec(o, ctx)
     problems = validate_cluster(spec)
     if problems:
-        raise click.UsageError("the cluster is invalid:\n" + "\n".join(f"  {p}" for p in problems))
+        raise click.UsageError("the cluster is invalid:" + _listing(problems))
     for warning in warnings_for(spec):
         click.echo(f"Warning: {warning}", err=True)
     if fmt == "k8s":
@@ -152,6 +193,10 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
         try:
             text = render_k8s(spec, o["k8s_image"], command, o["k8s_name"], o["k8s_mode"])
         except ClusterConfigError as exc:
+            if exc.problems[0].field == "tasks":  # --k8s-mode plain above MAX_EVERY_TASK
+                raise click.UsageError(f"--k8s-mode plain: {exc.problems[0].message}; fix: use --k8s-mode "
+                                       "tfjob, "
+                                       "whose operator writes each task's TF_CONFIG") from None
             raise click.BadParameter(_details(exc), param_hint=f"'--k8s-{exc.problems[0].field}'") from None
         click.echo(text, nl=False)
         return
@@ -166,8 +211,9 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
                                      param_hint="'--out'")
         try:
             paths = write_dir(configs, o["out"])
-        except OSError as exc:
-            raise click.FileError(o["out"], hint=str(exc)) from None
+        except OSError as exc:  # bad input to --out (under a file, read-only, ...): a usage error, exit 2
+            raise click.BadParameter(f"cannot write into {shown(o['out'])}: {exc.strerror or exc}; fix: "
+                                     "give a directory you can write to", param_hint="'--out'") from None
         for path in paths:
             click.echo(str(path))
 
@@ -182,7 +228,7 @@ def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:
         spec, (task_type, index) = slurm_cluster(os.environ, ps=o["ps_count"], port=o["port"],
                                                   chief=o["with_chief"])
     except ClusterConfigError as exc:
-        raise click.UsageError("cannot build TF_CONFIG from SLURM's variables:\n" + _listing(exc)) from None
+        raise click.UsageError("cannot build TF_CONFIG from SLURM's variables:" + _listing(exc)) from None
     for warning in warnings_for(spec):
         click.echo(f"Warning: {warning}", err=True)
     click.echo(json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":")))
@@ -205,7 +251,7 @@ def _build_spec(o: dict[str, Any], ctx: click.Context | None = None) -> ClusterS
         try:
             return load_cluster_file(o["cluster_file"])
         except ClusterConfigError as exc:
-            raise click.BadParameter(f"{o['cluster_file']} is not a valid cluster file:\n{_listing(exc)}",
+            raise click.BadParameter(f"{o['cluster_file']} is not a valid cluster file:{_listing(exc)}",
                                      param_hint="'--file'") from None
     if shorthand:
         return _shorthand_spec(o)
@@ -229,7 +275,7 @@ def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
     try:
         hosts = expand_hostlist(o["hosts"])
     except ValueError as exc:
-        raise click.BadParameter(f"{o['hosts']!r}: {exc}; hint: write h1,h2 or node[1-3]",
+        raise click.BadParameter(f"{shown(o['hosts'])}: {exc}; hint: write h1,h2 or node[1-3]",
                                  param_hint="'--hosts'") from None
     for host in hosts:
         reason = host_problem(host)
@@ -237,8 +283,12 @@ def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
             raise click.BadParameter(f"{reason}; hint: use DNS names or IP addresses separated by commas",
                                      param_hint="'--hosts'")
     port = o.get("port") or 2222
-    spec = round_robin_cluster(hosts, workers=o["workers"], ps=o.get("ps_count") or 0, port=port,
-                               chief=bool(o.get("with_chief")), evaluator=bool(o.get("with_evaluator")))
+    try:
+        spec = round_robin_cluster(hosts, workers=o["workers"], ps=o.get("ps_count") or 0, port=port,
+                                   chief=bool(o.get("with_chief")), evaluator=bool(o.get("with_evaluator")))
+    except ClusterConfigError as exc:  # more than MAX_TASKS tasks in all
+        raise click.UsageError(f"--workers, --ps-count, --with-chief and --with-evaluator: {_details(exc)}") \
+            from None
     highest = max((spec.address_of(t, i).port for t, i in spec.tasks()), default=port)
     if highest > 65535:
         raise click.BadParameter(f"{port} is too high: with {len(spec.tasks())} tasks on {len(hosts)} "
@@ -250,7 +300,10 @@ def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
 
 def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str, Any]]:
     if task is None:
-        return all_tf_configs(spec)
+        try:
+            return all_tf_configs(spec)
+        except ClusterConfigError as exc:
+            raise click.UsageError(_details(exc)) from None
     try:
         task_type, index = parse_task(task, field="--task")
         return {task_name(task_type, index): tf_config_for(spec, task_type, index)}
@@ -273,55 +326,59 @@ def _split_command(command: str | None) -> list[str]:
 def validate(source: str | None) -> None:
     """Check a TF_CONFIG ($TF_CONFIG by default, or FILE, or - for stdin); print every problem.
 
-    Exit status: 0 valid, 1 invalid, 2 bad usage (unset TF_CONFIG, missing file).
-    A FILE may also be a cluster file ({chief: [...], worker: [...]}, YAML or JSON).
+    Exit status: 0 valid, 1 invalid (also: over 1 MiB, not UTF-8, too deep, YAML aliases), 2 bad
+    usage (unset TF_CONFIG, missing file). A FILE may also be a cluster file ({chief: [...],
+    worker: [...]}, YAML or JSON); $TF_CONFIG and stdin are always read as a TF_CONFIG.
     """
     if source is None:
-        text = os.environ.get(TF_CONFIG_ENV)
-        if text is None:
+        raw: str | bytes | None = os.environ.get(TF_CONFIG_ENV)
+        if raw is None:
             raise click.UsageError(f"{TF_CONFIG_ENV} is not set; hint: export {TF_CONFIG_ENV}='{{...}}', "
                                    "or pass a FILE, or - to read stdin")
         where = f"${TF_CONFIG_ENV}"
     elif source == "-":
-        text, where = sys.stdin.read(), "stdin"
+        raw, where = _read_stdin(), "stdin"
     else:
         try:
-            text = Path(source).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(f"cannot read {source}: {exc}", param_hint="'SOURCE'") from None
+            raw = read_bounded(source)
+        except ClusterConfigError as exc:
+            raise click.BadParameter(_details(exc), param_hint="'SOURCE'") from None
         where = source
-    is_yaml = where.endswith((".yaml", ".yml"))
-    data = _parse_source(text, where) if is_yaml else _try_json(text)
-    if isinstance(data, dict) and data and all(k in TASK_TYPES for k in data):
+    is_file = source not in (None, "-")
+    if is_file and where.endswith((".yaml", ".yml")):
+        data = _parse_source(raw, where)
+        if not isinstance(data, dict):  # a YAML scalar or list: let the TF_CONFIG check name its type
+            data = json.dumps(data, default=str)
+    elif is_file:
+        try:
+            data = parse_json(raw, TF_CONFIG_ENV)
+        except ClusterConfigError:
+            data = raw  # TFConfig.parse below reports why
+    else:
+        data = raw  # $TF_CONFIG and stdin are always a TF_CONFIG, never a cluster description
+    if is_file and isinstance(data, dict) and data and all(k in TASK_TYPES for k in data):
         _validate_cluster_file(data, where)
         return
-    if not is_yaml:
-        subject: Any = text
-    elif isinstance(data, (str, bytes, bytearray)):  # a YAML scalar, not JSON text to parse again
-        subject = json.dumps(str(data))
-    else:
-        subject = data
-    problems = validate_tf_config(subject)
-    if problems:
-        _report_invalid(where, [str(p) for p in problems])
-    spec = ClusterSpec.from_dict(data["cluster"], allow_evaluator=False)
-    task = data["task"]
-    click.echo(f"TF_CONFIG is valid: task {task['type']}:{task['index']} of a cluster with {spec.summary()}")
+    try:
+        config = TFConfig.parse(data)
+    except ClusterConfigError as exc:
+        _report_invalid(where, [str(p) for p in exc.problems])
+    spec = ClusterSpec.from_dict(dict(config.cluster), allow_evaluator=False)
+    click.echo(f"TF_CONFIG is valid: task {config.task_type}:{config.task_index} of a cluster with "
+               f"{spec.summary()}")
     for warning in warnings_for(spec):
         click.echo(f"Warning: {warning}", err=True)
 
 
-def _try_json(text: str) -> Any:
-    """The parsed JSON, or None when it does not parse (validate_tf_config then reports why)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
+def _read_stdin() -> bytes | str:
+    """At most MAX_INPUT_BYTES + 1 of stdin, as bytes when it has them (decoding reports bad UTF-8)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    return stream.read(MAX_INPUT_BYTES + 1) if stream is not None else sys.stdin.read(MAX_INPUT_BYTES + 1)
 
 
-def _parse_source(text: str, where: str) -> Any:
+def _parse_source(raw: str | bytes, where: str) -> Any:
     try:
-        return load_cluster_data(text, where)
+        return parse_yaml(raw, where)
     except ClusterConfigError as exc:
         _report_invalid(where, [str(p) for p in exc.problems])
 
@@ -341,7 +398,9 @@ def _validate_cluster_file(data: dict[str, Any], where: str) -> None:
 
 
 def _report_invalid(where: str, lines: list[str]) -> NoReturn:
-    click.echo(f"{where} is invalid ({len(lines)} problem{'s' if len(lines) > 1 else ''}):")
-    for line in lines:
-        click.echo(f"  {line}")
+    """Print the problem on one line, or several as a list (at most MAX_LISTED), and exit 1."""
+    if len(lines) == 1:
+        click.echo(f"{where} is invalid: {lines[0]}")
+    else:
+        click.echo(f"{where} is invalid ({len(lines)} problems):" + _listing(lines))
     click.get_current_context().exit(1)

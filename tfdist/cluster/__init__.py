@@ -7,6 +7,7 @@
 """
 from tfdist.cluster.errors import ClusterConfigError, Problem
 from tfdist.cluster.files import load_cluster_file
+from tfdist.cluster.limits import MAX_DEPTH, MAX_EVERY_TASK, MAX_INPUT_BYTES, MAX_TASKS
 from tfdist.cluster.render import render_env, render_json, render_k8s, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
 from tfdist.cluster.spec import (
@@ -18,11 +19,12 @@ from tfdist.cluster.spec import (
     local_cluster,
     round_robin_cluster,
 )
-from tfdist.cluster.tf_config import TF_CONFIG_ENV, all_tf_configs, parse_task, tf_config_for
+from tfdist.cluster.tf_config import TF_CONFIG_ENV, TFConfig, all_tf_configs, parse_task, tf_config_for
 from tfdist.cluster.validate import check, validate_cluster, validate_tf_config, warnings_for
 
 __all__ = [
-    "TASK_TYPES", "TF_CONFIG_ENV", "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterSpec",
+    "MAX_DEPTH", "MAX_EVERY_TASK", "MAX_INPUT_BYTES", "MAX_TASKS", "TASK_TYPES", "TF_CONFIG_ENV", "TFConfig",
+    "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterSpec",
     "Problem", "all_tf_configs", "check", "expand_hostlist", "free_ports", "load_cluster_file",
     "local_cluster", "parse_task", "render_env", "render_json", "render_k8s", "round_robin_cluster",
     "slurm_cluster", "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config",

@@ -22,8 +22,9 @@ from typing import Any
 import yaml
 
 from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.errors import ArgumentValueError
 from tfdist.cluster.spec import TASK_TYPES, TRAINING_TASK_TYPES, Address, ClusterSpec
-from tfdist.cluster.tf_config import TF_CONFIG_ENV, tf_config_for
+from tfdist.cluster.tf_config import TF_CONFIG_ENV, check_every_task, tf_config_for
 
 K8S_MODES = ("tfjob", "plain")
 #: The container name and port name that the Kubeflow training operator requires.
@@ -43,7 +44,8 @@ def render_json(configs: Mapping[str, Mapping[str, Any]], *, single: bool = Fals
     """One JSON object ``{"type:index": TF_CONFIG}``; with `single`, the one TF_CONFIG itself."""
     if single:
         if len(configs) != 1:
-            raise ValueError(f"single=True needs exactly one TF_CONFIG, got {len(configs)}")
+            raise ArgumentValueError(f"single=True needs exactly one TF_CONFIG, got {len(configs)}; "
+                                     "fix: select one task first (--task)")
         (obj,) = configs.values()
     else:
         obj = configs
@@ -94,6 +96,7 @@ def render_k8s(spec: ClusterSpec, image: str, command: Sequence[str] = (), name:
     if mode == "tfjob":
         docs = [_tfjob(spec, image, list(command), name)]
     else:
+        check_every_task(spec)  # a Pod with the whole cluster's TF_CONFIG per task: quadratic
         docs = _plain(spec, image, list(command), name)
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
 

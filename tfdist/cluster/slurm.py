@@ -20,7 +20,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.errors import TfdistError
+from tfdist.cluster.errors import ClusterConfigError, Problem, shown
+from tfdist.cluster.limits import MAX_DIGITS, MAX_TASKS, limit_text
 from tfdist.cluster.spec import CHIEF, PS, TASK_TYPES, WORKER, Address, ClusterSpec
 from tfdist.cluster.tf_config import tf_config_for
 from tfdist.cluster.validate import check
@@ -33,31 +35,48 @@ SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 _HINT = "run inside an allocation with srun (e.g. 'srun --ntasks=4 ...'), which sets it"
 
 
+class HostlistError(TfdistError, ValueError):
+    """A SLURM hostlist or task count that tfdist cannot read (the message says where)."""
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Expand a SLURM hostlist such as ``node[01-03,07],gpu5`` into host names, in order.
 
     Several bracket groups in one name multiply out (``r[1-2]n[1-2]`` gives four hosts); zero
-    padding follows the lower bound (``01-03`` gives ``01, 02, 03``). Raises ValueError on bad syntax.
+    padding follows the lower bound (``01-03`` gives ``01, 02, 03``). Raises ValueError on bad syntax,
+    and when the list names more than MAX_TASKS hosts (counted before anything is expanded).
 
     >>> expand_hostlist("node[01-03,07],gpu5")
     ['node01', 'node02', 'node03', 'node07', 'gpu5']
     """
-    hosts: list[str] = []
-    for item in _split_top_level(text):
+    items = _split_top_level(text)
+    total = 0
+    for item in items:
         if not item:
-            raise ValueError(f"empty host name in {text!r}")
+            raise HostlistError(f"empty host name in {shown(text)}")
+        total += _count_item(item)
+        if total > MAX_TASKS:
+            raise HostlistError(f"the hostlist is too large: it names more than {limit_text(MAX_TASKS)} hosts, "
+                             "tfdist's limit")
+    hosts: list[str] = []
+    for item in items:
         hosts += _expand_item(item)
     return hosts
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
     """Expand SLURM's compressed count list: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``."""
-    counts = []
+    counts: list[int] = []
+    number = r"([0-9]{1,%d})" % MAX_DIGITS
     for part in text.split(","):
-        match = re.fullmatch(r"([0-9]+)(?:\(x([0-9]+)\))?", part.strip())
+        match = re.fullmatch(number + r"(?:\(x" + number + r"\))?", part.strip())
         if not match:
-            raise ValueError(f"{part!r} is not COUNT or COUNT(xREPEAT)")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
+            raise HostlistError(f"{shown(part)} is not COUNT or COUNT(xREPEAT)")
+        count, repeat = int(match.group(1)), int(match.group(2) or 1)
+        if count > MAX_TASKS or len(counts) + repeat > MAX_TASKS:  # before building the list
+            raise HostlistError(f"{shown(part)} places more than {limit_text(MAX_TASKS)} tasks or nodes, "
+                             "tfdist's limit")
+        counts += [count] * repeat
     return counts
 
 
@@ -68,6 +87,10 @@ def slurm_cluster(environ: Mapping[str, str], ps: int = 0, port: int = 2222,
     nodes = _read(environ, SLURM_JOB_NODELIST, expand_hostlist, problems, "e.g. 'node[01-04]'")
     ntasks = _read(environ, SLURM_NTASKS, _positive_int, problems, "a whole number >= 1")
     procid = _read(environ, SLURM_PROCID, _natural_int, problems, "a whole number >= 0")
+    if ntasks is not None and ntasks > MAX_TASKS:
+        problems.append(Problem(SLURM_NTASKS, f"is {ntasks:,}; tfdist's limit is {limit_text(MAX_TASKS)} "
+                                "tasks "
+                                "per cluster", f"run at most {limit_text(MAX_TASKS)} tasks"))
     if problems:
         raise ClusterConfigError(problems)
     per_node = _tasks_per_node(environ, nodes, ntasks)
@@ -112,7 +135,7 @@ def _tasks_per_node(environ: Mapping[str, str], nodes: list[str], ntasks: int) -
         try:
             counts = parse_tasks_per_node(environ[name])
         except ValueError as exc:
-            raise ClusterConfigError([Problem(name, f"{environ[name]!r} is garbled: {exc}",
+            raise ClusterConfigError([Problem(name, f"{shown(environ[name])} is garbled: {exc}",
                                               f"it should look like '2(x3),1'; {_HINT}")]) from None
     elif SLURM_NTASKS_PER_NODE in environ:
         name = SLURM_NTASKS_PER_NODE
@@ -120,7 +143,7 @@ def _tasks_per_node(environ: Mapping[str, str], nodes: list[str], ntasks: int) -
             per = _positive_int(environ[name])
         except ValueError:
             raise ClusterConfigError([Problem(
-                name, f"{environ[name]!r} is not a whole number >= 1",
+                name, f"{shown(environ[name])} is not a whole number >= 1",
                 f"unset it or set it to the tasks per node; {_HINT}")]) from None
         counts = [min(per, max(0, ntasks - i * per)) for i in range(len(nodes))]
     else:
@@ -141,20 +164,23 @@ def _read(environ: Mapping[str, str], name: str, parse: Any, problems: list[Prob
     try:
         return parse(environ[name])
     except ValueError as exc:
-        problems.append(Problem(name, f"{environ[name]!r} is garbled ({exc}); expected {expected}", _HINT))
+        problems.append(Problem(name, f"{shown(environ[name])} is garbled ({exc}); expected {expected}",
+                                _HINT))
         return None
 
 
 def _positive_int(text: str) -> int:
     value = _natural_int(text)
     if value < 1:
-        raise ValueError("must be at least 1")
+        raise HostlistError("must be at least 1")
     return value
 
 
 def _natural_int(text: str) -> int:
     if not re.fullmatch(r"[0-9]+", text.strip()):
-        raise ValueError("not a whole number")
+        raise HostlistError("not a whole number")
+    if len(text.strip()) > MAX_DIGITS:
+        raise HostlistError(f"more than {MAX_DIGITS} digits")
     return int(text)
 
 
@@ -163,11 +189,11 @@ def _split_top_level(text: str) -> list[str]:
     for char in text:
         if char == "[":
             if depth:
-                raise ValueError(f"nested '[' in {text!r}")
+                raise HostlistError(f"nested '[' in {shown(text)}")
             depth = 1
         elif char == "]":
             if not depth:
-                raise ValueError(f"']' without '[' in {text!r}")
+                raise HostlistError(f"']' without '[' in {shown(text)}")
             depth = 0
         if char == "," and not depth:
             items.append(current)
@@ -175,7 +201,7 @@ def _split_top_level(text: str) -> list[str]:
         else:
             current += char
     if depth:
-        raise ValueError(f"'[' without ']' in {text!r}")
+        raise HostlistError(f"'[' without ']' in {shown(text)}")
     items.append(current)
     return items
 
@@ -189,16 +215,32 @@ def _expand_item(item: str) -> list[str]:
     return [f"{prefix}{number}{tail}" for number in _expand_ranges(ranges, item) for tail in tails]
 
 
-def _expand_ranges(ranges: str, item: str) -> list[str]:
-    numbers = []
+def _ranges(ranges: str, item: str) -> list[tuple[str, int, int]]:
+    """``"01-03,7"`` -> ``[("01", 1, 3), ("7", 7, 7)]``, checked; nothing expanded."""
+    parts = []
     for part in ranges.split(","):
-        match = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", part)
+        match = re.fullmatch(r"([0-9]{1,%d})(?:-([0-9]{1,%d}))?" % (MAX_DIGITS, MAX_DIGITS), part)
         if not match:
-            raise ValueError(f"{part!r} in {item!r} is not N or N-M")
-        low, high = match.group(1), match.group(2) or match.group(1)
-        if int(high) < int(low):
-            raise ValueError(f"range {part!r} in {item!r} goes backwards")
-        if int(high) - int(low) > 100_000:
-            raise ValueError(f"range {part!r} in {item!r} is too large")
-        numbers += [str(n).zfill(len(low)) for n in range(int(low), int(high) + 1)]
-    return numbers
+            raise HostlistError(f"{shown(part)} in {shown(item)} is not N or N-M (numbers of at most "
+                             f"{MAX_DIGITS} "
+                             "digits)")
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high < low:
+            raise HostlistError(f"range {shown(part)} in {shown(item)} goes backwards")
+        parts.append((match.group(1), low, high))
+    return parts
+
+
+def _count_item(item: str) -> int:
+    """How many hosts one comma-free item names, without expanding it (stops once above the limit)."""
+    count = 1
+    for group in re.finditer(r"\[([^\]]*)\]", item):
+        count *= sum(high - low + 1 for _, low, high in _ranges(group.group(1), item))
+        if count > MAX_TASKS:
+            return count
+    return count
+
+
+def _expand_ranges(ranges: str, item: str) -> list[str]:
+    return [str(n).zfill(len(text))
+            for text, low, high in _ranges(ranges, item) for n in range(low, high + 1)]

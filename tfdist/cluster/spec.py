@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.cluster.errors import ClusterConfigError, Problem, field_name, shown
+from tfdist.cluster.limits import MAX_TASKS, limit_text
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -63,50 +64,60 @@ def split_address(text: Any, field: str) -> tuple[Address | None, list[Problem]]
     """Split ``HOST:PORT`` syntactically; host and port range are checked by :func:`address_problems`."""
     example = "write it as HOST:PORT, e.g. 'node1:2222' or '[::1]:2222'"
     if not isinstance(text, str):
-        return None, [Problem(field, f"expected a 'HOST:PORT' string, got {type(text).__name__} {text!r}",
+        return None, [Problem(field,
+                              f"expected a 'HOST:PORT' string, got {type(text).__name__} {shown(text)}",
                               "write the address as a string such as 'node1:2222'")]
     if not text:
         return None, [Problem(field, "the address is empty", example)]
     if any(c.isspace() for c in text):
-        return None, [Problem(field, f"{text!r} contains whitespace", "remove the spaces")]
+        return None, [Problem(field, f"{shown(text)} contains whitespace", "remove the spaces")]
     if text.startswith("["):
         end = text.find("]")
         if end == -1:
-            return None, [Problem(field, f"{text!r} has '[' but no ']'",
+            return None, [Problem(field, f"{shown(text)} has '[' but no ']'",
                                   "write IPv6 addresses as '[::1]:2222'")]
         host, rest = text[1:end], text[end + 1:]
         if ":" not in host:
-            return None, [Problem(field, f"{text!r} has brackets around a host that is not IPv6",
-                                  f"drop the brackets: '{host}{rest}'")]
+            return None, [Problem(field, f"{shown(text)} has brackets around a host that is not IPv6",
+                                  f"drop the brackets: {shown(host + rest)}")]
         if not rest.startswith(":"):
-            return None, [Problem(field, f"{text!r} has no ':PORT' after ']'",
+            return None, [Problem(field, f"{shown(text)} has no ':PORT' after ']'",
                                   f"add a port: '[{host}]:2222'")]
         port_text = rest[1:]
     else:
         colons = text.count(":")
         if colons == 0:
-            return None, [Problem(field, f"{text!r} has no port",
+            return None, [Problem(field, f"{shown(text)} has no port",
                                   f"write it as HOST:PORT, e.g. '{text}:2222'")]
         if colons > 1:
-            return None, [Problem(field, f"{text!r} has several ':'; IPv6 hosts need brackets",
+            return None, [Problem(field, f"{shown(text)} has several ':'; IPv6 hosts need brackets",
                                   "write IPv6 addresses as '[::1]:2222'")]
         host, port_text = text.split(":")
     if not (port_text.isascii() and port_text.isdigit()):
-        return None, [Problem(field, f"{text!r} has port {port_text!r}, which is not a number", PORT_FIX)]
+        return None, [Problem(field, f"{shown(text)} has port {shown(port_text)}, which is not a number",
+                              PORT_FIX)]
+    if len(port_text) > 5:  # never int() a 5,000-digit port
+        return None, [Problem(field, f"{shown(text)} has a port of {len(port_text)} digits; ports are "
+                              f"{MIN_PORT}-{MAX_PORT}", PORT_FIX)]
     return Address(host, int(port_text)), []
 
 
 def address_problems(address: Address, field: str) -> list[Problem]:
     """What is wrong with an address's host and port (empty when nothing is)."""
     problems = []
-    port, shown = address.port, repr(str(address))
-    if isinstance(port, bool) or not isinstance(port, int):
-        problems.append(Problem(field, f"{shown} has port {port!r}, which is not an integer", PORT_FIX))
+    port = address.port
+    is_int = isinstance(port, int) and not isinstance(port, bool)
+    port_text = shown(port) if is_int and abs(port) >= 10 ** 18 else str(port)  # str() refuses huge ints
+    host = address.host
+    text = shown(f"[{host}]:{port_text}" if isinstance(host, str) and ":" in host else f"{host}:{port_text}")
+    if not is_int:
+        problems.append(Problem(field, f"{text} has port {shown(port)}, which is not an integer", PORT_FIX))
     elif not MIN_PORT <= port <= MAX_PORT:
-        problems.append(Problem(field, f"{shown} has port {port}; ports are {MIN_PORT}-{MAX_PORT}", PORT_FIX))
-    reason = host_problem(address.host)
+        problems.append(Problem(field, f"{text} has port {port_text}; ports are {MIN_PORT}-{MAX_PORT}",
+                                PORT_FIX))
+    reason = host_problem(host)
     if reason is not None:
-        problems.append(Problem(field, f"{shown}: {reason}", "use a DNS name (letters, digits, '-', "
+        problems.append(Problem(field, f"{text}: {reason}", "use a DNS name (letters, digits, '-', "
                                 "dots between labels) or an IP address"))
     return problems
 
@@ -114,14 +125,14 @@ def address_problems(address: Address, field: str) -> list[Problem]:
 def host_problem(host: Any) -> str | None:
     """Why `host` is neither an RFC 1123 DNS name nor an IPv4/IPv6 address; None when it is valid."""
     if not isinstance(host, str):
-        return f"host {host!r} is not a string"
+        return f"host {shown(host)} is not a string"
     if not host:
         return "the host is empty"
     if ":" in host:
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
-            return f"host {host!r} is not a valid IPv6 address"
+            return f"host {shown(host)} is not a valid IPv6 address"
         return None
     try:
         ipaddress.IPv4Address(host)
@@ -134,10 +145,11 @@ def host_problem(host: Any) -> str | None:
     labels = name.split(".")
     for label in labels:
         if not _DNS_LABEL.match(label):
-            return (f"host {host!r} is not a valid DNS name: label {label!r} must be 1-63 letters, digits "
+            return (f"host {shown(host)} is not a valid DNS name: label {shown(label)} must be 1-63 letters, "
+                    "digits "
                     "or '-', not starting or ending with '-'")
     if labels[-1].isdigit():
-        return f"host {host!r} looks like an IPv4 address but is not a valid one"
+        return f"host {shown(host)} looks like an IPv4 address but is not a valid one"
     return None
 
 
@@ -145,10 +157,27 @@ def address_key(address: Address) -> tuple[str, int]:
     """A normalised (host, port) used to find two tasks on the same address."""
     host = address.host.lower().rstrip(".") if isinstance(address.host, str) else str(address.host)
     try:
-        host = str(ipaddress.ip_address(host))
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        pass
-    return host, address.port
+        return host, address.port
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:10.0.0.1 is 10.0.0.1
+    return str(ip), address.port
+
+
+def endpoint_keys(address: Address) -> tuple[tuple[str, int], ...]:
+    """Every normalised (host, port) the address may reach; two tasks sharing one share an endpoint.
+
+    ``localhost`` (and ``*.localhost``, RFC 6761) resolves to 127.0.0.1, ::1 or both, so it collides with
+    either; 127.0.0.1 and ::1 are different sockets and do not collide with each other.
+
+    >>> endpoint_keys(Address("LocalHost", 1))
+    (('127.0.0.1', 1), ('::1', 1))
+    """
+    host, port = address_key(address)
+    if host == "localhost" or host.endswith(".localhost"):
+        return (("127.0.0.1", port), ("::1", port))
+    return ((host, port),)
 
 
 @dataclass(frozen=True)
@@ -243,7 +272,7 @@ def parse_task_lists(data: Any, field: str, *, allow_evaluator: bool) -> tuple[T
     lists: dict[str, list[Address | None]] = {}
     problems: list[Problem] = []
     for task_type, items in data.items():
-        where = f"{field}.{task_type}"
+        where = field_name(field, task_type)
         if task_type not in TASK_TYPES:
             problems.append(_unknown_type_problem(where, task_type))
             continue
@@ -256,12 +285,16 @@ def parse_task_lists(data: Any, field: str, *, allow_evaluator: bool) -> tuple[T
             continue
         if not isinstance(items, (list, tuple)):
             problems.append(Problem(where, f"must be a list of 'HOST:PORT' strings, got {_kind(items)}",
-                                    f'write it as ["{items}"]' if isinstance(items, str)
+                                    f'write it as ["{items}"]' if isinstance(items, str) and len(items) <= 80
                                     else 'write it as ["node1:2222"]'))
             continue
         if not items:
             problems.append(Problem(where, "the list is empty",
                                     f"list at least one address or remove '{task_type}'"))
+            continue
+        if len(items) > MAX_TASKS:  # checked before reading a single entry; counted for the role rules
+            problems.append(too_many_tasks(where, len(items)))
+            lists[task_type] = [None] * len(items)
             continue
         lists[task_type] = []
         for i, text in enumerate(items):
@@ -269,6 +302,20 @@ def parse_task_lists(data: Any, field: str, *, allow_evaluator: bool) -> tuple[T
             problems += found
             lists[task_type].append(address)
     return lists, problems
+
+
+def too_many_tasks(field: str, count: int | str) -> Problem:
+    """The problem of a cluster (or option, or hostlist) above :data:`MAX_TASKS` tasks."""
+    count_text = limit_text(count) if isinstance(count, int) else count
+    return Problem(field,
+                   f"asks for {count_text} tasks; tfdist's limit is {limit_text(MAX_TASKS)} per cluster",
+                   f"use at most {limit_text(MAX_TASKS)} tasks")
+
+
+def _check_task_count(counts: Mapping[str, int]) -> None:
+    total = sum(counts.values())
+    if total > MAX_TASKS:
+        raise ClusterConfigError([too_many_tasks("tasks", total)])
 
 
 def local_cluster(workers: int, ps: int, ports: Sequence[int], host: str = "127.0.0.1", chief: bool = True,
@@ -283,6 +330,7 @@ def local_cluster(workers: int, ps: int, ports: Sequence[int], host: str = "127.
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ClusterConfigError([Problem(name, f"must be a whole number >= 0, got {value!r}",
                                               f"pass {name}=0 or more")])
+    _check_task_count(counts)
     needed = sum(counts.values())
     if len(ports) != needed:
         raise ClusterConfigError([Problem("ports", f"got {len(ports)} ports for {needed} tasks",
@@ -304,6 +352,7 @@ def round_robin_cluster(hosts: Sequence[str], workers: int, ps: int = 0, port: i
     if not hosts:
         raise ClusterConfigError([Problem("hosts", "no hosts given", "list at least one host")])
     counts = {CHIEF: int(chief), WORKER: workers, PS: ps, EVALUATOR: int(evaluator)}
+    _check_task_count(counts)  # before building anything
     used = [0] * len(hosts)
     lists: dict[str, list[Address]] = {t: [] for t in TASK_TYPES}
     n = 0
@@ -336,12 +385,14 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 def _unknown_type_problem(field: str, task_type: Any) -> Problem:
     fix = "rename 'master' to 'chief'" if task_type == "master" else f"use one of: {', '.join(TASK_TYPES)}"
-    return Problem(field, f"unknown task type {task_type!r}; known types are {', '.join(TASK_TYPES)}", fix)
+    return Problem(field, f"unknown task type {shown(task_type)}; known types are {', '.join(TASK_TYPES)}",
+                   fix)
 
 
 def _kind(value: Any) -> str:
     """A short description of a JSON value's type, for messages."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
              float: "a number", type(None): "null"}
-    shown = isinstance(value, (str, int, float)) and len(repr(value)) < 40
-    return names.get(type(value), type(value).__name__) + (f" {value!r}" if shown else "")
+    echo = shown(value, limit=40)
+    small = isinstance(value, (str, int, float)) and len(echo) < 40 and not echo.startswith("a number of")
+    return names.get(type(value), type(value).__name__) + (f" {echo}" if small else "")

@@ -1,17 +1,24 @@
-"""TF_CONFIG for each task of a cluster: fresh plain dicts, inputs never mutated.
+"""TF_CONFIG: the one parsed, frozen :class:`TFConfig`, and a fresh plain dict per task of a cluster.
 
 >>> from tfdist.cluster.spec import Address, ClusterSpec
 >>> spec = ClusterSpec(worker=[Address("h1", 2222), Address("h2", 2222)])
 >>> tf_config_for(spec, "worker", 1)
 {'cluster': {'worker': ['h1:2222', 'h2:2222']}, 'task': {'type': 'worker', 'index': 1}}
+>>> TFConfig.parse(tf_config_for(spec, "worker", 1)).rank
+1
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from tfdist.cluster.errors import ClusterConfigError, Problem
-from tfdist.cluster.spec import TASK_TYPES, ClusterSpec
+from tfdist.cluster.errors import ClusterConfigError, Problem, shown
+from tfdist.cluster.limits import MAX_DIGITS, MAX_EVERY_TASK, limit_text
+from tfdist.cluster.spec import CHIEF, PS, TASK_TYPES, WORKER, ClusterSpec
+from tfdist.cluster.validate import read_tf_config
 
 #: Environment variable read by tf.distribute.cluster_resolver.TFConfigClusterResolver.
 TF_CONFIG_ENV = "TF_CONFIG"
@@ -32,17 +39,36 @@ def parse_task(text: str, field: str = "task") -> tuple[str, int]:
     ('ps', 0)
     """
     if not isinstance(text, str) or text.count(":") != 1:
-        raise ClusterConfigError([Problem(field, f"{text!r} is not TYPE:INDEX", _TASK_FIX)])
+        raise ClusterConfigError([Problem(field, f"{shown(text)} is not TYPE:INDEX", _TASK_FIX)])
     task_type, index = text.split(":")
     problems = []
     if task_type not in TASK_TYPES:
-        problems.append(Problem(field, f"{text!r} has unknown task type {task_type!r}", _TASK_FIX))
-    if not re.fullmatch(r"[0-9]+", index):
-        problems.append(Problem(field, f"{text!r} has index {index!r}, which is not a whole number >= 0",
-                                _TASK_FIX))
+        problems.append(Problem(field, f"{shown(text)} has unknown task type {shown(task_type)}", _TASK_FIX))
+    if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, index):
+        problems.append(Problem(field, f"{shown(text)} has index {shown(index)}, which is not a whole number "
+                                f">= 0 of at most {MAX_DIGITS} digits", _TASK_FIX))
     if problems:
         raise ClusterConfigError(problems)
     return task_type, int(index)
+
+
+def check_every_task(spec: ClusterSpec, field: str = "tasks") -> None:
+    """Raise ClusterConfigError when `spec` has more than MAX_EVERY_TASK tasks to write at once."""
+    count = len(spec.tasks())
+    if count > MAX_EVERY_TASK:
+        raise ClusterConfigError([Problem(
+            field, f"writing the TF_CONFIG of all {limit_text(count)} tasks at once is refused above "
+            f"{limit_text(MAX_EVERY_TASK)} tasks (each holds the whole cluster, so the output grows with the "
+            "square of its size)",
+            "write one task's TF_CONFIG at a time (--task TYPE:INDEX, or tf_config_for)")])
+
+
+def _task_text(task_type: Any, index: Any) -> str:
+    """``worker:1`` for a plain type and index, else both echoed safely."""
+    if isinstance(task_type, str) and task_type.isprintable() and len(task_type) <= 40 \
+            and isinstance(index, int) and abs(index) < 10 ** 18:
+        return task_name(task_type, index)
+    return f"{shown(task_type)}:{shown(index)}"
 
 
 def tf_config_for(spec: ClusterSpec, task_type: str, index: int) -> dict[str, Any]:
@@ -52,5 +78,125 @@ def tf_config_for(spec: ClusterSpec, task_type: str, index: int) -> dict[str, An
 
 
 def all_tf_configs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
-    """TF_CONFIG of every task, keyed ``"type:index"`` in the order chief, worker, ps, evaluator."""
+    """TF_CONFIG of every task, keyed ``"type:index"`` in the order chief, worker, ps, evaluator.
+
+    Refused (ClusterConfigError) above MAX_EVERY_TASK tasks: the result grows with the square of the
+    cluster; ask for one task with :func:`tf_config_for` instead.
+    """
+    check_every_task(spec)
     return {task_name(t, i): tf_config_for(spec, t, i) for t, i in spec.tasks()}
+
+
+@dataclass(frozen=True)
+class TFConfig:
+    """One TF_CONFIG, validated once and read everywhere (who is chief, rank, addresses).
+
+    `cluster` is read-only and holds the addresses exactly as TensorFlow's TFConfigClusterResolver
+    reads them. Build one with :meth:`parse` (text or a mapping) or :meth:`from_environ`:
+
+    >>> config = TFConfig.parse('{"cluster": {"chief": ["h0:1"], "worker": ["h1:1", "h2:1"]},'
+    ...                         ' "task": {"type": "worker", "index": 1}}')
+    >>> (config.is_chief, config.rank, config.num_training_tasks, config.chief_address)
+    (False, 2, 3, 'h0:1')
+    """
+
+    cluster: Mapping[str, tuple[str, ...]]
+    task_type: str | None
+    task_index: int
+    rpc_layer: str | None = None
+    environment: str | None = None
+
+    def __post_init__(self) -> None:
+        frozen = {str(t): tuple(addresses) for t, addresses in self.cluster.items()}
+        object.__setattr__(self, "cluster", MappingProxyType(frozen))
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.cluster.items()), self.task_type, self.task_index, self.rpc_layer,
+                     self.environment))
+
+    @classmethod
+    def parse(cls, raw: str | bytes | Mapping[str, Any], source: str = TF_CONFIG_ENV) -> TFConfig:
+        """Validate a TF_CONFIG (JSON text or a parsed mapping); raise ClusterConfigError listing every
+        problem (the same checks as :func:`tfdist.cluster.validate_tf_config`)."""
+        obj, problems = read_tf_config(raw, source)
+        if problems:
+            raise ClusterConfigError(problems)
+        assert obj is not None  # read_tf_config returns problems whenever it returns no object
+        task = obj["task"]
+        return cls(cluster={t: tuple(obj["cluster"][t]) for t in obj["cluster"]}, task_type=task["type"],
+                   task_index=task["index"], rpc_layer=obj.get("rpc_layer"),
+                   environment=obj.get("environment"))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> TFConfig | None:
+        """The TF_CONFIG of `environ` (pass ``os.environ``); None when unset or blank. Never writes."""
+        raw = environ.get(TF_CONFIG_ENV)
+        if raw is None or not raw.strip():
+            return None
+        return cls.parse(raw, TF_CONFIG_ENV)
+
+    @property
+    def has_ps(self) -> bool:
+        """The cluster has ps tasks (ParameterServerStrategy)."""
+        return bool(self.cluster.get(PS))
+
+    @property
+    def has_chief(self) -> bool:
+        return bool(self.cluster.get(CHIEF))
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief task, or worker 0 when the cluster has no chief (a TFConfig built without a task
+        type counts as worker 0, the rule of TFConfigEnvironment)."""
+        if self.has_chief:
+            return self.task_type == CHIEF
+        return self.task_type in (None, WORKER) and self.task_index == 0
+
+    @property
+    def rank(self) -> int:
+        """Chief 0; worker i is i + 1 when a chief exists, else i; other task types their index."""
+        if self.task_type == WORKER and self.has_chief:
+            return self.task_index + 1
+        return self.task_index
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.cluster.get(WORKER, ()))
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.cluster.get(PS, ()))
+
+    @property
+    def num_training_tasks(self) -> int:
+        """Chief plus workers: the tasks that run the training loop."""
+        return len(self.cluster.get(CHIEF, ())) + self.num_workers
+
+    @property
+    def chief_address(self) -> str | None:
+        """``chief:0``'s address, else ``worker:0``'s; None for a cluster with neither."""
+        for task_type in (CHIEF, WORKER):
+            if self.cluster.get(task_type):
+                return self.cluster[task_type][0]
+        return None
+
+    def address(self, task_type: str, index: int) -> str:
+        """The address of one task of the cluster; ClusterConfigError naming the tasks when absent."""
+        addresses = self.cluster.get(task_type, ())
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(addresses):
+            names = ", ".join(f"{t}:{i}" for t, items in self.cluster.items() for i in range(len(items)))
+            raise ClusterConfigError([Problem("task", f"{_task_text(task_type, index)} is not a task of "
+                                              f"this cluster (its tasks: {names or 'none'})",
+                                              "pick one of the listed tasks")])
+        return addresses[index]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh plain dict, JSON-ready; optional keys only when set."""
+        obj: dict[str, Any] = {"cluster": {t: list(items) for t, items in self.cluster.items()}}
+        if self.task_type is not None:
+            obj["task"] = {"type": self.task_type, "index": self.task_index}
+        if self.rpc_layer is not None:
+            obj["rpc_layer"] = self.rpc_layer
+        if self.environment is not None:
+            obj["environment"] = self.environment
+        return obj

@@ -16,7 +16,6 @@ Rules (the same for :func:`validate_cluster` and :func:`validate_tf_config`):
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,16 +30,22 @@ from tfdist.cluster.spec import (
     Address,
     ClusterSpec,
     _kind,
-    address_key,
     address_problems,
+    endpoint_keys,
     parse_task_lists,
+    too_many_tasks,
 )
+from tfdist.cluster.errors import field_name, shown
+from tfdist.cluster.limits import MAX_TASKS
+from tfdist.cluster.parsing import decode, parse_json
 
 __all__ = ["ClusterConfigError", "Problem", "check", "validate_cluster", "validate_tf_config", "warnings_for"]
 
 #: Top-level keys of TF_CONFIG that TensorFlow reads.
 TF_CONFIG_KEYS = ("cluster", "task", "environment", "rpc_layer")
 TASK_KEYS = ("type", "index")
+#: The only ``rpc_layer`` tfdist accepts: TensorFlow's servers speak gRPC unless built with others.
+RPC_LAYER = "grpc"
 _TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
 _OBJECT_EXAMPLE = '{"cluster": {...}, ' + _TASK_EXAMPLE + "}"
 _ALL_INTERFACES = {"0.0.0.0", "::"}
@@ -60,45 +65,60 @@ def check(spec: ClusterSpec) -> ClusterSpec:
     return spec
 
 
-def validate_tf_config(obj: Any) -> list[Problem]:
-    """Every problem of a TF_CONFIG, given as JSON text (str/bytes) or as the parsed object."""
-    if isinstance(obj, (bytes, bytearray)):
+def validate_tf_config(obj: Any, source: str = "TF_CONFIG") -> list[Problem]:
+    """Every problem of a TF_CONFIG, given as JSON text (str/bytes) or as the parsed object.
+
+    The same checks as :meth:`tfdist.cluster.TFConfig.parse`, which raises instead of returning.
+    """
+    return read_tf_config(obj, source)[1]
+
+
+def read_tf_config(obj: Any, source: str = "TF_CONFIG") -> tuple[Mapping[str, Any] | None, list[Problem]]:
+    """The parsed TF_CONFIG object and every problem of it (the one implementation behind
+    :func:`validate_tf_config` and ``TFConfig.parse``); the object is None when it cannot be read."""
+    if isinstance(obj, (str, bytes, bytearray)):
         try:
-            obj = bytes(obj).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return [Problem("TF_CONFIG", f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            "write TF_CONFIG as UTF-8 JSON")]
-    if isinstance(obj, str):
-        if not obj.strip():
-            return [Problem("TF_CONFIG", "is empty", f"set it to a JSON object: {_OBJECT_EXAMPLE}")]
-        try:
-            obj = json.loads(obj)
-        except json.JSONDecodeError as exc:
-            where = f"line {exc.lineno} column {exc.colno}"
-            return [Problem("TF_CONFIG", f"is not valid JSON: {exc.msg} at {where}",
-                            "fix the JSON syntax (keys and strings need double quotes, no trailing commas)")]
+            text = decode(obj, source)
+            if not text.strip():
+                return None, [Problem(source, "is empty", f"set it to a JSON object: {_OBJECT_EXAMPLE}")]
+            obj = parse_json(text, source)
+        except ClusterConfigError as exc:
+            return None, exc.problems
     if not isinstance(obj, Mapping):
-        return [Problem("TF_CONFIG", f"must be a JSON object, got {_kind(obj)}",
-                        f"write it as {_OBJECT_EXAMPLE}")]
+        return None, [Problem(source, f"must be a JSON object, got {_kind(obj)}",
+                              f"write it as {_OBJECT_EXAMPLE}")]
     problems: list[Problem] = []
+    stray = [key for key in obj if key in TASK_TYPES] if "cluster" not in obj else []
     for key in obj:
-        if key not in TF_CONFIG_KEYS:
-            problems.append(Problem(f"TF_CONFIG.{key}", f"unknown key {key!r}; TensorFlow reads "
-                                    f"{', '.join(TF_CONFIG_KEYS)}", f"remove {key!r} or fix its spelling"))
+        if key not in TF_CONFIG_KEYS and key not in stray:
+            problems.append(Problem(field_name("TF_CONFIG", key),
+                                    f"unknown key {shown(key)}; TensorFlow reads {', '.join(TF_CONFIG_KEYS)}",
+                                    f"remove {shown(key)} or fix its spelling"))
     for key in ("environment", "rpc_layer"):
         if key in obj and not isinstance(obj[key], str):
             fix = f'write it as "{key}": "grpc"' if key == "rpc_layer" else f"remove {key!r}"
             problems.append(Problem(key, f"must be a string, got {_kind(obj[key])}", fix))
+    rpc_layer = obj.get("rpc_layer")
+    if isinstance(rpc_layer, str) and rpc_layer != RPC_LAYER:
+        problems.append(Problem("rpc_layer", f"is {shown(rpc_layer)}; tfdist supports only {RPC_LAYER!r} "
+                                "(the "
+                                "layer TensorFlow's servers speak by default)",
+                                f'remove "rpc_layer" or write "rpc_layer": "{RPC_LAYER}"'))
     if "cluster" not in obj:
-        problems.append(Problem("cluster", "TF_CONFIG has no 'cluster'",
-                                'add "cluster": {"worker": ["host:port", ...]}'))
+        if stray:
+            problems.append(Problem("cluster", f"TF_CONFIG has no 'cluster', so TensorFlow reads an empty "
+                                    f"cluster; the task lists {', '.join(map(repr, stray))} must go under "
+                                    '"cluster"', 'write {"cluster": {"worker": [...], ...}, "task": {...}}'))
+        else:
+            problems.append(Problem("cluster", "TF_CONFIG has no 'cluster'",
+                                    'add "cluster": {"worker": ["host:port", ...]}'))
         lists: dict[str, list[Address | None]] = {}
     else:
         lists, found = parse_task_lists(obj["cluster"], "cluster", allow_evaluator=False)
         problems += found
         problems += _task_list_problems(lists, "cluster", structure=isinstance(obj["cluster"], Mapping))
     problems += _task_problems(obj.get("task"), "task" in obj, lists)
-    return problems
+    return obj, problems
 
 
 def warnings_for(spec: ClusterSpec) -> list[str]:
@@ -134,16 +154,19 @@ def _task_list_problems(lists: Mapping[str, Sequence[Address | None]], prefix: s
             problems += found
             if found:
                 continue
-            key = address_key(address)
-            if key in seen:
-                problems.append(Problem(field, f"{str(address)!r} is also the address of {seen[key]}; "
+            keys = endpoint_keys(address)
+            other = next((seen[key] for key in keys if key in seen), None)
+            if other is not None:
+                problems.append(Problem(field, f"{shown(str(address))} is also the address of {other}; "
                                         "every task needs its own HOST:PORT",
                                         "give each task a different port or host"))
-            else:
-                seen[key] = field
+            for key in keys:
+                seen.setdefault(key, field)
     if not structure:
         return problems
     counts = {t: len(lists.get(t, ())) for t in TASK_TYPES}
+    if sum(counts.values()) > MAX_TASKS and max(counts.values()) <= MAX_TASKS:  # else reported per list
+        problems.append(too_many_tasks(prefix, sum(counts.values())))
     for task_type in (CHIEF, EVALUATOR):
         if counts[task_type] > 1:
             fix = "keep one chief and make the others workers" if task_type == CHIEF else "keep one evaluator"
@@ -169,27 +192,29 @@ def _task_problems(task: Any, present: bool, lists: Mapping[str, Sequence[Addres
         return [Problem("task", "TF_CONFIG has no 'task'", f"add {_TASK_EXAMPLE}")]
     if not isinstance(task, Mapping):
         return [Problem("task", f"must be an object, got {_kind(task)}", f"write it as {_TASK_EXAMPLE}")]
-    problems = [Problem(f"task.{key}", f"unknown key {key!r}; the task has only 'type' and 'index'",
-                        f"remove {key!r}") for key in task if key not in TASK_KEYS]
+    problems = [Problem(field_name("task", key), f"unknown key {shown(key)}; the task has only 'type' and "
+                        "'index'", f"remove {shown(key)}") for key in task if key not in TASK_KEYS]
     task_type, index = task.get("type"), task.get("index")
     if "type" not in task:
         problems.append(Problem("task.type", "the task has no 'type'",
                                 f"add \"type\": one of {', '.join(TASK_TYPES)}"))
     elif task_type not in TASK_TYPES:
         fix = "use 'chief'" if task_type == "master" else f"use one of {', '.join(TASK_TYPES)}"
-        problems.append(Problem("task.type", f"unknown task type {task_type!r}", fix))
+        problems.append(Problem("task.type", f"unknown task type {shown(task_type)}", fix))
         task_type = None
     if "index" not in task:
         problems.append(Problem("task.index", "the task has no 'index'", 'add "index": 0'))
         return problems
     if isinstance(index, bool) or not isinstance(index, int):
-        fix = f'write the index as a number: "index": {index}' if isinstance(index, str) and index.isdigit() \
+        fix = f'write the index as a number: "index": {index}' \
+            if isinstance(index, str) and index.isascii() and index.isdigit() and len(index) <= 18 \
             else 'use a whole number such as "index": 0'
         problems.append(Problem("task.index", f"must be an integer, got {_kind(index)}", fix))
         return problems
+    shown_index = shown(index)
     if task_type == EVALUATOR:
         if index != 0:
-            problems.append(Problem("task.index", f"is {index}; the evaluator's index is always 0",
+            problems.append(Problem("task.index", f"is {shown_index}; the evaluator's index is always 0",
                                     'use "index": 0'))
     elif task_type in TRAINING_TASK_TYPES:
         count = len(lists.get(task_type, ()))
@@ -197,6 +222,7 @@ def _task_problems(task: Any, present: bool, lists: Mapping[str, Sequence[Addres
             problems.append(Problem("task.type", f"is {task_type!r} but cluster has no {task_type!r} tasks",
                                     f"add the task to cluster.{task_type} or fix the type"))
         elif not 0 <= index < count:
-            problems.append(Problem("task.index", f"is {index}, but cluster.{task_type} has {count} task(s), "
+            problems.append(Problem("task.index", f"is {shown_index}, but cluster.{task_type} has {count} "
+                                    "task(s), "
                                     f"indices 0-{count - 1}", f"use an index between 0 and {count - 1}"))
     return problems
