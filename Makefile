@@ -16,8 +16,8 @@ demo: setup
 test: setup
 	@$(PY) -m pytest -q
 
-test-fast: setup  ## the tests that need neither horovodrun nor a gRPC cluster
-	@$(PY) -m pytest -q -m "not horovod and not cluster"
+test-fast: setup  ## the tests that start no process importing TensorFlow (see the `slow` marker)
+	@$(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	@$(PY) benchmarks/compare.py

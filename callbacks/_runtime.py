@@ -1,11 +1,17 @@
-"""What the callbacks need to know about the running job, without importing Horovod needlessly."""
+"""What the callbacks need to know about the running job: asked of the strategy, never re-derived.
+
+The strategy ``tfdist.make_strategy`` built is the one source of who is chief and how many replicas
+step together. Callbacks used without it (a hand-written Horovod or tf.distribute script) ask
+Horovod, once it is initialised, or the model's tf.distribute strategy; they read no environment
+variables.
+"""
 from __future__ import annotations
 
-import os
 import sys
 from types import ModuleType
+from typing import Any
 
-from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
+from tfdist.strategies.state import current_strategy
 
 
 def horovod() -> ModuleType | None:
@@ -16,28 +22,43 @@ def horovod() -> ModuleType | None:
     return hvd
 
 
-def world_size() -> int:
-    """Horovod's size, or 1 outside Horovod (tf.distribute reduces inside the step)."""
-    hvd = horovod()
-    return hvd.size() if hvd else 1
-
-
-def replicas(model) -> int:
-    """Replicas that step together: Horovod's size, else the model's tf.distribute replicas."""
+def replicas(model: Any = None) -> int:
+    """Replicas that step together: the strategy's, else Horovod's size, else the model's
+    tf.distribute replicas, else 1."""
+    strategy = current_strategy()
+    if strategy is not None:
+        return strategy.num_replicas_in_sync
     hvd = horovod()
     if hvd is not None:
         return hvd.size()
-    strategy = getattr(model, "distribute_strategy", None)
-    return int(getattr(strategy, "num_replicas_in_sync", 1) or 1)
+    tf_strategy = getattr(model, "distribute_strategy", None)
+    return int(getattr(tf_strategy, "num_replicas_in_sync", 1) or 1)
 
 
-def is_chief() -> bool:
-    """Rank 0 under Horovod; the chief (or worker 0 without a chief) under TF_CONFIG; else True."""
+def workers(model: Any = None) -> int:
+    """Processes that run training steps: the strategy's, else Horovod's size, else the replicas."""
+    strategy = current_strategy()
+    if strategy is not None:
+        return strategy.num_workers
+    hvd = horovod()
+    return hvd.size() if hvd is not None else replicas(model)
+
+
+def is_chief(model: Any = None) -> bool:
+    """The strategy's chief; else Horovod's rank 0; else the chief of the model's tf.distribute
+    cluster (the chief task, or worker 0 without one); else True."""
+    strategy = current_strategy()
+    if strategy is not None:
+        return strategy.is_chief
     hvd = horovod()
     if hvd is not None:
         return hvd.rank() == 0
-    if HorovodRunEnvironment.detect(os.environ):  # horovodrun started us; hvd.init() comes later
-        return HorovodRunEnvironment(os.environ).rank == 0
-    if TFConfigEnvironment.detect(os.environ):
-        return TFConfigEnvironment(os.environ).is_chief
-    return True
+    resolver = getattr(getattr(model, "distribute_strategy", None), "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not cluster:
+        return True
+    from tfdist.cluster import TFConfig
+
+    config = TFConfig(cluster={k: tuple(v) for k, v in cluster.items()}, task_type=resolver.task_type,
+                      task_index=int(resolver.task_id or 0))
+    return config.is_chief

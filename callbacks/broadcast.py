@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfdist import upstream
+from tfdist.errors import ArgumentValueError, with_fix
 from tfdist.callbacks import _runtime
 
 
@@ -23,8 +25,14 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
         hvd = _runtime.horovod()
         if hvd is None or self.broadcast_done:
             return
+        if not self.model.built:
+            raise ArgumentValueError(with_fix(
+                f"model {self.model.name!r} has no weights yet at the start of training, so there is "
+                "nothing to broadcast and the ranks would start from different weights",
+                "train with strategy.fit (it builds the model from the first batch), or give the "
+                "model an input shape (tf.keras.Input) or call model.build() before fit"))
         optimizer = self.model.optimizer
-        if optimizer is not None and hasattr(optimizer, "build") and not getattr(optimizer, "_built", False):
+        if optimizer is not None and hasattr(optimizer, "build") and not upstream.optimizer_is_built(optimizer):
             optimizer.build(self.model.trainable_variables)
         hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank)
         if optimizer is not None:

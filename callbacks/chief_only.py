@@ -5,14 +5,15 @@ from typing import Iterable
 
 import tensorflow as tf
 
+from tfdist import upstream
 from tfdist.callbacks import _runtime
 
 
 class ChiefOnly(tf.keras.callbacks.Callback):
     """Forward every hook to ``callback`` on the chief; do nothing on the other ranks.
 
-    ``is_chief`` defaults to what the running job says when training starts (Horovod's rank,
-    horovodrun's variables, or TF_CONFIG). ``everywhere`` names hooks that run on every rank,
+    ``is_chief`` defaults to what the running job says when training starts: the strategy
+    ``tfdist.make_strategy`` built, else Horovod's rank, else the model's tf.distribute cluster. ``everywhere`` names hooks that run on every rank,
     e.g. ``("on_train_begin",)`` for a BackupAndRestore whose state every rank must load while
     only the chief writes it.
 
@@ -31,7 +32,7 @@ class ChiefOnly(tf.keras.callbacks.Callback):
     @property
     def is_chief(self) -> bool:
         if self._is_chief is None:
-            self._is_chief = _runtime.is_chief()
+            self._is_chief = _runtime.is_chief(self.model)
         return self._is_chief
 
     def _runs(self, hook: str) -> bool:
@@ -49,10 +50,10 @@ class ChiefOnly(tf.keras.callbacks.Callback):
 
     def __getattribute__(self, name: str):
         # Route every on_* hook, and the batch-hook checks Keras makes, to the wrapped callback.
-        if name.startswith("on_") or name.startswith("_implements_"):
+        if name.startswith("on_") or name in upstream.BATCH_HOOK_CHECKS:
             if object.__getattribute__(self, "_runs")(name):
                 return getattr(object.__getattribute__(self, "callback"), name)
-            if name.startswith("_implements_"):
+            if name in upstream.BATCH_HOOK_CHECKS:
                 return lambda: False
             return lambda *args, **kwargs: None
         return object.__getattribute__(self, name)

@@ -10,6 +10,8 @@ from typing import Callable
 
 import tensorflow as tf
 
+from tfdist import upstream
+from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.callbacks import _runtime
 
 
@@ -20,13 +22,12 @@ def _get_lr(optimizer) -> float:
 def uses_schedule(optimizer) -> bool:
     """Whether the optimizer's rate is a LearningRateSchedule (tf-keras hides it behind
     ``optimizer.learning_rate``, which then reads the current value)."""
-    rate = getattr(optimizer, "_learning_rate", getattr(optimizer, "learning_rate", None))
-    return isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule)
+    return isinstance(upstream.raw_learning_rate(optimizer), tf.keras.optimizers.schedules.LearningRateSchedule)
 
 
 def _set_lr(optimizer, value: float) -> None:
     if uses_schedule(optimizer):
-        raise TypeError("the optimizer's learning rate is a LearningRateSchedule, which this callback "
+        raise ArgumentTypeError("the optimizer's learning rate is a LearningRateSchedule, which this callback "
                         "cannot overwrite; fix: pass a float learning rate, or drop the callback and "
                         "build the warm-up into the schedule")
     optimizer.learning_rate = value
@@ -53,9 +54,11 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
                  steps_per_epoch: int | None = None, verbose: int = 0) -> None:
         super().__init__()
         if warmup_epochs < 0:
-            raise ValueError(f"`warmup_epochs` must be >= 0, got {warmup_epochs}")
+            raise ArgumentValueError(with_fix(f"`warmup_epochs` must be >= 0, got {warmup_epochs}",
+                                              "pass warmup_epochs=0 (no warm-up) or more"))
         if start_factor is not None and not 0 < start_factor <= 1:
-            raise ValueError(f"`start_factor` must be in (0, 1], got {start_factor}")
+            raise ArgumentValueError(with_fix(f"`start_factor` must be in (0, 1], got {start_factor}",
+                                              "pass e.g. start_factor=1/number_of_workers"))
         self.warmup_epochs = warmup_epochs
         self.start_factor = start_factor
         self.steps_per_epoch = steps_per_epoch
@@ -71,7 +74,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         if self.steps_per_epoch is None:
             self.steps_per_epoch = (self.params or {}).get("steps")
         if not self.steps_per_epoch:
-            raise ValueError("LearningRateWarmup needs the steps per epoch, which Keras did not report; "
+            raise ArgumentValueError("LearningRateWarmup needs the steps per epoch, which Keras did not report; "
                              "fix: pass `steps_per_epoch=` to the callback")
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
@@ -87,7 +90,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if logs is not None:
             logs["lr"] = _get_lr(self.model.optimizer)
-        if self.verbose and epoch + 1 == self.warmup_epochs and _runtime.is_chief():
+        if self.verbose and epoch + 1 == self.warmup_epochs and _runtime.is_chief(self.model):
             print(f"Epoch {epoch + 1}: learning-rate warm-up done, rate {self.target_lr:.6g}")
 
 

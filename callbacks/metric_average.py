@@ -1,30 +1,67 @@
-"""Make the epoch-end metrics every rank logs the mean over all ranks."""
+"""Make the metrics every rank logs the mean over all ranks, before any writer reads them."""
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import tensorflow as tf
 
 from tfdist.callbacks import _runtime
 
 
+def _numeric_names(logs: dict) -> list[str]:
+    return sorted(name for name, value in logs.items()
+                  if (isinstance(value, numbers.Number) and not isinstance(value, bool))
+                  or getattr(value, "shape", None) == ())
+
+
 class MetricAverage(tf.keras.callbacks.Callback):
-    """Replace each epoch-end metric with its mean over the Horovod ranks, in place.
+    """Replace each logged metric with its mean over the Horovod ranks, in place.
+
+    Averaged: the epoch-end logs (``loss``, ``val_loss``, ...), the logs at the end of every
+    evaluation (what TensorBoard writes as ``evaluation_<metric>_vs_iterations``), and, with
+    ``batch_level=True``, every training batch's logs (what TensorBoard writes with
+    ``update_freq="batch"``; ``strategy.fit`` turns it on when a writer reads batch logs).
 
     Metrics are reduced in sorted name order, the same on every rank, so the collective calls
     always pair up. Put it before the callbacks that read metrics (checkpoints, TensorBoard);
     ``strategy.fit`` does. A no-op outside Horovod, where tf.distribute already aggregates.
     """
 
-    def on_epoch_end(self, epoch: int, logs=None) -> None:
+    def __init__(self, batch_level: bool = False) -> None:
+        super().__init__()
+        self.batch_level = batch_level
+
+    @property
+    def batch_level(self) -> bool:
+        return "on_train_batch_end" in vars(self)
+
+    @batch_level.setter
+    def batch_level(self, value: bool) -> None:
+        # Keras calls a callback every batch only when it overrides a batch hook, and refuses
+        # batch hooks under ParameterServerStrategy: so the hook exists only when asked for.
+        if value:
+            self.on_train_batch_end = self._average_batch
+        else:
+            vars(self).pop("on_train_batch_end", None)
+
+    def _average(self, logs: Any, name: str) -> None:
         hvd = _runtime.horovod()
         if hvd is None or not logs or hvd.size() == 1:
             return
-        names = sorted(name for name, value in logs.items() if isinstance(value, numbers.Number)
-                       or (hasattr(value, "shape") and getattr(value, "shape", None) == ()))
+        names = _numeric_names(logs)
         if not names:
             return
-        values = tf.constant([float(logs[name]) for name in names], dtype=tf.float64)
-        averaged = hvd.allreduce(values, op=hvd.Average, name=f"tfdist.metric_average.{epoch}")
-        for name, value in zip(names, averaged.numpy().tolist()):
-            logs[name] = value
+        values = tf.constant([float(logs[n]) for n in names], dtype=tf.float64)
+        averaged = hvd.allreduce(values, op=hvd.Average, name=name)
+        for metric, value in zip(names, averaged.numpy().tolist()):
+            logs[metric] = value
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        self._average(logs, f"tfdist.metric_average.{epoch}")
+
+    def on_test_end(self, logs=None) -> None:
+        self._average(logs, "tfdist.metric_average.test")
+
+    def _average_batch(self, batch: int, logs=None) -> None:
+        self._average(logs, "tfdist.metric_average.batch")

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.chief_only import ChiefOnly
+from tfdist.strategies.state import current_strategy
 
 
 def default_run_name(kind: str, workers: int, batch_size: int | None) -> str:
@@ -50,7 +51,8 @@ class _HParamsTensorBoard(tf.keras.callbacks.TensorBoard):
 class TensorBoardRun(ChiefOnly):
     """Chief-only TensorBoard writing to ``<logdir>/<run_name>/`` with the run's set-up as hparams.
 
-    ``strategy`` (a tfdist strategy) supplies the strategy name and worker count; ``batch_size``
+    ``strategy`` (a tfdist strategy; default: the one ``make_strategy`` built) supplies the
+    strategy name and worker count; ``batch_size``
     is per worker. Extra ``hparams`` are added to the record; other keyword arguments go to
     ``tf.keras.callbacks.TensorBoard`` (``histogram_freq``, ``update_freq``, ...).
     """
@@ -58,11 +60,12 @@ class TensorBoardRun(ChiefOnly):
     def __init__(self, logdir: str, run_name: str | None = None, *, strategy: Any = None,
                  batch_size: int | None = None, hparams: Mapping[str, Any] | None = None,
                  is_chief: bool | None = None, **tensorboard_kwargs: Any) -> None:
+        strategy = strategy if strategy is not None else current_strategy()
         if is_chief is None and strategy is not None:
             is_chief = bool(strategy.is_chief)
         kind = getattr(strategy, "kind", "single")
-        workers = int(getattr(strategy, "num_workers", _runtime.world_size()))
-        replicas = int(getattr(strategy, "num_replicas_in_sync", workers))
+        workers = int(strategy.num_workers) if strategy is not None else _runtime.workers()
+        replicas = int(strategy.num_replicas_in_sync) if strategy is not None else _runtime.replicas()
         self.run_name = run_name or default_run_name(kind, workers, batch_size)
         self.run_dir = os.path.join(logdir, self.run_name)
         record: dict[str, Any] = {"strategy": kind, "workers": workers}

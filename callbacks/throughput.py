@@ -6,6 +6,7 @@ import time
 import tensorflow as tf
 
 from tfdist.callbacks import _runtime
+from tfdist.errors import ArgumentValueError, with_fix
 
 
 class Throughput(tf.keras.callbacks.Callback):
@@ -13,8 +14,8 @@ class Throughput(tf.keras.callbacks.Callback):
     ``step_time_ms`` at each epoch end.
 
     ``batch_size`` is the batch one replica consumes per step; ``replicas`` how many replicas
-    step together (default: the Horovod size, else 1); ``workers`` how many processes share the
-    work, for the per-worker figure. ``strategy.throughput(batch_size)`` fills both in for any
+    step together and ``workers`` how many processes share the work (default: what the strategy
+    ``make_strategy`` built says, else Horovod or the model's tf.distribute strategy). ``strategy.throughput(batch_size)`` fills both in for any
     backend. The clock runs from the epoch's start to its validation (or end) and every step
     counts as a full batch. Epoch-level hooks only, so it also runs under ParameterServerStrategy;
     the first epoch includes tracing, so compare the later ones.
@@ -23,7 +24,8 @@ class Throughput(tf.keras.callbacks.Callback):
     def __init__(self, batch_size: int, replicas: int | None = None, workers: int | None = None) -> None:
         super().__init__()
         if batch_size <= 0:
-            raise ValueError(f"`batch_size` must be a positive per-replica batch size, got {batch_size}")
+            raise ArgumentValueError(with_fix(f"`batch_size` must be a positive per-replica batch size, got "
+                                              f"{batch_size}", "pass the batch one replica consumes per step"))
         self.batch_size = batch_size
         self.replicas = replicas
         self.workers = workers
@@ -43,8 +45,8 @@ class Throughput(tf.keras.callbacks.Callback):
         if self._start is None or not steps or logs is None:
             return
         elapsed = (self._stop or time.perf_counter()) - self._start
-        replicas = self.replicas or _runtime.world_size()
-        workers = self.workers or replicas
+        replicas = self.replicas or _runtime.replicas(self.model)
+        workers = self.workers or _runtime.workers(self.model)
         total = steps * self.batch_size * replicas / elapsed
         logs["examples_per_second"] = total
         logs["examples_per_second_per_worker"] = total / workers

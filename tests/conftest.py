@@ -1,6 +1,10 @@
 """Shared fixtures.
 
+* the suite runs on the CPU: GPUs are hidden (before TensorFlow loads) unless TFDIST_TEST_GPUS=1, so a
+  machine with GPUs runs the same checks, to the same tolerances, as CI; with TFDIST_TEST_GPUS=1 the
+  tests marked ``no_gpu`` (they assume none) are skipped;
 * every test must leave ``os.environ`` as it found it;
+* ``horovod`` and ``cluster`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
 * ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job.
 """
 from __future__ import annotations
@@ -12,9 +16,21 @@ from typing import Callable
 
 import pytest
 
-import tfdist  # noqa: F401  (sets TF_USE_LEGACY_KERAS once, before the first snapshot below)
+if os.environ.get("TFDIST_TEST_GPUS") != "1":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow loads; inherited by every subprocess
 
-from support import horovodrun
+import tfdist  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS once, before the first snapshot below)
+
+from support import horovodrun  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    gpus_visible = os.environ.get("TFDIST_TEST_GPUS") == "1"
+    for item in items:
+        if item.get_closest_marker("horovod") or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.slow)
+        if gpus_visible and item.get_closest_marker("no_gpu"):
+            item.add_marker(pytest.mark.skip(reason="assumes no visible GPU; TFDIST_TEST_GPUS=1 shows them"))
 
 
 def _snapshot() -> dict[str, str]:

@@ -44,6 +44,7 @@ def test_accepts_tensorflow_already_imported_in_legacy_mode():
     assert environ == {"TF_USE_LEGACY_KERAS": "1"}
 
 
+@pytest.mark.slow  # a child Python imports TensorFlow
 def test_import_after_keras_3_was_loaded_gives_the_fix():
     result = _run("import tensorflow as tf; tf.keras.layers.Dense; import tfdist")
     assert result.returncode != 0
@@ -52,6 +53,7 @@ def test_import_after_keras_3_was_loaded_gives_the_fix():
     assert "Fix: `import tfdist` before `import tensorflow`" in result.stderr
 
 
+@pytest.mark.slow  # a child Python imports TensorFlow
 def test_import_before_tensorflow_routes_tf_keras_to_tf_keras():
     result = _run("import tfdist, tensorflow as tf; print(type(tf.keras.layers.Dense(1)).__module__)")
     assert result.returncode == 0, result.stderr[-2000:]

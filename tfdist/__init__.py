@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfdist.errors import TfdistError
 from tfdist.keras_compat import KerasVersionError, ensure_legacy_keras
 from tfdist.version import __version__
 
@@ -22,16 +23,23 @@ _LAZY = {
     "make_strategy": "tfdist.strategies",
     "available_strategies": "tfdist.strategies",
     "select_strategy": "tfdist.strategies.selection",
+    "current_strategy": "tfdist.strategies.state",
 }
 
 
+_LAZY_MODULES = ("callbacks",)  # `tfdist.callbacks.X` after a plain `import tfdist`
+
+
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"tfdist.{name}")
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(module_name), name)
 
 
-__all__ = ["KerasVersionError", "__version__", "available_strategies", "make_strategy", "select_strategy"]
+__all__ = ["KerasVersionError", "TfdistError", "__version__", "available_strategies", "callbacks",
+           "current_strategy", "make_strategy", "select_strategy"]

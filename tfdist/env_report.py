@@ -11,11 +11,12 @@ import platform
 import sys
 from typing import Any, Callable
 
+from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.environments import detect_environment
 from tfdist.version import __version__
 
 PACKAGES = ("tensorflow", "tf-keras", "keras", "horovod", "tensorboard", "click")
-VARIABLES = ("TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES", "TF_CONFIG", "HOROVOD_RANK", "HOROVOD_SIZE")
+VARIABLES = ("TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES", TF_CONFIG_ENV, "HOROVOD_RANK", "HOROVOD_SIZE")
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

@@ -11,6 +11,9 @@ import os
 import sys
 from typing import Any, MutableMapping
 
+from tfdist import upstream
+from tfdist.errors import ArgumentTypeError, TfdistError
+
 TF_USE_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 _TRUE_VALUES = ("true", "True", "1")  # what TensorFlow itself accepts
 
@@ -18,7 +21,7 @@ _FIX = ("Fix: `import tfdist` before `import tensorflow`, or start Python with "
         "TF_USE_LEGACY_KERAS=1 in the environment (export TF_USE_LEGACY_KERAS=1).")
 
 
-class KerasVersionError(ImportError):
+class KerasVersionError(TfdistError, ImportError):
     """tf.keras is (or would be) Keras 3, which tfdist cannot drive."""
 
 
@@ -41,7 +44,7 @@ def ensure_legacy_keras(environ: MutableMapping[str, str] | None = None,
         environ.setdefault(TF_USE_LEGACY_KERAS, "1")
         return
     resolved = tf_keras_flavour(tensorflow)
-    if resolved == "keras_3" or (resolved is None and not getattr(tensorflow, "_tf_uses_legacy_keras", True)):
+    if resolved == "keras_3" or (resolved is None and upstream.tf_uses_legacy_keras(tensorflow) is False):
         raise KerasVersionError(
             "TensorFlow was imported before tfdist with Keras 3 as tf.keras "
             f"({TF_USE_LEGACY_KERAS} was not set when TensorFlow loaded); tfdist needs the "
@@ -65,13 +68,10 @@ def tf_keras_flavour(tensorflow: Any) -> str | None:
     loader = vars(tensorflow).get("keras")
     if loader is None:
         return None
-    try:
-        state = vars(loader)
-    except TypeError:
-        return None
-    if "_tfll_initialized" in state:  # still TensorFlow's KerasLazyLoader
-        return state.get("_tfll_keras_version")
-    name = state.get("__name__", "")
+    still_lazy, version = upstream.lazy_keras_version(loader)
+    if still_lazy:
+        return version
+    name = vars(loader).get("__name__", "") if hasattr(loader, "__dict__") else ""
     if name.startswith("tf_keras"):
         return "tf_keras"
     if name.startswith("keras"):
@@ -86,7 +86,7 @@ def check_keras_object(obj: Any, argument: str) -> None:
     """
     module = type(obj).__module__ or ""
     if module == "keras" or module.startswith("keras."):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`{argument}` is a Keras 3 object ({type(obj).__module__}.{type(obj).__name__}); "
             "tfdist works with the Keras 2 API of tf-keras. Fix: build it with `tf.keras` after "
             "`import tfdist` (or `import tf_keras`), not with `import keras`.")

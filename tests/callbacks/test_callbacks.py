@@ -107,3 +107,72 @@ def test_tensorboard_run_writes_one_directory_per_run_with_hparams(tmp_path):
 def test_tensorboard_run_writes_nothing_off_the_chief(tmp_path):
     _fit([TensorBoardRun(str(tmp_path), run_name="r", is_chief=False)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_metric_average_has_batch_hooks_only_when_asked():
+    """Keras refuses batch hooks under ParameterServerStrategy, so the plain callback has none."""
+    from tfdist import upstream
+
+    average = MetricAverage()
+    assert not upstream.has_batch_hooks(average)
+    average.batch_level = True
+    assert upstream.has_batch_hooks(average) and average.batch_level
+    average.batch_level = False
+    assert not upstream.has_batch_hooks(average)
+
+
+def test_callbacks_ask_the_strategy_not_the_environment(monkeypatch, tmp_path):
+    """make_strategy("parameter_server", cluster=...) without TF_CONFIG: every task thought it was
+    the chief, and a hand-built Throughput counted 1 replica under tf.distribute."""
+    import os
+    from unittest import mock
+
+    from tfdist.strategies import state
+    from tfdist.strategies.parameter_server import ParameterServerOptions, ParameterServerStrategy
+
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}
+    with mock.patch.dict(os.environ, {}, clear=True):
+        worker = ParameterServerStrategy(ParameterServerOptions(cluster=cluster, task_type="worker", task_index=1))
+    monkeypatch.setattr(state, "_current", worker)
+    assert ChiefOnly(Recorder()).is_chief is False
+    board = TensorBoardRun(str(tmp_path), run_name="r")
+    assert board.is_chief is False and board.callback.hparams["workers"] == 2
+    import types
+
+    monkeypatch.setattr(state, "_current", types.SimpleNamespace(num_replicas_in_sync=4, num_workers=2,
+                                                                 is_chief=True))
+    throughput, logs = Throughput(16), {}
+    _fit([throughput, tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: logs.update(l))], epochs=1)
+    assert logs["examples_per_second"] == pytest.approx(16 * 4 * 1000 / logs["step_time_ms"], rel=1e-6)
+    assert logs["examples_per_second_per_worker"] == pytest.approx(logs["examples_per_second"] / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("make_callback", [
+    lambda bad: tf.keras.callbacks.TensorBoard(log_dir=str(bad / "logs")),
+    lambda bad: tf.keras.callbacks.BackupAndRestore(str(bad / "backup")),
+    lambda bad: tf.keras.callbacks.ModelCheckpoint(str(bad / "ckpt" / "m-{epoch}.h5")),
+    lambda bad: tf.keras.callbacks.CSVLogger(str(bad / "log.csv")),
+    lambda bad: TensorBoardRun(str(bad), run_name="r", is_chief=True),
+])
+def test_an_unwritable_output_path_fails_before_the_first_epoch(tmp_path, make_callback):
+    """It used to surface after the first epoch (one epoch lost) or as a raw NotFoundError."""
+    from unittest import mock
+    import os
+
+    from tfdist.errors import TfdistError
+
+    bad = tmp_path / "a-file"  # root ignores permission bits, but nobody creates a directory under a file
+    bad.write_text("not a directory")
+    epochs: list[int] = []
+    with mock.patch.dict(os.environ, {}, clear=True):
+        strategy = tfdist.make_strategy("single")
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.1)), loss="mse")
+    x = np.zeros((8, 3), "float32")
+    with pytest.raises(TfdistError) as info:
+        strategy.fit(model, x, x[:, :1], epochs=1, verbose=0, callbacks=[
+            make_callback(bad), tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, l: epochs.append(e))])
+    assert epochs == []
+    message = str(info.value)
+    assert "cannot write to" in message and str(bad) in message and "(Not a directory)" in message
+    assert "; fix: pick a directory" in message and "\n" not in message

@@ -40,7 +40,7 @@ def test_tf_config_ranks_put_the_chief_first():
 
 def test_tf_config_not_json_names_the_variable_and_the_fix():
     env = TFConfigEnvironment({"TF_CONFIG": "{oops"})
-    with pytest.raises(ValueError, match=r"TF_CONFIG is not valid JSON .*tfdist tf-config"):
+    with pytest.raises(ValueError, match=r"TF_CONFIG: is not valid JSON: .*; fix: .*tfdist tf-config validate"):
         _ = env.config
 
 

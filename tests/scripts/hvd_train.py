@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import tfdist  # noqa: F401  (before tensorflow)
 
@@ -100,6 +101,52 @@ elif MODE == "equivalence":
         reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
         payload["reference"] = weights(reference)
     dump(strategy.rank, payload)
+elif MODE == "lazy":
+    # Models that create their weights lazily (Horovod's own example has no Input): ranks start
+    # from different weights, Adam (slots), and must match one process with twice the batch.
+    KIND = sys.argv[3]
+
+    class Subclassed(tf.keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = tf.keras.layers.Dense(16, activation="tanh")
+            self.out = tf.keras.layers.Dense(1)
+
+        def call(self, inputs, training=False):
+            return self.out(self.hidden(inputs))
+
+    def lazy_model(seed: int) -> tf.keras.Model:
+        tf.keras.utils.set_random_seed(seed)
+        if KIND == "sequential":
+            return tf.keras.Sequential([tf.keras.layers.Dense(16, activation="tanh"), tf.keras.layers.Dense(1)])
+        if KIND == "subclassed":
+            return Subclassed()
+        if KIND == "functional":
+            return build_model(seed)
+        raise SystemExit(f"unknown model kind {KIND!r}")
+
+    class InitialWeights(tf.keras.callbacks.Callback):
+        """The weights every rank starts training from, after tfdist's broadcast."""
+
+        def on_train_begin(self, logs=None):
+            self.weights = weights(self.model)
+
+    strategy = tfdist.make_strategy("horovod", scale_lr=False)
+    with strategy.scope():
+        model = lazy_model(seed=100 + strategy.rank)
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
+    built_before_fit = model.built
+    start = InitialWeights()
+    strategy.fit(model, *data(), batch_size=16, epochs=2, shuffle=False, callbacks=[start])
+    payload = {"built_before_fit": built_before_fit, "initial": start.weights, "distributed": weights(model)}
+    if strategy.rank == 0:
+        reference = lazy_model(seed=7)
+        reference(data()[0][:1])
+        reference.set_weights([np.array(w, dtype="float32") for w in start.weights])
+        reference.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse")
+        reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
+        payload["reference"] = weights(reference)
+    dump(strategy.rank, payload)
 elif MODE == "crash":
     # Rank 1 fails in its second epoch; rank 0 would wait in the next allreduce forever.
     strategy = tfdist.make_strategy("horovod")
@@ -110,6 +157,8 @@ elif MODE == "crash":
     class Boom(tf.keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             if epoch == 1 and strategy.rank == 1:
+                with open(os.path.join(OUTDIR, "fault-time"), "w") as f:  # the test times the reaction
+                    f.write(repr(time.time()))
                 raise RuntimeError("rank 1 fails on purpose")
 
     strategy.fit(model, *data(4096), batch_size=16, epochs=50, callbacks=[Boom()])

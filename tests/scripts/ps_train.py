@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import tfdist  # noqa: F401  (before tensorflow)
 
@@ -26,6 +27,10 @@ with open(os.path.join(OUTDIR, "pids", f"{task['type']}-{task['index']}"), "w") 
 options = {"checkpoint_dir": os.path.join(OUTDIR, "checkpoints")}
 if MODE == "sharded":
     options["shards"] = 2
+if MODE == "worker-dies-at-start":
+    if (task["type"], task["index"]) == ("worker", 1):
+        sys.exit("worker:1 fails before serving, on purpose")
+    options["cluster_timeout"] = 15
 strategy = tfdist.make_strategy("auto", **options)  # TF_CONFIG with ps tasks -> parameter_server
 VOCAB, EPOCHS = 1000, 5 if MODE == "restart" else 4
 
@@ -67,6 +72,8 @@ class Saboteur(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if epoch == self.at_epoch:
             print(f"killing {self.victim}", flush=True)
+            with open(os.path.join(OUTDIR, "fault-time"), "w") as f:  # tests time the reaction from here
+                f.write(repr(time.time()))
             os.kill(pid_of(self.victim) if self.victim != "chief-0" else os.getpid(), signal.SIGKILL)
 
 

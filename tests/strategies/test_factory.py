@@ -20,17 +20,48 @@ def test_registered_strategies_are_pinned():
 
 
 def test_unknown_strategy_name():
-    with pytest.raises(UnknownStrategyError, match=r"Did you mean 'horovod'\?"):
+    with pytest.raises(UnknownStrategyError, match=r"fix: did you mean 'horovod'\?"):
         tfdist.make_strategy("horovd")
 
 
 def test_unknown_option_lists_the_valid_ones():
     with pytest.raises(TypeError) as info:
         tfdist.make_strategy("single", scale_rl=False)
-    assert "unknown option(s) for strategy 'single': 'scale_rl' (did you mean 'scale_lr'?)" in str(info.value)
-    assert "valid options: scale_lr, shard_data" in str(info.value)
+    assert "unknown option(s) 'scale_rl' (did you mean 'scale_lr'?)" in str(info.value)
+    assert "single: scale_lr;" in str(info.value)
+    assert "horovod: scale_lr, shard_data, compression," in str(info.value)
 
 
+@pytest.mark.no_gpu
+def test_auto_checks_every_option_against_its_owner_backend():
+    """make_strategy("auto", compression="int8") on a single process used to be accepted."""
+    with mock.patch.dict(os.environ, {}, clear=True):
+        with pytest.raises(ValueError, match="`compression` must be 'none' or 'fp16', got 'int8'"):
+            tfdist.make_strategy("auto", compression="int8")
+        with pytest.raises(ValueError, match="`shards` must be an integer >= 1, got 0"):
+            tfdist.make_strategy("auto", shards=0)
+
+
+def test_an_unknown_option_suggests_across_every_backend():
+    """`shards` on single used to suggest `shard_data`: the real option lives in parameter_server."""
+    with pytest.raises(TypeError) as info:
+        tfdist.make_strategy("single", shard=2)
+    assert "'shard' (did you mean 'shards'?)" in str(info.value)
+
+
+def test_a_named_backend_refuses_another_backends_option():
+    with pytest.raises(TypeError, match=r"strategy 'single' does not take 'warmup_epochs' \(an option of horovod\)"):
+        tfdist.make_strategy("single", warmup_epochs=2)
+
+
+@pytest.mark.no_gpu
+def test_make_strategy_registers_the_strategy_the_callbacks_ask():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        strategy = tfdist.make_strategy("single")
+    assert tfdist.current_strategy() is strategy
+
+
+@pytest.mark.no_gpu
 def test_auto_ignores_options_of_other_backends_but_not_typos():
     with mock.patch.dict(os.environ, {}, clear=True):
         strategy = tfdist.make_strategy("auto", compression="fp16", warmup_epochs=2)

@@ -10,7 +10,7 @@ import pytest
 
 from support import horovodrun
 
-pytestmark = pytest.mark.horovod
+pytestmark = [pytest.mark.horovod, pytest.mark.no_gpu]  # CPU-exact equivalence tolerances
 
 
 def _run(mode: str, outdir: Path, timeout: float = 300) -> list[dict]:
@@ -95,6 +95,39 @@ def test_event_files_hold_the_averaged_metrics_and_throughput(trained):
     assert "_hparams_/session_start_info" in hparams_run.Tags()["tensors"]
 
 
+def test_validation_figures_in_tensorboard_are_the_mean_over_ranks(trained):
+    """Keras' TensorBoard wrote rank 0's own validation value as evaluation_*_vs_iterations."""
+    from tensorboard.backend.event_processing import event_accumulator
+    import tensorflow as tf
+
+    outdir, (rank0, rank1) = trained
+    validation = event_accumulator.EventAccumulator(str(outdir / "tb" / "run-rank0" / "validation"),
+                                                    size_guidance={"tensors": 0})
+    validation.Reload()
+    for name in ("loss", "mae"):
+        raw = np.array([[r["raw_logs"][epoch][f"val_{name}"] for r in (rank0, rank1)] for epoch in range(3)])
+        assert (raw[:, 0] != raw[:, 1]).all(), "ranks validate on different shards"
+        for tag in (f"evaluation_{name}_vs_iterations", f"epoch_{name}"):
+            written = [float(tf.make_ndarray(e.tensor_proto)) for e in validation.Tensors(tag)]
+            np.testing.assert_allclose(written, raw.mean(axis=1), rtol=1e-6, err_msg=tag)
+
+
+@pytest.mark.parametrize("kind", ["sequential", "subclassed", "functional"])
+def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kind):
+    """Horovod's official example builds a Sequential without Input: the broadcast used to crash."""
+    result = horovodrun("hvd_train.py", "lazy", str(tmp_path), kind, np=2, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rank0, rank1 = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    assert rank0["built_before_fit"] is (kind == "functional")
+    for start0, start1 in zip(rank0["initial"], rank1["initial"]):
+        np.testing.assert_array_equal(np.array(start0), np.array(start1))  # the first step is exact
+    for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
+        distributed, reference = np.array(distributed), np.array(reference)
+        np.testing.assert_array_equal(distributed, np.array(other))
+        error = np.linalg.norm(distributed - reference) / max(np.linalg.norm(reference), 1e-12)
+        assert error <= 1e-5, f"{kind}: relative error {error:.2e}"
+
+
 def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path):
     rank0, rank1 = _run("equivalence", tmp_path)
     for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
@@ -105,12 +138,12 @@ def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path):
 
 
 def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path):
-    start = time.monotonic()
-    result = horovodrun("hvd_train.py", "crash", str(tmp_path), np=2, timeout=120)
-    elapsed = time.monotonic() - start
+    result = horovodrun("hvd_train.py", "crash", str(tmp_path), np=2, timeout=300)
+    ended = time.time()
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stdout + result.stderr
-    assert elapsed < 60, f"the job took {elapsed:.0f}s to fail"
+    reaction = ended - float((tmp_path / "fault-time").read_text())
+    assert reaction < 60, f"the job took {reaction:.0f}s after the fault to end"  # only a hang breaks it
 
 
 def test_backup_and_restore_resumes_every_rank_at_the_last_finished_epoch(tmp_path):

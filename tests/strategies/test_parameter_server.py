@@ -88,14 +88,13 @@ def test_a_killed_worker_does_not_stop_training(tmp_path):
 
 
 def test_a_killed_ps_fails_the_chief_with_a_clear_error(tmp_path):
-    start = time.monotonic()
-    result = launch("kill-ps", tmp_path, "--workers", "2", "--ps", "1", timeout=180)
-    elapsed = time.monotonic() - start
+    result = launch("kill-ps", tmp_path, "--workers", "2", "--ps", "1", timeout=300)
+    reaction = time.time() - float((tmp_path / "fault-time").read_text())
     assert result.returncode != 0
     assert "killing ps-0" in result.stdout
     assert "ParameterServerError: the parameter-server job lost ps:0" in result.stdout
-    assert "Fix: restart the whole cluster" in result.stdout
-    assert elapsed < 90, f"the chief took {elapsed:.0f}s to give up"
+    assert "fix: restart the whole cluster" in result.stdout
+    assert reaction < 120, f"the chief took {reaction:.0f}s after the fault to give up"  # only a hang breaks it
     assert leftover_processes(tmp_path) == []
 
 
@@ -107,3 +106,26 @@ def test_a_relaunched_chief_resumes_at_the_last_finished_epoch(tmp_path):
     assert second.returncode == 0, second.stdout[-4000:]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # none lost, none repeated
     assert leftover_processes(tmp_path) == []
+
+
+def test_a_worker_that_dies_at_start_up_fails_the_chief_naming_it(tmp_path):
+    """The chief used to wait for the missing worker forever, with no output."""
+    result = launch("worker-dies-at-start", tmp_path, "--workers", "2", "--ps", "1", timeout=240)
+    assert result.returncode != 0
+    assert "worker:1 fails before serving, on purpose" in result.stdout
+    assert "ParameterServerError: the chief waited 15s and these tasks never answered: worker:1 (" in result.stdout
+    assert leftover_processes(tmp_path) == []
+
+
+@pytest.mark.parametrize("form", ["resolver", "cluster_spec", "dict"])
+def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(tmp_path, form):
+    """`cluster=resolver` used to raise AttributeError: 'SimpleClusterResolver' object has no attribute 'items'."""
+    outfile = tmp_path / "result.json"
+    result = subprocess.run([sys.executable, str(SCRIPTS / "ps_tutorial.py"), str(outfile), form],
+                            capture_output=True, text=True, timeout=240, env=subprocess_env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    chief = json.loads(outfile.read_text())
+    assert (chief["is_chief"], chief["num_workers"], chief["num_ps"]) == (True, 2, 2)
+    assert chief["loss"][-1] < 0.5 * chief["loss"][0]
+    assert [d.split("/device")[0] for d in chief["kernel_devices"]] == [
+        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # min_shard_bytes split the kernel

@@ -12,15 +12,17 @@ tf = pytest.importorskip("tensorflow")
 
 import tfdist  # noqa: E402
 from tfdist.cluster import ClusterConfigError  # noqa: E402
+from tfdist.strategies.inputs import finite_eval_dataset  # noqa: E402
 from tfdist.strategies.parameter_server import (ParameterServerError, ParameterServerOptions,  # noqa: E402
-                                                ParameterServerStrategy, _finite_eval_dataset)
+                                                ParameterServerStrategy)
+
+CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
 
 
 def _bare_strategy(**options) -> ParameterServerStrategy:
-    """A strategy object without a cluster behind it, for the input-handling methods."""
-    strategy = ParameterServerStrategy.__new__(ParameterServerStrategy)
-    strategy.options = ParameterServerOptions(**options)
-    return strategy
+    """A worker task's strategy: constructing it starts no server (that is take_role's job), so
+    the input-handling methods can be called without a cluster."""
+    return ParameterServerStrategy(ParameterServerOptions(cluster=CLUSTER, task_type="worker", **options))
 
 
 def test_without_tf_config_the_error_says_how_to_launch():
@@ -77,7 +79,7 @@ def test_arrays_get_steps_per_epoch_from_their_length():
 
 
 def test_evaluation_data_is_repeated_with_a_step_count():
-    dataset, steps = _finite_eval_dataset((np.zeros((70, 3)), np.zeros((70, 1))), 32, None, batch_datasets=False)
+    dataset, steps = finite_eval_dataset((np.zeros((70, 3)), np.zeros((70, 1))), 32, None, batch_datasets=False)
     assert steps == 3
     assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
 
@@ -89,3 +91,77 @@ def test_a_batched_validation_dataset_is_not_batched_again_for_array_inputs():
     assert kwargs["validation_steps"] == 5
     first_x, _ = next(iter(kwargs["validation_data"]))
     assert first_x.shape == (8, 3)
+
+
+def test_a_cluster_spec_or_resolver_is_accepted_as_cluster():
+    spec = tf.train.ClusterSpec(CLUSTER)
+    by_spec = ParameterServerStrategy(ParameterServerOptions(cluster=spec, task_type="ps", task_index=0))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, task_type="worker", task_id=0)
+    by_resolver = ParameterServerStrategy(ParameterServerOptions(cluster=resolver))
+    assert (by_spec.task_type, by_spec.num_workers, by_spec.num_ps) == ("ps", 1, 1)
+    assert (by_resolver.task_type, by_resolver.task_index, by_resolver.chief_address) == ("worker", 0, "127.0.0.1:1")
+
+
+def test_a_resolver_and_an_explicit_task_must_agree():
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(CLUSTER), task_type="worker", task_id=0)
+    with pytest.raises(ValueError, match=r"`task_type`='ps' contradicts the cluster resolver's 'worker'"):
+        ParameterServerStrategy(ParameterServerOptions(cluster=resolver, task_type="ps"))
+
+
+def test_a_task_without_a_cluster_is_refused():
+    with pytest.raises(ValueError, match="`task_type`/`task_index` were given without `cluster`"):
+        ParameterServerOptions(task_type="worker")
+    with pytest.raises(ValueError, match="`cluster` must be a dict of task lists, a tf.train.ClusterSpec"):
+        ParameterServerOptions(cluster=["127.0.0.1:1"], task_type="worker")
+
+
+def test_take_role_serves_then_exits_through_the_injected_exit(monkeypatch):
+    """A worker task's lifecycle, without a server or a chief: the exit is injected."""
+    from tfdist import lifecycle
+
+    started, codes = [], []
+    monkeypatch.setattr(tf.distribute, "Server", lambda *args, **kwargs: started.append(kwargs["job_name"]))
+    monkeypatch.setattr(lifecycle, "wait_for_chief_to_finish", lambda *args: True)
+    with mock.patch.dict(os.environ, {}, clear=True):
+        _bare_strategy().take_role(exit=codes.append)
+        assert os.environ["GRPC_FAIL_FAST"] == "use_caller"  # before the server's first channel
+    assert started == ["worker"] and codes == [0]
+
+
+def _listening_socket():
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    return server, f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_lost_ps_is_named_by_probing_not_by_the_first_job_in_tensorflows_text():
+    """The error used to take the first `/job:` of TensorFlow's text: `lost chief:0` when ps:0 died."""
+    worker_socket, worker_address = _listening_socket()
+    with worker_socket:
+        cluster = {"chief": ["127.0.0.1:1"], "worker": [worker_address], "ps": ["127.0.0.1:3"]}  # ps:0 is gone
+        strategy = ParameterServerStrategy(ParameterServerOptions(cluster=cluster, task_type="worker"))
+        text = ("Socket closed\n/job:chief/replica:0/task:0 ... while talking to /job:worker/replica:0/task:0\n"
+                + "\n".join(f"frame {i}" for i in range(150)))
+        error = strategy._lost_task_error(tf.errors.UnavailableError(None, None, text))
+    message = str(error)
+    assert message.startswith("the parameter-server job lost ps:0, which holds variables")
+    assert "chief" not in message and "\n" not in message
+    assert "; fix: restart the whole cluster" in message
+    assert len(error.__notes__[0].splitlines()) == 9  # a heading and the first 8 of TensorFlow's 152 lines
+    assert error.tensorflow_error.message == text
+
+
+def test_when_every_task_answers_the_error_says_it_cannot_name_one():
+    sockets = [_listening_socket() for _ in range(2)]
+    try:
+        cluster = {"chief": ["127.0.0.1:1"], "worker": [sockets[0][1]], "ps": [sockets[1][1]]}
+        strategy = ParameterServerStrategy(ParameterServerOptions(cluster=cluster, task_type="worker"))
+        error = strategy._lost_task_error(tf.errors.AbortedError(None, None, "aborted"))
+    finally:
+        for server, _ in sockets:
+            server.close()
+    assert "lost a task it cannot name" in str(error)

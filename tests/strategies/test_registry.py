@@ -19,7 +19,7 @@ def test_unknown_name_lists_the_known_ones_and_the_closest():
     message = str(info.value)
     assert "unknown strategy 'horovd'" in message
     assert "known strategies: auto, horovod, multi_worker_mirrored, single" in message
-    assert "Did you mean 'horovod'?" in message
+    assert "fix: did you mean 'horovod'?" in message
 
 
 def test_no_substring_matching():

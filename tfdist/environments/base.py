@@ -1,7 +1,22 @@
 """The small interface every environment detector implements."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Mapping
+
+from tfdist.errors import TfdistError, with_fix
+
+
+class EnvironmentVariableError(TfdistError, ValueError):
+    """A launcher variable tfdist reads is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The strategy ``auto`` resolves to, and the rule that chose it (for logs and errors)."""
+
+    kind: str
+    reason: str
 
 
 class ClusterEnvironment:
@@ -19,6 +34,10 @@ class ClusterEnvironment:
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
         raise NotImplementedError
+
+    def auto_strategy(self, gpu_count: int) -> Selection | None:
+        """The strategy ``make_strategy("auto")`` picks here, or ``None`` to ask the next detector."""
+        return None
 
     @property
     def rank(self) -> int:
@@ -45,10 +64,11 @@ def int_variable(environ: Mapping[str, str], name: str, default: int | None = No
     raw = environ.get(name)
     if raw is None:
         if default is None:
-            raise ValueError(f"environment variable {name} is not set")
+            raise EnvironmentVariableError(with_fix(f"environment variable {name} is not set",
+                                                    "start the process with the launcher that sets it"))
         return default
     try:
         return int(raw.strip())
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer; "
+        raise EnvironmentVariableError(f"environment variable {name}={raw!r} is not an integer; "
                          f"fix the launcher that sets it or unset it") from None

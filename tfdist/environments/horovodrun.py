@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tfdist.environments.base import ClusterEnvironment, int_variable
+from tfdist.cluster.tf_config import TF_CONFIG_ENV
+from tfdist.environments.base import ClusterEnvironment, Selection, int_variable
 
 # horovodrun --gloo exports these to every rank.
 HOROVOD_RANK = "HOROVOD_RANK"
@@ -34,7 +35,7 @@ class HorovodRunEnvironment(ClusterEnvironment):
     def detect(environ: Mapping[str, str]) -> bool:
         for rank, size, _ in _RANK_SIZE_LOCAL:
             if rank in environ and size in environ:
-                return rank != PMI_RANK or not environ.get("TF_CONFIG", "").strip()
+                return rank != PMI_RANK or not environ.get(TF_CONFIG_ENV, "").strip()
         return False
 
     def _variables(self) -> tuple[str, str, str | None]:
@@ -42,6 +43,9 @@ class HorovodRunEnvironment(ClusterEnvironment):
             if rank in self._environ and size in self._environ:
                 return rank, size, local
         return HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK
+
+    def auto_strategy(self, gpu_count: int) -> Selection:
+        return Selection("horovod", f"{self.launcher} variables are set")
 
     @property
     def launcher(self) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tfdist.environments.base import ClusterEnvironment
+from tfdist.environments.base import ClusterEnvironment, Selection
 
 
 class LocalEnvironment(ClusterEnvironment):
@@ -14,3 +14,8 @@ class LocalEnvironment(ClusterEnvironment):
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
         return True
+
+    def auto_strategy(self, gpu_count: int) -> Selection:
+        if gpu_count > 1:
+            return Selection("mirrored", f"{gpu_count} local GPUs")
+        return Selection("single", "no launcher variables, TF_CONFIG or multiple GPUs")

@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tfdist.environments.base import ClusterEnvironment, int_variable
+from tfdist.environments.base import ClusterEnvironment, Selection, int_variable
+from tfdist.errors import TfdistError, with_fix
+
+
+class SlurmWithoutClusterError(TfdistError, RuntimeError):
+    """A SLURM step of several tasks with nothing that tells them how to train together."""
 
 SLURM_NTASKS = "SLURM_NTASKS"
 SLURM_PROCID = "SLURM_PROCID"
@@ -20,6 +25,17 @@ class SlurmEnvironment(ClusterEnvironment):
     def detect(environ: Mapping[str, str]) -> bool:
         return (SLURM_NTASKS in environ and SLURM_PROCID in environ
                 and environ.get(SLURM_JOB_NAME) not in ("bash", "interactive"))
+
+    def auto_strategy(self, gpu_count: int) -> Selection | None:
+        """One task: ask the next detector. Several tasks without TF_CONFIG or Horovod variables
+        would each train alone on all the data, so ``auto`` refuses instead of guessing."""
+        if self.size <= 1:
+            return None
+        raise SlurmWithoutClusterError(with_fix(
+            f"this is task {self.rank} of a SLURM step of {self.size} tasks, but neither TF_CONFIG nor "
+            "Horovod's variables say how they train together, so each would train alone",
+            "export TF_CONFIG per task with `eval \"$(tfdist tf-config --slurm --format env)\"` before "
+            "python (tf.distribute), or start the step with horovodrun / `srun --mpi=pmi2` (Horovod)"))
 
     @property
     def rank(self) -> int:

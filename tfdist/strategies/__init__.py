@@ -5,20 +5,19 @@
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
+import importlib
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import importlib
-from typing import TYPE_CHECKING
-
+from tfdist.strategies.options import OptionValueError, StrategyOptions, UnknownOptionError, field_names
+from tfdist.strategies.options import build_options as _build_options
 from tfdist.strategies.registry import STRATEGIES, UnknownStrategyError
 from tfdist.strategies.selection import Selection, select_strategy
+from tfdist.strategies.state import current_strategy, set_current
 
 if TYPE_CHECKING:
-    from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+    from tfdist.strategies.base import DistributedStrategy
 
 # Importing a backend module registers it. They import TensorFlow, so they load on first use:
 # `import tfdist.strategies.selection` stays TensorFlow-free for the pure unit tests.
@@ -34,10 +33,10 @@ def load_backends() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("DistributedStrategy", "StrategyOptions"):
+    if name == "DistributedStrategy":
         from tfdist.strategies import base
 
-        return getattr(base, name)
+        return base.DistributedStrategy
     raise AttributeError(f"module 'tfdist.strategies' has no attribute {name!r}")
 
 log = logging.getLogger("tfdist")
@@ -52,35 +51,15 @@ def available_strategies() -> list[str]:
 def option_names(kind: str) -> list[str]:
     """The keyword options backend ``kind`` accepts."""
     load_backends()
-    return [field.name for field in dataclasses.fields(STRATEGIES.get(kind).Options)]
+    return field_names(STRATEGIES.get(kind).Options)
 
 
-def _all_option_names() -> set[str]:
-    return {name for kind in STRATEGIES.names() for name in option_names(kind)}
-
-
-def build_options(kind: str, options: dict[str, Any], *, lenient: bool = False) -> "StrategyOptions":
-    """Validate ``options`` against backend ``kind``'s option dataclass.
-
-    ``lenient`` (used by ``auto``) drops options that belong to another backend, so one script
-    can name Horovod options and still run as a single process.
-    """
-    valid = option_names(kind)
-    unknown = sorted(set(options) - set(valid))
-    if lenient:
-        foreign = [name for name in unknown if name in _all_option_names()]
-        if foreign:
-            log.debug("auto chose %s; ignoring options of other backends: %s", kind, foreign)
-        unknown = [name for name in unknown if name not in foreign]
-        options = {k: v for k, v in options.items() if k in valid}
-    if unknown:
-        hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, valid, n=1)
-            hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
-        raise TypeError(f"unknown option(s) for strategy {kind!r}: {', '.join(hints)}; "
-                        f"valid options: {', '.join(valid)}")
-    return STRATEGIES.get(kind).Options(**options)
+def build_options(kind: str, options: dict[str, Any], *, auto: bool = False) -> StrategyOptions:
+    """Check ``options`` for backend ``kind`` (see ``tfdist.strategies.options`` for the rule)."""
+    load_backends()
+    STRATEGIES.get(kind)  # an unknown kind fails with the list of names first
+    option_types = {name: STRATEGIES.get(name).Options for name in STRATEGIES.names()}
+    return _build_options(kind, options, option_types, auto=auto)
 
 
 def local_gpu_count() -> int:
@@ -100,22 +79,28 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
         strategy.fit(model, x, y, batch_size=64, epochs=3)
     """
     load_backends()
-    lenient = kind == "auto"
-    if lenient:
+    auto = kind == "auto"
+    if auto:
         selection = select_strategy(os.environ, local_gpu_count())
         log.info("tfdist auto strategy: %s (%s)", selection.kind, selection.reason)
         kind = selection.kind
     backend = STRATEGIES.get(kind)
-    return backend(build_options(kind, options, lenient=lenient))
+    strategy = backend(build_options(kind, options, auto=auto))
+    set_current(strategy)
+    strategy.take_role()  # ps and worker tasks of a parameter-server job serve here and exit
+    return strategy
 
 
 __all__ = [
     "DistributedStrategy",
+    "OptionValueError",
     "STRATEGIES",
     "Selection",
     "StrategyOptions",
+    "UnknownOptionError",
     "UnknownStrategyError",
     "available_strategies",
+    "current_strategy",
     "build_options",
     "load_backends",
     "make_strategy",

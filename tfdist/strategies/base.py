@@ -2,47 +2,19 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-from typing import Any, ClassVar, Iterator
+import os
+from typing import Any, Callable, ClassVar, Iterator
 
 import tensorflow as tf
 
+from tfdist.errors import ArgumentTypeError, ArgumentValueError
 from tfdist.keras_compat import check_keras_object
+from tfdist.strategies import inputs, outputs
+from tfdist.strategies.options import StrategyOptions
 
 log = logging.getLogger("tfdist")
 _SCALED_MARK = "_tfdist_lr_scaled"
-DEFAULT_BATCH_SIZE = 32  # Keras' default, per replica here
-
-
-def require_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
-    """Raise ``ValueError`` naming option ``name`` unless ``value`` is a number >= ``minimum``."""
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"`{name}` must be {kind} >= {minimum:g}, got {value!r}; "
-                         f"fix: pass {name}={max(minimum, 1) if integer else minimum:g} or more")
-
-
-@dataclasses.dataclass(frozen=True)
-class StrategyOptions:
-    """Options every backend accepts.
-
-    scale_lr: multiply the optimizer's learning rate by ``lr_scale`` in ``optimizer()``.
-    shard_data: split numpy inputs and datasets by rank (Horovod) or batch them globally
-        (tf.distribute); off when your input pipeline already does it.
-    """
-
-    scale_lr: bool = True
-    shard_data: bool = True
-
-
-def _is_array_input(x: Any) -> bool:
-    """numpy arrays, tensors, or lists/dicts of them: what Keras batches with ``batch_size``."""
-    import numpy as np
-
-    leaves = tf.nest.flatten(x)
-    return bool(leaves) and all(isinstance(leaf, (np.ndarray, tf.Tensor)) for leaf in leaves)
 
 
 class DistributedStrategy:
@@ -107,6 +79,13 @@ class DistributedStrategy:
         return (f"<tfdist {self.kind} strategy rank={self.rank} size={self.size} "
                 f"workers={self.num_workers} chief={self.is_chief}>")
 
+    def take_role(self, exit: Callable[[int], object] = os._exit) -> None:
+        """Take up this process's part in the job; ``make_strategy`` calls it once.
+
+        A no-op for processes that train. A parameter-server job's ps and worker tasks serve here
+        and end the process with ``exit`` once the chief has finished.
+        """
+
     # --- model building -----------------------------------------------------------------------
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -119,20 +98,20 @@ class DistributedStrategy:
         """Prepare a tf-keras optimizer: scale its learning rate, then wrap it for the backend."""
         check_keras_object(optimizer, "optimizer")
         if isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
-            raise TypeError(f"`optimizer` is a legacy optimizer ({type(optimizer).__name__}); fix: use "
+            raise ArgumentTypeError(f"`optimizer` is a legacy optimizer ({type(optimizer).__name__}); fix: use "
                             f"tf.keras.optimizers.{type(optimizer).__name__} instead of tf.keras.optimizers.legacy")
         if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
-            raise TypeError(f"`optimizer` must be a tf.keras optimizer instance, got {optimizer!r}; "
+            raise ArgumentTypeError(f"`optimizer` must be a tf.keras optimizer instance, got {optimizer!r}; "
                             "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
         scale = self.options.scale_lr if scale_lr is None else scale_lr
         if scale and self.lr_scale != 1.0 and getattr(optimizer, _SCALED_MARK, False):
-            raise ValueError("this optimizer's learning rate was already scaled by strategy.optimizer(); "
+            raise ArgumentValueError("this optimizer's learning rate was already scaled by strategy.optimizer(); "
                              "fix: pass a new optimizer, or scale_lr=False")
         if scale and self.lr_scale != 1.0:
             from tfdist.callbacks.learning_rate import uses_schedule
 
             if uses_schedule(optimizer):
-                raise TypeError(
+                raise ArgumentTypeError(
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
             optimizer.learning_rate = float(tf.keras.backend.get_value(optimizer.learning_rate)) * self.lr_scale
@@ -148,7 +127,10 @@ class DistributedStrategy:
         self._check_model(model)
         kwargs = dict(fit_kwargs)
         callbacks = list(kwargs.pop("callbacks", None) or [])
+        if self.is_chief:  # the chief writes; fail before the first epoch, not after it
+            outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
+        self._before_fit(model, x)
         kwargs["callbacks"] = self._fit_callbacks(callbacks, kwargs)
         if not self.is_chief:
             kwargs["verbose"] = 0
@@ -159,6 +141,7 @@ class DistributedStrategy:
         self._check_model(model)
         kwargs = dict(evaluate_kwargs)
         x, y, kwargs = self._prepare_evaluate_inputs(x, y, kwargs)
+        kwargs["callbacks"] = self._evaluate_callbacks(list(kwargs.pop("callbacks", None) or []))
         if not self.is_chief:
             kwargs["verbose"] = 0
         return self._reduce_evaluation(model.evaluate(x, y, **kwargs))
@@ -173,7 +156,7 @@ class DistributedStrategy:
     def _check_model(self, model: Any) -> None:
         check_keras_object(model, "model")
         if getattr(model, "optimizer", None) is None:
-            raise ValueError("the model is not compiled; fix: call model.compile(optimizer="
+            raise ArgumentValueError("the model is not compiled; fix: call model.compile(optimizer="
                              "strategy.optimizer(...), loss=...) inside strategy.scope() first")
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
@@ -182,7 +165,17 @@ class DistributedStrategy:
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return self._global_batching(x, y, kwargs)
 
+    def _output_dirs(self) -> list[tuple[str, str]]:
+        """``(what, directory)`` the backend itself writes to during ``fit``, checked on the chief."""
+        return []
+
+    def _before_fit(self, model: Any, x: Any) -> None:
+        """Called with the prepared training data just before ``model.fit``."""
+
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
+        return callbacks
+
+    def _evaluate_callbacks(self, callbacks: list) -> list:
         return callbacks
 
     def _reduce_evaluation(self, result: Any) -> Any:
@@ -190,21 +183,4 @@ class DistributedStrategy:
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         """tf.distribute splits a global batch over replicas: scale per-replica sizes up."""
-        from tfdist.strategies.data import is_dataset
-
-        replicas = self.num_replicas_in_sync
-        batch_size = kwargs.get("batch_size")
-        if batch_size is None:
-            if x is None or is_dataset(x) or not _is_array_input(x):
-                return x, y, kwargs
-            batch_size = DEFAULT_BATCH_SIZE  # per replica, as under Horovod
-        global_batch = int(batch_size) * replicas
-        if is_dataset(x):  # a dataset passed with batch_size holds single examples
-            x = x.batch(global_batch)
-            del kwargs["batch_size"]
-            validation = kwargs.get("validation_data")
-            if is_dataset(validation):
-                kwargs["validation_data"] = validation.batch(global_batch)
-        else:
-            kwargs["batch_size"] = global_batch
-        return x, y, kwargs
+        return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync)

@@ -7,12 +7,16 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
+from tfdist import upstream
 from tfdist.environments import HorovodRunEnvironment
-from tfdist.strategies.base import DistributedStrategy, StrategyOptions, require_number
+from tfdist.errors import ArgumentValueError, TfdistError, with_fix
+from tfdist.strategies import inputs
+from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.registry import STRATEGIES
 
 
-class HorovodLaunchError(RuntimeError):
+class HorovodLaunchError(TfdistError, RuntimeError):
     """``make_strategy("horovod")`` in a process that horovodrun did not start."""
 
 
@@ -20,6 +24,8 @@ class HorovodLaunchError(RuntimeError):
 class HorovodOptions(StrategyOptions):
     """Options of the Horovod backend.
 
+    shard_data: give each rank its own strided share of numpy inputs and datasets; off when your
+        input pipeline already splits by ``hvd.rank()``.
     compression: "none" or "fp16" (gradients cast to float16 for the allreduce).
     backward_passes_per_step: accumulate this many local gradients before each allreduce.
     average_gradients: average (True) or sum (False) the gradients over ranks.
@@ -29,6 +35,7 @@ class HorovodOptions(StrategyOptions):
     pin_gpu: give each local rank its own GPU (with memory growth) when GPUs exist.
     """
 
+    shard_data: bool = True
     compression: Literal["none", "fp16"] = "none"
     backward_passes_per_step: int = 1
     average_gradients: bool = True
@@ -37,9 +44,12 @@ class HorovodOptions(StrategyOptions):
     pin_gpu: bool = True
 
     def __post_init__(self) -> None:
+        require_bool("shard_data", self.shard_data)
+        require_bool("average_gradients", self.average_gradients)
+        require_bool("pin_gpu", self.pin_gpu)
         if self.compression not in ("none", "fp16"):
-            raise ValueError(f"`compression` must be 'none' or 'fp16', got {self.compression!r}; "
-                             "fix: compression='fp16' to halve allreduce traffic, else leave it out")
+            raise OptionValueError(with_fix(f"`compression` must be 'none' or 'fp16', got {self.compression!r}",
+                                            "compression='fp16' halves allreduce traffic; else leave it out"))
         require_number("backward_passes_per_step", self.backward_passes_per_step, minimum=1, integer=True)
         require_number("warmup_epochs", self.warmup_epochs, minimum=0)
         require_number("root_rank", self.root_rank, minimum=0, integer=True)
@@ -71,7 +81,8 @@ class HorovodStrategy(DistributedStrategy):
         if options.pin_gpu:
             self._pin_gpu()
         if not 0 <= options.root_rank < hvd.size():
-            raise ValueError(f"`root_rank`={options.root_rank} is not a rank of this {hvd.size()}-rank job")
+            raise OptionValueError(with_fix(f"`root_rank`={options.root_rank} is not a rank of this "
+                                            f"{hvd.size()}-rank job", f"pass a rank from 0 to {hvd.size() - 1}"))
 
     def _pin_gpu(self) -> None:
         gpus = tf.config.list_physical_devices("GPU")
@@ -114,50 +125,16 @@ class HorovodStrategy(DistributedStrategy):
         )
 
     # --- data ---------------------------------------------------------------------------------
-    def _shard(self, x: Any, y: Any, kwargs: dict, *, steps_key: str) -> tuple[Any, Any, dict]:
-        from tfdist.strategies.data import is_dataset, shard_arrays, shard_dataset
-
-        if not self.options.shard_data:
-            return x, y, kwargs
-        rank, size = self.rank, self.size
-        if is_dataset(x):
-            x, steps = shard_dataset(x, rank, size, steps=kwargs.get(steps_key),
-                                     batch_size=kwargs.pop("batch_size", None), argument="x")
-            if steps is not None:
-                kwargs[steps_key] = steps
-            return x, y, kwargs
-        if x is None:
-            return x, y, kwargs
-        arrays = {"x": x, "y": y, "sample_weight": kwargs.get("sample_weight")}
-        arrays = {k: v for k, v in arrays.items() if v is not None}
-        sharded = shard_arrays(arrays, rank, size)
-        if "sample_weight" in sharded:
-            kwargs["sample_weight"] = sharded["sample_weight"]
-        return sharded["x"], sharded.get("y"), kwargs
-
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        from tfdist.strategies.data import is_dataset, shard_dataset
-
-        batch_size = kwargs.get("batch_size")
-        x, y, kwargs = self._shard(x, y, kwargs, steps_key="steps_per_epoch")
-        validation = kwargs.get("validation_data")
-        if validation is not None and self.options.shard_data:
-            if is_dataset(validation):
-                validation, steps = shard_dataset(
-                    validation, self.rank, self.size, steps=kwargs.get("validation_steps"),
-                    batch_size=batch_size if is_dataset(x) else None, argument="validation_data")
-                if steps is not None:
-                    kwargs["validation_steps"] = steps
-                kwargs["validation_data"] = validation
-            else:
-                weights = {"sample_weight": validation[2]} if len(validation) > 2 else {}
-                vx, vy, weights = self._shard(validation[0], validation[1] if len(validation) > 1 else None,
-                                              weights, steps_key="validation_steps")
-                kwargs["validation_data"] = (vx, vy, *([weights["sample_weight"]] if weights else []))
-        return x, y, kwargs
+        return inputs.horovod_fit_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        return self._shard(x, y, kwargs, steps_key="steps")
+        return inputs.horovod_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data,
+                                     steps_key="steps")
+
+    def _before_fit(self, model: Any, x: Any) -> None:
+        """Create every variable before the broadcast, so the first step is already exact."""
+        build_from_first_batch(model, x)
 
     def _reduce_evaluation(self, result: Any) -> Any:
         """Average ``evaluate``'s per-rank results so every rank returns the global figures."""
@@ -179,13 +156,25 @@ class HorovodStrategy(DistributedStrategy):
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
         from tfdist.callbacks import BroadcastInitialState, LearningRateWarmup, MetricAverage
 
+        _refuse_batch_summaries(callbacks)
         ours: list = []
         if not any(isinstance(cb, BroadcastInitialState) for cb in callbacks):
             ours.append(BroadcastInitialState(root_rank=self.options.root_rank))
+        batch_level = any(_writes_batch_logs(cb) for cb in callbacks)
+        for callback in callbacks:
+            if isinstance(callback, MetricAverage) and batch_level:
+                callback.batch_level = True
         if not any(isinstance(cb, MetricAverage) for cb in callbacks):
-            ours.append(MetricAverage())
+            ours.append(MetricAverage(batch_level=batch_level))
         if self.options.warmup_epochs and not any(isinstance(cb, LearningRateWarmup) for cb in callbacks):
             ours.append(LearningRateWarmup(self.options.warmup_epochs, start_factor=1.0 / self.size))
+        return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
+
+    def _evaluate_callbacks(self, callbacks: list) -> list:
+        """``evaluate`` figures a writer records are the mean over ranks too."""
+        from tfdist.callbacks import MetricAverage
+
+        ours = [] if any(isinstance(cb, MetricAverage) for cb in callbacks) else [MetricAverage()]
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _chief_only_if_writer(self, callback: Any) -> Any:
@@ -196,8 +185,73 @@ class HorovodStrategy(DistributedStrategy):
 
         if isinstance(callback, tf.keras.callbacks.BackupAndRestore) and not self.is_chief:
             return ChiefOnly(callback, is_chief=False, everywhere=("on_train_begin",))
-        writers = (tf.keras.callbacks.ModelCheckpoint, tf.keras.callbacks.TensorBoard,
-                   tf.keras.callbacks.CSVLogger, tf.keras.callbacks.ProgbarLogger)
-        if isinstance(callback, writers) and not self.is_chief:
+        if isinstance(callback, (*_writers(), tf.keras.callbacks.ProgbarLogger)) and not self.is_chief:
             return ChiefOnly(callback, is_chief=False)
         return callback
+
+
+def _writers() -> tuple[type, ...]:
+    """The callbacks that write files (read when called: ``tf.keras`` resolves lazily)."""
+    return (tf.keras.callbacks.ModelCheckpoint, tf.keras.callbacks.TensorBoard, tf.keras.callbacks.CSVLogger)
+
+
+def _unwrapped(callback: Any) -> Any:
+    from tfdist.callbacks import ChiefOnly
+
+    return callback.callback if isinstance(callback, ChiefOnly) else callback
+
+
+def _writes_batch_logs(callback: Any) -> bool:
+    """Whether ``callback`` (or the writer a ChiefOnly wraps) reads batch-level logs (a
+    ModelCheckpoint with an integer ``save_freq``), decided the same way on every rank so the
+    batch-level averaging allreduces pair up."""
+    inner = _unwrapped(callback)
+    return isinstance(inner, _writers()) and upstream.has_batch_hooks(inner)
+
+
+def _refuse_batch_summaries(callbacks: list) -> None:
+    """Keras' TensorBoard writes batch summaries inside the training step, from this rank's own
+    loss: under Horovod that would be rank 0's value, not the job's, so it is refused."""
+    for callback in callbacks:
+        inner = _unwrapped(callback)
+        if isinstance(inner, tf.keras.callbacks.TensorBoard) and inner.update_freq != "epoch":
+            raise ArgumentValueError(with_fix(
+                f"TensorBoard(update_freq={inner.update_freq!r}) writes each batch's loss from inside the "
+                "training step, where Horovod has only this rank's own value, so the chief would record "
+                "rank 0's figures as the job's",
+                "use update_freq='epoch' (tfdist averages epoch and validation figures over all ranks)"))
+
+
+def build_from_first_batch(model: Any, x: Any) -> None:
+    """Create a model's variables (and its optimizer's slots) from the structure of ``x``'s first
+    batch, for models that build lazily: a ``Sequential`` without ``Input`` and subclassed models.
+
+    The model is called once on that batch in inference mode; nothing is trained. The optimizer's
+    slots follow, so a broadcast right after covers every variable the first step will use.
+    """
+    if not model.built:
+        if x is None:
+            raise inputs.InputError(with_fix(
+                "the model has no weights yet and no training data was given to build it from",
+                "give the model an input shape (tf.keras.Input) or call model.build() first"))
+        model(_first_batch_inputs(x), training=False)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and hasattr(optimizer, "build") and not upstream.optimizer_is_built(optimizer):
+        optimizer.build(model.trainable_variables)
+
+
+def _first_batch_inputs(x: Any) -> Any:
+    """The model inputs of ``x``'s first batch: arrays sliced, a dataset's first element unpacked."""
+    if inputs.is_dataset(x):
+        element = next(iter(x.take(1)))
+        features, _, _ = tf.keras.utils.unpack_x_y_sample_weight(element)
+        return features
+    if isinstance(x, tf.keras.utils.Sequence):
+        features, _, _ = tf.keras.utils.unpack_x_y_sample_weight(x[0])
+        return features
+    if inputs.is_array_input(x):
+        return tf.nest.map_structure(lambda leaf: leaf[:1], x)
+    raise inputs.InputError(with_fix(
+        f"the model has no weights yet, and tfdist cannot look at the first batch of a "
+        f"{type(x).__name__} without consuming it",
+        "give the model an input shape (tf.keras.Input(shape=...)) or call model.build() before fit"))

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Literal
+from typing import Any, Literal
 
 import tensorflow as tf
 
-from tfdist.environments import TFConfigEnvironment
-from tfdist.environments.tf_config import TF_CONFIG
-from tfdist.strategies.cluster_config import checked_tf_config
-from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+from tfdist.cluster import TFConfig
+from tfdist.errors import with_fix
+from tfdist.strategies import inputs
+from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
 from tfdist.strategies.registry import STRATEGIES
 
 _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
@@ -18,15 +19,19 @@ _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
 
 @dataclasses.dataclass(frozen=True)
 class MultiWorkerMirroredOptions(StrategyOptions):
-    """communication: collective implementation, "auto", "ring" (gRPC) or "nccl"."""
+    """shard_data: each worker reads its own part of the data (tf.data auto-sharding); off, every
+        worker reads all of it, for pipelines that already split by worker.
+    communication: collective implementation, "auto", "ring" (gRPC) or "nccl"."""
 
+    shard_data: bool = True
     communication: Literal["auto", "ring", "nccl"] = "auto"
 
     def __post_init__(self) -> None:
+        require_bool("shard_data", self.shard_data)
         if self.communication not in _IMPLEMENTATIONS:
-            raise ValueError(f"`communication` must be one of {sorted(_IMPLEMENTATIONS)}, "
-                             f"got {self.communication!r}; fix: leave it at 'auto' unless you know "
-                             "the collective you need")
+            raise OptionValueError(with_fix(
+                f"`communication` must be one of {sorted(_IMPLEMENTATIONS)}, got {self.communication!r}",
+                "leave it at 'auto' unless you know the collective you need"))
 
 
 @STRATEGIES.register("multi_worker_mirrored",
@@ -36,6 +41,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     Keras' ModelCheckpoint, BackupAndRestore and TensorBoard already write on the chief only
     under this strategy (others write to temporary directories), so tfdist adds nothing there.
+    Without TF_CONFIG it is one worker.
     """
 
     Options = MultiWorkerMirroredOptions
@@ -43,9 +49,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     def __init__(self, options: MultiWorkerMirroredOptions) -> None:
         super().__init__(options)
-        if os.environ.get(TF_CONFIG, "").strip():
-            checked_tf_config(os.environ[TF_CONFIG])
-        self._environment = TFConfigEnvironment(os.environ)
+        self._config = TFConfig.from_environ(os.environ)
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
                                  _IMPLEMENTATIONS[options.communication])
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(
@@ -58,12 +62,15 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     @property
     def rank(self) -> int:
-        return self._environment.rank
+        return self._config.rank if self._config is not None else 0
 
     @property
     def num_workers(self) -> int:
-        return max(1, self._environment.size)
+        return max(1, self._config.num_training_tasks) if self._config is not None else 1
 
     @property
     def is_chief(self) -> bool:
-        return self._environment.is_chief
+        return self._config.is_chief if self._config is not None else True
+
+    def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync, shard=self.options.shard_data)

@@ -2,11 +2,15 @@
 
 Every task runs the same script. ``make_strategy("parameter_server")``:
 
-* on ``ps`` and ``worker`` tasks starts a ``tf.distribute.Server`` and blocks; the process exits
-  0 once the chief has gone (it trained, or it was stopped), so no server is left behind;
+* on ``ps`` and ``worker`` tasks starts a ``tf.distribute.Server`` and ends the process once the
+  chief has come and gone (``tfdist.lifecycle``), so no server is left behind;
 * on the ``evaluator`` returns a strategy whose ``fit`` evaluates the chief's checkpoints;
-* on the ``chief`` returns the strategy; ``strategy.fit`` runs ``Model.fit`` through the
-  ClusterCoordinator.
+* on the ``chief`` checks that every task answers, then returns the strategy; ``strategy.fit``
+  runs ``Model.fit`` through the ClusterCoordinator.
+
+The cluster comes from ``TF_CONFIG``, or from ``cluster=``: a dict, a ``tf.train.ClusterSpec`` or
+a ``tf.distribute.cluster_resolver.ClusterResolver`` (as in TensorFlow's parameter-server
+tutorial, whose in-process cluster has no chief: this process is then the coordinator).
 
 Variables are placed on the ps tasks; with ``shards=N`` or ``min_shard_bytes=B`` large ones
 (embedding tables, big kernels) are split across them: hybrid data + model parallelism.
@@ -16,17 +20,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
-import socket
-import sys
-import threading
-import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 
+from tfdist import lifecycle, upstream
+from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
-from tfdist.strategies.base import DEFAULT_BATCH_SIZE, DistributedStrategy, StrategyOptions, require_number
+from tfdist.errors import ArgumentValueError, TfdistError, with_fix
+from tfdist.strategies import inputs
+from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.options import (OptionValueError, StrategyOptions, require_bool,
+                                       require_number)
 from tfdist.strategies.registry import STRATEGIES
 
 log = logging.getLogger("tfdist")
@@ -35,10 +40,11 @@ log = logging.getLogger("tfdist")
 # staler, and asynchronous Adam on the embedding test model diverged in 3 of 5 runs with 10
 # (Adagrad: 0 of 3), so batching dispatches is opt-in.
 DEFAULT_STEPS_PER_EXECUTION = 1
-_SERVER_TASKS = ("ps", "worker")
+SERVER_TASKS = ("ps", "worker")
+COORDINATOR = "chief"
 
 
-class ParameterServerError(RuntimeError):
+class ParameterServerError(TfdistError, RuntimeError):
     """A parameter-server job cannot go on; the message says what to do."""
 
 
@@ -46,67 +52,129 @@ class ParameterServerError(RuntimeError):
 class ParameterServerOptions(StrategyOptions):
     """Options of the parameter-server backend.
 
+    shard_data: each worker reads its own shard of numpy inputs (a ``tf.data.Dataset`` is read by
+        every worker from its own copy, as tf-keras does; a ``dataset_fn`` splits as it likes).
     shards: split every variable into exactly this many shards across the ps tasks.
     min_shard_bytes: split variables into shards of at least this size (at most one per ps).
     steps_per_execution: steps per coordinator dispatch when compile() left it at 1
         (default DEFAULT_STEPS_PER_EXECUTION = 1: no batching; see the README's figures).
     checkpoint_dir: the chief saves weights here every epoch; the evaluator task evaluates them.
-    cluster: an explicit cluster dict ({"chief": [...], "worker": [...], "ps": [...]}) instead
-        of TF_CONFIG; then task_type and task_index say which task this process is.
-    chief_grace_seconds: how long servers wait after the chief has gone before they exit.
+    cluster: the cluster instead of TF_CONFIG: a dict ({"chief": [...], "worker": [...],
+        "ps": [...]}), a tf.train.ClusterSpec or a tf.distribute cluster resolver; then
+        task_type and task_index (or the resolver's) say which task this process is.
+    cluster_timeout: how long the chief waits at start-up for every worker and ps to answer
+        before it fails naming the missing ones.
+    chief_grace_seconds: how long servers wait after the chief has gone (for a restarted chief
+        to come back) before they exit.
     chief_startup_timeout: how long servers wait for the chief to appear at all.
     """
 
     scale_lr: bool = False  # asynchronous: each worker applies its own gradients
+    shard_data: bool = True
     shards: int | None = None
     min_shard_bytes: int | None = None
     steps_per_execution: int | None = None
     checkpoint_dir: str | None = None
-    cluster: Mapping[str, Any] | None = None
+    cluster: Any = None
     task_type: str | None = None
-    task_index: int = 0
+    task_index: int | None = None
+    cluster_timeout: float = 60.0
     chief_grace_seconds: float = 5.0
     chief_startup_timeout: float = 600.0
 
     def __post_init__(self) -> None:
+        require_bool("shard_data", self.shard_data)
         if self.shards is not None and self.min_shard_bytes is not None:
-            raise ValueError("pass either `shards` or `min_shard_bytes`, not both; fix: `shards=N` "
-                             "splits every variable, `min_shard_bytes=B` only the large ones")
+            raise OptionValueError(with_fix("pass either `shards` or `min_shard_bytes`, not both",
+                                            "`shards=N` splits every variable, `min_shard_bytes=B` only "
+                                            "the large ones"))
         for name in ("shards", "min_shard_bytes", "steps_per_execution"):
             if getattr(self, name) is not None:
                 require_number(name, getattr(self, name), minimum=1, integer=True)
-        require_number("chief_grace_seconds", self.chief_grace_seconds, minimum=0)
-        require_number("chief_startup_timeout", self.chief_startup_timeout, minimum=0)
-        if self.cluster is not None and self.task_type is None:
-            raise ValueError("an explicit `cluster` needs `task_type` (and `task_index`) to say "
-                             "which task this process is")
+        if self.task_index is not None:
+            require_number("task_index", self.task_index, minimum=0, integer=True)
+        for name in ("cluster_timeout", "chief_grace_seconds", "chief_startup_timeout"):
+            require_number(name, getattr(self, name), minimum=0)
+        if self.cluster is None and (self.task_type is not None or self.task_index is not None):
+            raise OptionValueError(with_fix(
+                "`task_type`/`task_index` were given without `cluster`; TF_CONFIG names the task itself",
+                "pass cluster=... as well, or drop task_type/task_index"))
+        if self.cluster is not None and not _is_cluster_like(self.cluster):
+            raise OptionValueError(with_fix(
+                f"`cluster` must be a dict of task lists, a tf.train.ClusterSpec or a cluster resolver, "
+                f"got {type(self.cluster).__name__}",
+                "pass e.g. cluster={'chief': ['h0:2222'], 'worker': ['h1:2222'], 'ps': ['h2:2222']}"))
 
 
-def _resolver(options: ParameterServerOptions) -> tf.distribute.cluster_resolver.ClusterResolver:
-    from tfdist.strategies.cluster_config import checked_tf_config
+def _is_cluster_like(value: Any) -> bool:
+    return isinstance(value, (Mapping, tf.train.ClusterSpec, tf.distribute.cluster_resolver.ClusterResolver))
+
+
+def _explicit_role(options: ParameterServerOptions) -> tuple[dict[str, list[str]], str | None, int | None]:
+    """Cluster, task type and index from ``cluster=`` (dict, ClusterSpec or resolver) and the options."""
+    cluster, task_type, task_index = options.cluster, options.task_type, options.task_index
+    if isinstance(cluster, tf.distribute.cluster_resolver.ClusterResolver):
+        resolver = cluster
+        for name, given, theirs in (("task_type", task_type, resolver.task_type),
+                                    ("task_index", task_index, resolver.task_id)):
+            if given is not None and theirs is not None and given != theirs:
+                raise OptionValueError(with_fix(
+                    f"`{name}`={given!r} contradicts the cluster resolver's {theirs!r}",
+                    f"drop `{name}` (the resolver says it) or make them agree"))
+        task_type = task_type if task_type is not None else resolver.task_type
+        task_index = task_index if task_index is not None else resolver.task_id
+        cluster = resolver.cluster_spec()
+    if isinstance(cluster, tf.train.ClusterSpec):
+        cluster = cluster.as_dict()
+    plain: dict[str, list[str]] = {}
+    for job, tasks in dict(cluster).items():
+        if isinstance(tasks, Mapping):  # ClusterSpec allows {index: address}
+            tasks = [tasks[i] for i in sorted(tasks)]
+        plain[str(job)] = [str(address) for address in tasks]
+    return plain, task_type, task_index
+
+
+def _role(options: ParameterServerOptions) -> TFConfig:
+    """Which task this process is, in which cluster: parsed once, asked everywhere."""
+    from tfdist.strategies.cluster_config import checked_cluster, checked_tf_config
 
     if options.cluster is not None:
-        config = {"cluster": {k: list(v) for k, v in options.cluster.items()},
-                  "task": {"type": options.task_type, "index": options.task_index}}
+        cluster, task_type, task_index = _explicit_role(options)
+        if task_type is None and COORDINATOR not in cluster:
+            # TensorFlow's in-process pattern: the coordinator is this process, outside the cluster.
+            checked_cluster(cluster, coordinator_outside=True)
+            return _require_ps_job(TFConfig(cluster=cluster, task_type=COORDINATOR, task_index=0),
+                                   coordinator_outside=True)
+        config = checked_tf_config({"cluster": cluster, "task": {
+            "type": task_type if task_type is not None else COORDINATOR, "index": int(task_index or 0)}})
     else:
-        raw = os.environ.get("TF_CONFIG", "")
-        if not raw.strip():
-            raise ParameterServerError(
-                "make_strategy('parameter_server') needs a cluster, and TF_CONFIG is not set; fix: "
+        config = TFConfig.from_environ(os.environ)
+        if config is None:
+            raise ParameterServerError(with_fix(
+                "make_strategy('parameter_server') needs a cluster, and TF_CONFIG is not set",
                 "launch locally with `tfdist launch --workers 2 --ps 1 -- python script.py`, set "
-                "TF_CONFIG on every task (`tfdist tf-config --help`), or pass cluster=..., task_type=...")
-        config = raw
-    config = checked_tf_config(config)
-    cluster = config["cluster"]
-    if not cluster.get("ps") or not cluster.get("worker") or not cluster.get("chief"):
-        raise ParameterServerError(
-            f"ParameterServerStrategy needs a chief, workers and ps tasks; the cluster has "
-            f"{ {k: len(v) for k, v in cluster.items()} }; fix: add the missing tasks, e.g. "
-            "`tfdist launch --workers 2 --ps 1`")
-    task = config["task"]
-    return tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), task_type=task["type"], task_id=int(task["index"]),
-        rpc_layer="grpc")
+                "TF_CONFIG on every task (`tfdist tf-config --help`), or pass cluster=..., task_type=..."))
+    return _require_ps_job(config)
+
+
+def _require_ps_job(role: TFConfig, coordinator_outside: bool = False) -> TFConfig:
+    needed = ("worker", "ps") if coordinator_outside else (COORDINATOR, "worker", "ps")
+    if not all(role.cluster.get(job) for job in needed):
+        jobs = "workers and ps tasks" if coordinator_outside else "a chief, workers and ps tasks"
+        raise ParameterServerError(with_fix(
+            f"ParameterServerStrategy needs {jobs}; the cluster has "
+            f"{ {k: len(v) for k, v in role.cluster.items()} }",
+            "add the missing tasks, e.g. `tfdist launch --workers 2 --ps 1`"))
+    if role.task_type not in (COORDINATOR, "evaluator", *SERVER_TASKS):
+        raise ParameterServerError(with_fix(f"task type {role.task_type!r} has no role in a "
+                                            "parameter-server job", "use chief, worker, ps or evaluator"))
+    return role
+
+
+def _fail_fast_grpc() -> None:
+    """TensorFlow's requirement for parameter-server fault tolerance, set in the processes that join
+    the cluster (the launcher sets it too) before their first gRPC channel."""
+    os.environ.setdefault(GRPC_FAIL_FAST, "use_caller")
 
 
 def _partitioner(options: ParameterServerOptions, num_ps: int) -> Any:
@@ -118,40 +186,14 @@ def _partitioner(options: ParameterServerOptions, num_ps: int) -> Any:
     return None
 
 
-def _reachable(address: str, timeout: float = 1.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def wait_for_chief_to_finish(chief_address: str, grace: float, startup_timeout: float,
-                             poll: float = 1.0) -> bool:
-    """Block until the chief has come and gone; ``False`` if it never came within the timeout."""
-    deadline = time.monotonic() + startup_timeout
-    while not _reachable(chief_address):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(poll)
-    gone_since: float | None = None
-    while True:
-        time.sleep(poll)
-        if _reachable(chief_address):
-            gone_since = None
-        elif gone_since is None:
-            gone_since = time.monotonic()
-        elif time.monotonic() - gone_since >= grace:
-            return True
-
-
 @STRATEGIES.register("parameter_server",
                      "tf.distribute ParameterServerStrategy: coordinator, workers and ps tasks")
 class ParameterServerStrategy(DistributedStrategy):
     """Asynchronous training: workers pull variables from ps tasks and push their updates.
 
     The same script runs on every task; see the module docstring for what each task does.
+    Constructing it starts nothing on server tasks: ``make_strategy`` calls ``take_role()``, which
+    serves there.
     """
 
     Options = ParameterServerOptions
@@ -159,39 +201,43 @@ class ParameterServerStrategy(DistributedStrategy):
 
     def __init__(self, options: ParameterServerOptions) -> None:
         super().__init__(options)
-        os.environ.setdefault(GRPC_FAIL_FAST, "use_caller")  # TF's requirement for PS fault tolerance
-        self._resolver = _resolver(options)
-        self.task_type = self._resolver.task_type
-        self.task_index = self._resolver.task_id
-        cluster = self._resolver.cluster_spec().as_dict()
-        self._chief_address = cluster["chief"][0]
-        self._num_workers = len(cluster["worker"])
-        self._num_ps = len(cluster["ps"])
-        if self.task_type in _SERVER_TASKS:
-            self._serve()  # never returns
+        self._role = _role(options)
         self._strategy: tf.distribute.ParameterServerStrategy | None = None
-        if self.task_type == "chief":
+        if self.is_chief:
+            _fail_fast_grpc()
+            self._check_cluster_answers()
+            outside = self.chief_address is None  # TensorFlow's in-process pattern: no task of the cluster
+            resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+                self._cluster_spec(), task_type=None if outside else COORDINATOR, task_id=0, rpc_layer="grpc")
             self._strategy = tf.distribute.ParameterServerStrategy(
-                self._resolver, variable_partitioner=_partitioner(options, self._num_ps))
-        elif self.task_type != "evaluator":
-            raise ParameterServerError(f"task type {self.task_type!r} has no role in a parameter-server "
-                                       "job; fix: use chief, worker, ps or evaluator")
+                resolver, variable_partitioner=_partitioner(options, self.num_ps))
 
-    # --- servers ------------------------------------------------------------------------------
-    def _serve(self) -> None:
-        """Run this task's gRPC server until the chief has finished, then exit the process."""
-        tf.distribute.Server(self._resolver.cluster_spec(), job_name=self.task_type,
-                             task_index=self.task_index, protocol="grpc", start=True)
-        print(f"[tfdist] {self.task_type}:{self.task_index} serving; waiting for the chief at "
-              f"{self._chief_address}", file=sys.stderr, flush=True)
-        finished = wait_for_chief_to_finish(self._chief_address, self.options.chief_grace_seconds,
-                                            self.options.chief_startup_timeout)
-        if not finished:
-            log.error("%s:%d: the chief at %s did not start within %.0fs; exiting", self.task_type,
-                      self.task_index, self._chief_address, self.options.chief_startup_timeout)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0 if finished else 1)  # the gRPC server has no clean shutdown in TF 2
+    def _check_cluster_answers(self) -> None:
+        """Fail within ``cluster_timeout`` naming the tasks that do not answer, instead of hanging."""
+        servers = self._server_addresses()
+        missing = lifecycle.wait_for_tasks(servers, self.options.cluster_timeout)
+        if missing:
+            listing = ", ".join(f"{name} ({servers[name]})" for name in missing)
+            raise ParameterServerError(with_fix(
+                f"the chief waited {self.options.cluster_timeout:g}s and these tasks never answered: "
+                f"{listing}", "check that every task was started with the same cluster and did not "
+                "exit (its log says why), or raise cluster_timeout for slow starts"))
+
+    # --- this process's role ------------------------------------------------------------------------
+    def take_role(self, exit: Callable[[int], object] = os._exit) -> None:
+        """On a ps or worker task: serve until the chief has come and gone, then ``exit``."""
+        if self.task_type not in SERVER_TASKS:
+            return
+        _fail_fast_grpc()
+        lifecycle.serve_until_chief_leaves(
+            f"{self.task_type}:{self.task_index}",
+            lambda: tf.distribute.Server(self._cluster_spec(), job_name=self.task_type,
+                                         task_index=self.task_index, protocol="grpc", start=True),
+            self.chief_address, self.options.chief_grace_seconds, self.options.chief_startup_timeout,
+            exit=exit)
+
+    def _cluster_spec(self) -> tf.train.ClusterSpec:
+        return tf.train.ClusterSpec({job: list(tasks) for job, tasks in self._role.cluster.items()})
 
     # --- identity -----------------------------------------------------------------------------
     @property
@@ -199,8 +245,22 @@ class ParameterServerStrategy(DistributedStrategy):
         return self._strategy
 
     @property
+    def task_type(self) -> str:
+        return self._role.task_type
+
+    @property
+    def task_index(self) -> int:
+        return self._role.task_index
+
+    @property
+    def chief_address(self) -> str | None:
+        """The chief's address; ``None`` when the coordinator is this process, outside the cluster."""
+        chief = self._role.cluster.get(COORDINATOR)
+        return chief[0] if chief else None
+
+    @property
     def is_chief(self) -> bool:
-        return self.task_type == "chief"
+        return self.task_type == COORDINATOR
 
     @property
     def is_evaluator(self) -> bool:
@@ -212,11 +272,11 @@ class ParameterServerStrategy(DistributedStrategy):
 
     @property
     def num_workers(self) -> int:
-        return self._num_workers
+        return len(self._role.cluster["worker"])
 
     @property
     def num_ps(self) -> int:
-        return self._num_ps
+        return len(self._role.cluster["ps"])
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -231,94 +291,57 @@ class ParameterServerStrategy(DistributedStrategy):
         if self.is_evaluator:
             return self._evaluate_checkpoints(model, x, y, fit_kwargs)
         self._check_model(model)
-        steps = self._default_steps_per_execution()
-        if steps > 1 and getattr(model, "_steps_per_execution", None) is not None \
-                and int(model._steps_per_execution.numpy()) == 1:
-            model._configure_steps_per_execution(steps)
+        steps = self.options.steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
+        if steps > 1 and upstream.steps_per_execution(model) == 1:
+            upstream.set_steps_per_execution(model, steps)
         try:
             return super().fit(model, x, y, **fit_kwargs)
         except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as exc:
-            found = re.search(r"/job:(ps|worker|chief)/replica:\d+/task:(\d+)", str(exc))
-            lost = f"{found.group(1)}:{found.group(2)}" if found else "a task"
-            raise ParameterServerError(
-                f"the parameter-server job lost {lost} ({type(exc).__name__}); a ps task holds "
-                "variables that training cannot do without, so training stops. "
-                "Fix: restart the whole cluster; with tf.keras.callbacks.BackupAndRestore in the "
-                "callbacks it resumes from the last finished epoch") from exc
+            raise self._lost_task_error(exc) from None
 
-    def _default_steps_per_execution(self) -> int:
-        if self.options.steps_per_execution is not None:
-            return self.options.steps_per_execution
-        return DEFAULT_STEPS_PER_EXECUTION
+    def _server_addresses(self) -> dict[str, str]:
+        return {f"{job}:{i}": address for job in SERVER_TASKS for i, address in enumerate(self._role.cluster[job])}
+
+    def _lost_task_error(self, exc: Exception) -> ParameterServerError:
+        """One clear line naming the task(s) that no longer answer; TensorFlow's own text, shortened,
+        after it (its chained gRPC tracebacks run to 100-200 lines)."""
+        silent = lifecycle.silent_tasks(self._server_addresses())
+        ps_lost = [name for name in silent if name.startswith("ps:")]
+        if ps_lost:
+            what = f"lost {', '.join(ps_lost)}, which holds variables that training cannot do without"
+        elif silent and len(silent) == self.num_workers:
+            what = f"lost every worker ({', '.join(silent)})"
+        elif silent:
+            what = f"lost {', '.join(silent)} and could not go on"
+        else:
+            what = "lost a task it cannot name (every ps and worker answers again)"
+        error = ParameterServerError(with_fix(
+            f"the parameter-server job {what} ({type(exc).__name__}); training stops",
+            "restart the whole cluster; with tf.keras.callbacks.BackupAndRestore in the callbacks it "
+            "resumes from the last finished epoch"))
+        lines = str(exc).strip().splitlines()
+        shown = "\n  ".join(line[:300] for line in lines[:8])
+        error.add_note(f"TensorFlow's error ({len(lines)} lines, first {min(len(lines), 8)}):\n  {shown}")
+        error.tensorflow_error = exc  # the whole chain, for debugging
+        return error
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        from tfdist.strategies.data import is_dataset, num_examples
-
-        if isinstance(x, tf.keras.utils.experimental.DatasetCreator) or (callable(x) and not is_dataset(x)):
-            creator = x if isinstance(x, tf.keras.utils.experimental.DatasetCreator) else \
-                tf.keras.utils.experimental.DatasetCreator(x)
-            self._require_steps(kwargs, "a dataset_fn")
-            return creator, y, kwargs
-        batch_size = kwargs.pop("batch_size", None)
-        unbatched_datasets = is_dataset(x) and batch_size is not None  # tfdist's batch_size rule
-        if is_dataset(x):
-            dataset = x.batch(int(batch_size)) if batch_size is not None else x
-            if kwargs.get("steps_per_epoch") is None:
-                cardinality = int(dataset.cardinality().numpy())
-                if cardinality < 1:
-                    self._require_steps(kwargs, "a dataset whose length is unknown or infinite")
-                kwargs["steps_per_epoch"] = cardinality
-            x = dataset if dataset.cardinality() == tf.data.INFINITE_CARDINALITY else dataset.repeat()
-        elif x is not None:
-            batch_size = int(batch_size or DEFAULT_BATCH_SIZE)
-            arrays = (x,) if y is None else (x, y)
-            if kwargs.get("sample_weight") is not None:
-                arrays = arrays + (kwargs.pop("sample_weight"),)
-            examples = num_examples(arrays)
-            if kwargs.get("steps_per_epoch") is None:
-                kwargs["steps_per_epoch"] = -(-examples // batch_size)
-            shuffle = kwargs.pop("shuffle", True)
-            x, y = self._array_dataset_creator(arrays, batch_size, shuffle), None
-        validation = kwargs.get("validation_data")
-        if validation is not None:
-            kwargs["validation_data"], steps = _finite_eval_dataset(
-                validation, batch_size, kwargs.get("validation_steps"), batch_datasets=unbatched_datasets)
-            kwargs["validation_steps"] = steps
-        return x, y, kwargs
+        return inputs.parameter_server_fit_inputs(x, y, kwargs, shard=self.options.shard_data)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        data = x if y is None else (x, y)
-        batch_size = kwargs.pop("batch_size", None)
-        dataset, kwargs["steps"] = _finite_eval_dataset(data, batch_size, kwargs.get("steps"),
-                                                        batch_datasets=batch_size is not None)
-        return dataset, None, kwargs
+        return inputs.parameter_server_evaluate_inputs(x, y, kwargs)
 
-    @staticmethod
-    def _require_steps(kwargs: dict, what: str) -> None:
-        if kwargs.get("steps_per_epoch") is None:
-            raise ValueError(
-                f"ParameterServerStrategy trains on {what} without knowing where an epoch ends; "
-                "fix: pass `steps_per_epoch=N` to strategy.fit (N = examples per epoch / batch size)")
-
-    @staticmethod
-    def _array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool) -> Any:
-        """Each worker reads its own shard of the arrays, shuffled, repeated, batched."""
-        def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-            dataset = tf.data.Dataset.from_tensor_slices(arrays).shard(
-                input_context.num_input_pipelines, input_context.input_pipeline_id)
-            if shuffle:
-                dataset = dataset.shuffle(4096)
-            return dataset.repeat().batch(batch_size).prefetch(2)
-
-        return tf.keras.utils.experimental.DatasetCreator(dataset_fn)
+    def _output_dirs(self) -> list[tuple[str, str]]:
+        return [("`checkpoint_dir`", self.options.checkpoint_dir)] if self.options.checkpoint_dir else []
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
-        refused = [type(cb).__name__ for cb in callbacks if _has_batch_hooks(cb)]
+        refused = [type(cb).__name__ for cb in callbacks if upstream.refused_by_parameter_servers(cb)]
         if refused:
-            raise ValueError(
+            raise ArgumentValueError(with_fix(
                 f"ParameterServerStrategy cannot run batch-level callbacks, and these have batch "
-                f"hooks: {', '.join(refused)}; fix: use epoch-level callbacks (for example "
-                "TensorBoard(update_freq='epoch'), tfdist.callbacks.Throughput) or another strategy")
+                f"hooks: {', '.join(refused)}",
+                "use epoch-level callbacks (for example TensorBoard(update_freq='epoch'), "
+                "tfdist.callbacks.Throughput) or another strategy"))
         if self.options.checkpoint_dir:
             callbacks = callbacks + [tf.keras.callbacks.ModelCheckpoint(
                 os.path.join(self.options.checkpoint_dir, "ckpt-{epoch}"), save_weights_only=True)]
@@ -327,28 +350,16 @@ class ParameterServerStrategy(DistributedStrategy):
     def _evaluate_checkpoints(self, model: Any, x: Any, y: Any, fit_kwargs: dict) -> None:
         """The evaluator's ``fit``: evaluate each new checkpoint until the chief has finished."""
         if not self.options.checkpoint_dir:
-            raise ValueError("the evaluator task needs `checkpoint_dir=` (the same on every task) to "
-                             "find the chief's checkpoints; fix: make_strategy('parameter_server', "
-                             "checkpoint_dir='...')")
+            raise ParameterServerError(with_fix(
+                "the evaluator task needs `checkpoint_dir=` (the same on every task) to find the "
+                "chief's checkpoints", "make_strategy('parameter_server', checkpoint_dir='...')"))
         validation = fit_kwargs.get("validation_data")
         data = validation if validation is not None else ((x, y) if y is not None else x)
         if isinstance(data, tuple):
             data = tf.data.Dataset.from_tensor_slices(data).batch(
-                int(fit_kwargs.get("batch_size") or DEFAULT_BATCH_SIZE))
-
-        def stop_when_chief_leaves() -> None:
-            finished = wait_for_chief_to_finish(self._chief_address, self.options.chief_grace_seconds,
-                                                self.options.chief_startup_timeout)
-            if finished:
-                log.warning("evaluator: the chief has finished; exiting")
-            else:
-                log.error("evaluator: the chief at %s did not start within %.0fs; exiting",
-                          self._chief_address, self.options.chief_startup_timeout)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0 if finished else 1)
-
-        threading.Thread(target=stop_when_chief_leaves, daemon=True).start()
+                int(fit_kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE))
+        lifecycle.exit_when_chief_leaves(self.chief_address, self.options.chief_grace_seconds,
+                                         self.options.chief_startup_timeout)
         report = tf.keras.callbacks.LambdaCallback(on_test_end=lambda logs: print(
             "[tfdist] evaluator: step %d %s" % (int(model.optimizer.iterations.numpy()),
                                                  " ".join(f"{k}={v:.4f}" for k, v in (logs or {}).items())),
@@ -357,35 +368,3 @@ class ParameterServerStrategy(DistributedStrategy):
             model, data, self.options.checkpoint_dir, max_evaluations=fit_kwargs.get("epochs"),
             callbacks=[report, *(fit_kwargs.get("callbacks") or [])])
         evaluator.start()
-
-
-def _finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
-                         batch_datasets: bool) -> tuple[tf.data.Dataset, int]:
-    """An evaluation dataset the coordinator can read from any worker: repeated, with a step count.
-
-    Arrays are batched by ``batch_size`` (default 32); a dataset only when ``batch_datasets``
-    says it holds single examples.
-
-    Each worker reads its own copy, so the evaluated batches are the first ``steps`` batches
-    handed out across workers: an estimate, exact when one worker evaluates.
-    """
-    from tfdist.strategies.data import is_dataset
-
-    if is_dataset(data):
-        dataset = data.batch(int(batch_size)) if batch_datasets and batch_size is not None else data
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(tuple(data) if isinstance(data, list) else data)
-        dataset = dataset.batch(int(batch_size or DEFAULT_BATCH_SIZE))
-    if steps is None:
-        steps = int(dataset.cardinality().numpy())
-        if steps < 1:
-            raise ValueError("the evaluation data has an unknown or infinite length; fix: pass "
-                             "`validation_steps=` (in fit) or `steps=` (in evaluate)")
-    return dataset.repeat(), steps
-
-
-def _has_batch_hooks(callback: Any) -> bool:
-    if getattr(callback, "_supports_tf_logs", False):
-        return False
-    return bool(callback._implements_train_batch_hooks() or callback._implements_test_batch_hooks()
-                or callback._implements_predict_batch_hooks())

@@ -4,13 +4,15 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Callable, TypeVar
 
+from tfdist.errors import ArgumentValueError, TfdistError, with_fix
+
 if TYPE_CHECKING:
     from tfdist.strategies.base import DistributedStrategy
 
 _Backend = TypeVar("_Backend", bound="type[DistributedStrategy]")
 
 
-class UnknownStrategyError(ValueError):
+class UnknownStrategyError(TfdistError, ValueError):
     """``make_strategy`` was given a name no backend registered."""
 
 
@@ -25,7 +27,7 @@ class StrategyRegistry:
         """Class decorator: ``@STRATEGIES.register("horovod", "ring-allreduce ...")``."""
         def decorate(backend: _Backend) -> _Backend:
             if name in self._backends:
-                raise ValueError(f"strategy {name!r} is registered twice")
+                raise ArgumentValueError(f"strategy {name!r} is registered twice; fix: give each backend its own name")
             self._backends[name] = backend
             self._descriptions[name] = description
             backend.kind = name
@@ -46,9 +48,9 @@ class StrategyRegistry:
             pass
         known = ["auto", *sorted(self._backends)]
         close = difflib.get_close_matches(str(name), known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise UnknownStrategyError(
-            f"unknown strategy {name!r}; known strategies: {', '.join(known)}.{hint}") from None
+        fix = f"did you mean {close[0]!r}?" if close else "pick one of the known strategies"
+        raise UnknownStrategyError(with_fix(
+            f"unknown strategy {name!r}; known strategies: {', '.join(known)}", fix)) from None
 
 
 STRATEGIES = StrategyRegistry()

@@ -1,43 +1,32 @@
 """The ``auto`` rule: a pure function of environment variables and the local GPU count.
 
-| order | condition                                        | strategy               |
-|-------|--------------------------------------------------|------------------------|
-| 1     | horovodrun/mpirun variables (HOROVOD_RANK, ...)  | horovod                |
-| 2     | TF_CONFIG whose cluster has ps tasks             | parameter_server       |
-| 3     | TF_CONFIG with a cluster and no ps tasks         | multi_worker_mirrored  |
-| 4     | more than one local GPU                          | mirrored               |
-| 5     | otherwise                                        | single                 |
+The detectors of ``tfdist.environments.DETECTION_ORDER`` are asked in order; the first that names
+a strategy wins (README, "The auto table"):
+
+| order | detector   | condition                                              | strategy              |
+|-------|------------|--------------------------------------------------------|-----------------------|
+| 1     | horovodrun | horovodrun/mpirun variables (HOROVOD_RANK, ...)        | horovod               |
+| 2     | tf_config  | TF_CONFIG whose cluster has ps tasks                   | parameter_server      |
+|       |            | TF_CONFIG with a cluster and no ps tasks               | multi_worker_mirrored |
+| 3     | slurm      | a SLURM step of several tasks without the above        | error: says the fix   |
+| 4     | local      | more than one local GPU                                | mirrored              |
+|       |            | otherwise                                              | single                |
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
-from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
+from tfdist.environments import DETECTION_ORDER
+from tfdist.environments.base import Selection
 
-
-@dataclass(frozen=True)
-class Selection:
-    """The strategy ``auto`` resolves to, and the rule that chose it (for logs and errors)."""
-
-    kind: str
-    reason: str
+__all__ = ["Selection", "select_strategy"]
 
 
 def select_strategy(environ: Mapping[str, str], gpu_count: int) -> Selection:
     """Apply the auto table to ``environ`` and ``gpu_count``; reads nothing else."""
-    if HorovodRunEnvironment.detect(environ):
-        env = HorovodRunEnvironment(environ)
-        return Selection("horovod", f"{env.launcher} variables are set")
-    if TFConfigEnvironment.detect(environ):
-        env = TFConfigEnvironment(environ)
-        try:
-            has_ps = env.has_ps
-        except ValueError:
-            has_ps = False  # malformed TF_CONFIG: the backend reports it with the fix
-        if has_ps:
-            return Selection("parameter_server", "TF_CONFIG lists ps tasks")
-        return Selection("multi_worker_mirrored", "TF_CONFIG lists a cluster without ps tasks")
-    if gpu_count > 1:
-        return Selection("mirrored", f"{gpu_count} local GPUs")
-    return Selection("single", "no launcher variables, TF_CONFIG or multiple GPUs")
+    for environment in DETECTION_ORDER:
+        if environment.detect(environ):
+            selection = environment(environ).auto_strategy(gpu_count)
+            if selection is not None:
+                return selection
+    raise AssertionError("LocalEnvironment always selects a strategy")  # pragma: no cover

@@ -1,0 +1,56 @@
+"""TensorFlow's parameter-server tutorial, ported to tfdist: an in-process cluster whose resolver is
+passed as ``cluster=`` (tests/strategies/test_parameter_server.py).
+
+    python ps_tutorial.py OUTFILE FORM        # FORM: resolver, cluster_spec or dict
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+
+import tfdist  # noqa: F401  (before tensorflow)
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.cluster import free_ports
+
+OUTFILE, FORM = sys.argv[1], sys.argv[2]
+
+
+def create_in_process_cluster(num_workers: int, num_ps: int):
+    """As in the tutorial: servers for every worker and ps in this process, on localhost."""
+    ports = free_ports(num_workers + num_ps)
+    cluster_dict = {"worker": [f"localhost:{p}" for p in ports[:num_workers]],
+                    "ps": [f"localhost:{p}" for p in ports[num_workers:]]}
+    cluster_spec = tf.train.ClusterSpec(cluster_dict)
+    worker_config = tf.compat.v1.ConfigProto()
+    if multiprocessing.cpu_count() < num_workers + 1:  # the tutorial's guard against starved workers
+        worker_config.inter_op_parallelism_threads = num_workers + 1
+    for i in range(num_workers):
+        tf.distribute.Server(cluster_spec, job_name="worker", task_index=i, config=worker_config, protocol="grpc")
+    for i in range(num_ps):
+        tf.distribute.Server(cluster_spec, job_name="ps", task_index=i, protocol="grpc")
+    return cluster_dict, tf.distribute.cluster_resolver.SimpleClusterResolver(cluster_spec, rpc_layer="grpc")
+
+
+cluster_dict, cluster_resolver = create_in_process_cluster(num_workers=2, num_ps=2)
+cluster = {"resolver": cluster_resolver, "cluster_spec": cluster_resolver.cluster_spec(),
+           "dict": cluster_dict}[FORM]
+strategy = tfdist.make_strategy("parameter_server", cluster=cluster, min_shard_bytes=256)
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (x @ rng.normal(size=(8, 1))).astype("float32")
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
+history = strategy.fit(model, x, y, batch_size=32, epochs=3, verbose=0)
+with open(OUTFILE, "w") as f:
+    json.dump({"is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
+               "loss": history.history["loss"],
+               "kernel_devices": sorted({v.device for v in model.layers[0].kernel.variables})}, f)
+sys.stdout.flush()
+os._exit(0)  # the in-process gRPC servers have no clean shutdown

@@ -1,0 +1,112 @@
+"""tfdist.strategies.inputs: every backend's input rule, one test per option per backend."""
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tfdist  # noqa: E402
+from tfdist.strategies import inputs  # noqa: E402
+
+
+def _arrays(n: int = 10):
+    x = np.arange(n * 2, dtype="float32").reshape(n, 2)
+    return x, x[:, :1] * 10
+
+
+def _count(dataset) -> int:
+    return sum(int(tf.nest.flatten(element)[0].shape[0]) for element in dataset)
+
+
+# --- Horovod ------------------------------------------------------------------------------------
+def test_horovod_shards_arrays_by_stride_to_equal_length():
+    x, y = _arrays(11)
+    sx, sy, kwargs = inputs.horovod_fit_inputs(x, y, {"sample_weight": np.arange(11.0)}, 1, 2, shard=True)
+    np.testing.assert_array_equal(sx, x[1::2][:5])
+    np.testing.assert_array_equal(kwargs["sample_weight"], np.arange(11.0)[1::2][:5])
+    assert len(sy) == 5
+
+
+def test_horovod_shards_validation_tuples_and_datasets_alike():
+    x, y = _arrays(8)
+    _, _, kwargs = inputs.horovod_fit_inputs(x, y, {"validation_data": (x, y)}, 0, 2, shard=True)
+    np.testing.assert_array_equal(kwargs["validation_data"][0], x[0::2])
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    sharded, _, kwargs = inputs.horovod_fit_inputs(dataset, None, {"batch_size": 2, "validation_data": dataset},
+                                                   1, 2, shard=True)
+    assert _count(sharded) == 4 and "batch_size" not in kwargs
+    assert _count(kwargs["validation_data"]) == 4
+
+
+def test_horovod_shard_data_false_leaves_every_input_alone():
+    x, y = _arrays(8)
+    sx, sy, kwargs = inputs.horovod_fit_inputs(x, y, {"validation_data": (x, y)}, 1, 2, shard=False)
+    assert sx is x and sy is y and kwargs["validation_data"][0] is x
+
+
+def test_horovod_refuses_datasets_whose_shards_could_differ_in_length():
+    unknown = tf.data.Dataset.range(10).filter(lambda v: v > 2)
+    with pytest.raises(inputs.InputError, match="cardinality of `x` is unknown.*fix: pass `steps_per_epoch`"):
+        inputs.horovod_fit_inputs(unknown, None, {}, 0, 2, shard=True)
+    repeated, _, kwargs = inputs.horovod_fit_inputs(unknown, None, {"steps_per_epoch": 3}, 0, 2, shard=True)
+    assert kwargs["steps_per_epoch"] == 3
+
+
+# --- tf.distribute global batches ------------------------------------------------------------
+def test_global_batches_multiply_the_per_replica_batch():
+    x, y = _arrays(8)
+    _, _, kwargs = inputs.global_batch_inputs(x, y, {"batch_size": 4}, replicas=3)
+    assert kwargs["batch_size"] == 12
+    _, _, kwargs = inputs.global_batch_inputs(x, y, {}, replicas=2)
+    assert kwargs["batch_size"] == 2 * inputs.DEFAULT_BATCH_SIZE
+    batched, _, kwargs = inputs.global_batch_inputs(tf.data.Dataset.from_tensor_slices((x, y)), None,
+                                                    {"batch_size": 2}, replicas=2)
+    assert [int(b[0].shape[0]) for b in batched] == [4, 4] and "batch_size" not in kwargs
+
+
+def test_multi_worker_shard_data_false_turns_auto_sharding_off():
+    x, y = _arrays(8)
+    off = tf.data.experimental.AutoShardPolicy.OFF
+    dataset, y_out, kwargs = inputs.global_batch_inputs(x, y, {"batch_size": 2}, replicas=2, shard=False)
+    assert y_out is None and "batch_size" not in kwargs
+    assert dataset.options().experimental_distribute.auto_shard_policy == off
+    assert _count(dataset) == 8
+    given = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    dataset, _, _ = inputs.global_batch_inputs(given, None, {}, replicas=2, shard=False)
+    assert dataset.options().experimental_distribute.auto_shard_policy == off
+    sharded, _, _ = inputs.global_batch_inputs(given, None, {}, replicas=2, shard=True)
+    assert sharded.options().experimental_distribute.auto_shard_policy != off
+
+
+# --- parameter servers -----------------------------------------------------------------------
+@pytest.mark.parametrize("shard, expected", [(True, 5), (False, 10)])
+def test_parameter_server_workers_read_their_shard_of_arrays_unless_told_not_to(shard, expected):
+    x, y = _arrays(10)
+    creator, _, kwargs = inputs.parameter_server_fit_inputs(x, y, {"batch_size": 5, "shuffle": False}, shard=shard)
+    assert kwargs["steps_per_epoch"] == 2
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    first_epoch = creator.dataset_fn(context).take(expected // 5)
+    seen = np.concatenate([batch[0].numpy()[:, 0] for batch in first_epoch])
+    assert len(seen) == expected
+    assert sorted(seen.tolist()) == sorted((x[1::2] if shard else x)[:, 0].tolist())
+
+
+# --- every backend takes or refuses shard_data --------------------------------------------------
+@pytest.mark.parametrize("kind", ["single", "mirrored"])
+def test_shard_data_is_refused_where_one_process_reads_everything(kind):
+    with pytest.raises(TypeError, match=f"strategy '{kind}' does not take 'shard_data'"):
+        tfdist.make_strategy(kind, shard_data=False)
+
+
+@pytest.mark.no_gpu
+def test_shard_data_is_an_option_of_the_multi_process_backends():
+    from tfdist.strategies import option_names
+
+    for kind in ("horovod", "multi_worker_mirrored", "parameter_server"):
+        assert "shard_data" in option_names(kind)
+    with mock.patch.dict(os.environ, {}, clear=True):
+        assert tfdist.make_strategy("auto", shard_data=False).kind == "single"  # auto: another backend's

@@ -1,0 +1,106 @@
+"""Every accessor of tfdist.upstream against the pinned TensorFlow / tf-keras, and failing closed."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from tfdist import upstream
+from tfdist.errors import TfdistError
+
+tf = pytest.importorskip("tensorflow")
+
+
+def _compiled_model(**compile_kwargs):
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse", **compile_kwargs)
+    return model
+
+
+def test_steps_per_execution_reads_and_sets_a_compiled_model():
+    model = _compiled_model(steps_per_execution=3)
+    assert upstream.steps_per_execution(model) == 3
+    upstream.set_steps_per_execution(model, 7)
+    assert upstream.steps_per_execution(model) == 7
+
+
+def test_has_batch_hooks_tells_epoch_from_batch_callbacks():
+    class PerBatch(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    assert upstream.has_batch_hooks(PerBatch())
+    assert not upstream.has_batch_hooks(tf.keras.callbacks.CSVLogger("/dev/null"))
+    # TensorBoard writes batch summaries inside the train function, not from batch hooks
+    assert not upstream.has_batch_hooks(tf.keras.callbacks.TensorBoard("/tmp/unused", update_freq="batch"))
+    assert upstream.has_batch_hooks(tf.keras.callbacks.ModelCheckpoint("/tmp/unused", save_freq=5))
+    assert not upstream.has_batch_hooks(tf.keras.callbacks.ModelCheckpoint("/tmp/unused"))
+    assert upstream.has_batch_hooks(tf.keras.callbacks.ProgbarLogger())
+
+
+def test_parameter_servers_refuse_batch_hooks_unless_they_take_tensor_logs():
+    class PerBatch(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    assert upstream.refused_by_parameter_servers(PerBatch())
+    assert not upstream.refused_by_parameter_servers(tf.keras.callbacks.ProgbarLogger())
+    assert not upstream.refused_by_parameter_servers(tf.keras.callbacks.CSVLogger("/dev/null"))
+
+
+def test_optimizer_is_built_follows_build():
+    model = _compiled_model()
+    assert upstream.optimizer_is_built(model.optimizer) is False
+    model.optimizer.build(model.trainable_variables)
+    assert upstream.optimizer_is_built(model.optimizer) is True
+
+
+def test_raw_learning_rate_keeps_a_schedule():
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    assert upstream.raw_learning_rate(tf.keras.optimizers.SGD(schedule)) is schedule
+    assert float(upstream.raw_learning_rate(tf.keras.optimizers.SGD(0.25)).numpy()) == 0.25
+
+
+def test_tensorflow_says_it_uses_legacy_keras():
+    assert upstream.tf_uses_legacy_keras(tf) is True  # tfdist set TF_USE_LEGACY_KERAS=1 before import
+
+
+def test_the_lazy_loader_state_is_read_without_importing():
+    loader = types.SimpleNamespace(_tfll_initialized=False, _tfll_keras_version="tf_keras")
+    assert upstream.lazy_keras_version(loader) == (True, "tf_keras")
+    assert upstream.lazy_keras_version(types.ModuleType("tf_keras")) == (False, None)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: upstream.steps_per_execution(object()),
+    lambda: upstream.set_steps_per_execution(object(), 2),
+    lambda: upstream.has_batch_hooks(object()),
+    lambda: upstream.refused_by_parameter_servers(object()),
+    lambda: upstream.optimizer_is_built(types.SimpleNamespace(build=print, _built="yes")),
+    lambda: upstream.optimizer_is_built(object()),
+    lambda: upstream.raw_learning_rate(object()),
+    lambda: upstream.tf_uses_legacy_keras(types.SimpleNamespace(_tf_uses_legacy_keras="1")),
+])
+def test_every_accessor_fails_closed_naming_the_attribute(call):
+    with pytest.raises(upstream.UpstreamChangedError) as info:
+        call()
+    assert isinstance(info.value, TfdistError)
+    assert "has no usable `" in str(info.value) and "fix: install the versions pinned" in str(info.value)
+
+
+def test_no_private_attribute_is_read_outside_the_door():
+    """tfdist's own modules reach TensorFlow/Keras internals only through tfdist.upstream."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(upstream.__file__).resolve().parents[1]
+    private = re.compile(r"[.'\"]_(steps_per_execution|configure_steps_per_execution|tf_uses_legacy_keras|tfll_"
+                         r"|built\b|learning_rate\b|supports_tf_logs|implements_)")
+    offenders = []
+    for path in [*root.joinpath("tfdist").rglob("*.py"), *root.joinpath("callbacks").rglob("*.py")]:
+        if path.name == "upstream.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if private.search(line) and not re.match(r"\s*#", line):
+                offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert offenders == []

@@ -1,0 +1,122 @@
+"""The life of a process that serves a parameter-server job: kept apart from the strategy's training.
+
+* ``serve_until_chief_leaves``: a ps or worker task starts its gRPC server, waits for the chief to
+  come and go, then ends the process (TensorFlow 2 has no clean server shutdown, hence an exit).
+* ``exit_when_chief_leaves``: the evaluator's watch, in a background thread.
+* ``wait_for_tasks``: the chief's start-up check that every task of the cluster answers.
+
+The contract between chief and servers (README, "When a task fails"): a server waits up to
+``startup_timeout`` for the chief to appear, and ``grace`` after it disappeared for a restarted
+chief to come back, then exits 0 (the chief came and went) or 1 (it never came). A chief checks
+that every server answers within its own start-up timeout and fails naming the missing ones.
+
+Every function takes its clock, sleep, probe and exit as arguments, so tests drive them without
+sockets, waiting or ending the test process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Mapping
+
+log = logging.getLogger("tfdist")
+
+Probe = Callable[[str], bool]
+Exit = Callable[[int], object]
+
+
+def reachable(address: str, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at ``HOST:PORT`` (``[v6]:PORT`` too)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def wait_for_chief_to_finish(chief_address: str, grace: float, startup_timeout: float, *,
+                             poll: float = 1.0, probe: Probe = reachable,
+                             clock: Callable[[], float] = time.monotonic,
+                             sleep: Callable[[float], object] = time.sleep) -> bool:
+    """Block until the chief has come and then stayed away for ``grace`` seconds.
+
+    ``False`` when it never came within ``startup_timeout``.
+    """
+    deadline = clock() + startup_timeout
+    while not probe(chief_address):
+        if clock() > deadline:
+            return False
+        sleep(poll)
+    gone_since: float | None = None
+    while True:
+        sleep(poll)
+        if probe(chief_address):
+            gone_since = None
+        elif gone_since is None:
+            gone_since = clock()
+        elif clock() - gone_since >= grace:
+            return True
+
+
+def wait_for_tasks(addresses: Mapping[str, str], timeout: float, *, poll: float = 0.5,
+                   probe: Probe = reachable, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], object] = time.sleep) -> list[str]:
+    """Wait until every task (``{"worker:0": "host:port", ...}``) answers; return the names of
+    those still silent after ``timeout`` seconds (empty when all answered)."""
+    deadline = clock() + timeout
+    missing = dict(addresses)
+    while True:
+        missing = {name: address for name, address in missing.items() if not probe(address)}
+        if not missing or clock() >= deadline:
+            return sorted(missing)
+        sleep(poll)
+
+
+def silent_tasks(addresses: Mapping[str, str], *, probe: Probe = reachable) -> list[str]:
+    """The tasks (``{"ps:0": "host:port", ...}``) that do not answer now, by name: after a gRPC
+    failure, the ones that are really gone, whatever task TensorFlow's error text mentions first."""
+    return sorted(name for name, address in addresses.items() if not probe(address))
+
+
+def _flush() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def serve_until_chief_leaves(name: str, start_server: Callable[[], object], chief_address: str,
+                             grace: float, startup_timeout: float, *, exit: Exit = os._exit,
+                             wait: Callable[..., bool] | None = None) -> None:
+    """Start this task's server, wait for the chief to come and go, then ``exit`` (0, or 1 when
+    the chief never came). With the default ``os._exit`` this never returns."""
+    start_server()
+    print(f"[tfdist] {name} serving; waiting for the chief at {chief_address}", file=sys.stderr, flush=True)
+    finished = (wait or wait_for_chief_to_finish)(chief_address, grace, startup_timeout)
+    if not finished:
+        log.error("%s: the chief at %s did not start within %.0fs; exiting", name, chief_address,
+                  startup_timeout)
+    _flush()
+    exit(0 if finished else 1)
+
+
+def exit_when_chief_leaves(chief_address: str, grace: float, startup_timeout: float, *,
+                           exit: Exit = os._exit,
+                           wait: Callable[..., bool] | None = None) -> threading.Thread:
+    """The evaluator's watch: a daemon thread that ends the process once the chief has gone."""
+    def watch() -> None:
+        finished = (wait or wait_for_chief_to_finish)(chief_address, grace, startup_timeout)
+        if finished:
+            log.warning("evaluator: the chief has finished; exiting")
+        else:
+            log.error("evaluator: the chief at %s did not start within %.0fs; exiting", chief_address,
+                      startup_timeout)
+        _flush()
+        exit(0 if finished else 1)
+
+    thread = threading.Thread(target=watch, name="tfdist-chief-watch", daemon=True)
+    thread.start()
+    return thread

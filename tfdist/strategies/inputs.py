@@ -1,0 +1,290 @@
+"""Every backend's input handling in one place: what ``fit``/``evaluate`` data becomes per backend.
+
+The rules, the same on every backend:
+
+* ``batch_size`` is per replica (default 32 for arrays). tf.distribute splits a *global* batch over
+  its replicas, so for those backends it is multiplied by the replica count.
+* A ``tf.data.Dataset`` passed *with* ``batch_size`` holds single examples and is batched here; one
+  passed without it is already batched.
+* ``shard_data`` (Horovod, multi-worker mirrored, parameter server): each worker reads its own part
+  of the data. Off when the input pipeline already splits by worker. Under parameter servers it
+  applies to arrays; a ``tf.data.Dataset`` is iterated by every worker from its own copy (tf-keras'
+  rule), and a ``dataset_fn(input_context)`` splits however it likes.
+
+Horovod: every rank must run the same number of steps, or the ranks that finish first leave the
+others waiting in an allreduce forever; the helpers therefore cut every shard to the smallest one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfdist.errors import TfdistError, with_fix
+
+DEFAULT_BATCH_SIZE = 32  # Keras' default, per replica here
+
+
+class InputError(TfdistError, ValueError):
+    """The training data cannot be used as given; the message says what to pass."""
+
+
+def is_dataset(value: Any) -> bool:
+    return isinstance(value, tf.data.Dataset)
+
+
+def is_array_input(x: Any) -> bool:
+    """numpy arrays, tensors, or lists/dicts of them: what Keras batches with ``batch_size``."""
+    leaves = tf.nest.flatten(x)
+    return bool(leaves) and all(isinstance(leaf, (np.ndarray, tf.Tensor)) for leaf in leaves)
+
+
+def num_examples(structure: Any) -> int:
+    """The shared first dimension of a (nested) structure of arrays."""
+    lengths = {len(leaf) for leaf in tf.nest.flatten(structure) if leaf is not None}
+    if len(lengths) != 1:
+        raise InputError(with_fix(f"the input arrays have different numbers of examples: {sorted(lengths)}",
+                                  "pass x, y and sample_weight with the same first dimension"))
+    return lengths.pop()
+
+
+def _steps_key_hint(argument: str) -> str:
+    return {"x": "steps_per_epoch", "validation_data": "validation_steps"}.get(argument, "steps")
+
+
+# --- Horovod: shard by rank -------------------------------------------------------------------------
+def shard_arrays(structure: Any, rank: int, size: int, count: int | None = None) -> Any:
+    """Rank ``rank``'s strided share of every array: examples rank, rank+size, ...
+
+    All ranks get exactly ``count`` (default ``len // size``) examples, so their step counts match.
+    Striding keeps batch k of all ranks together equal to batch k of one process with a batch
+    ``size`` times larger.
+    """
+    if structure is None:
+        return None
+    total = num_examples(structure)
+    count = total // size if count is None else count
+    if count == 0:
+        raise InputError(with_fix(f"{total} examples cannot be split over {size} ranks",
+                                  "pass at least one example per rank"))
+    return tf.nest.map_structure(
+        lambda leaf: None if leaf is None else np.asarray(leaf)[rank::size][:count], structure)
+
+
+def shard_dataset(dataset: tf.data.Dataset, rank: int, size: int, *, steps: int | None,
+                  batch_size: int | None, argument: str) -> tuple[tf.data.Dataset, int | None]:
+    """Shard ``dataset`` by rank so every rank yields the same number of batches.
+
+    * ``batch_size`` given: the dataset holds single examples; shard, truncate, then batch.
+    * ``steps`` given: shard and repeat, so each epoch is exactly ``steps`` batches on every rank.
+    * neither: the cardinality must be known; every shard is cut to the smallest one.
+
+    Returns the dataset and the steps per epoch to pass on (``None`` when the dataset's own
+    cardinality already says it).
+    """
+    sharded = dataset.shard(size, rank)
+    if steps is not None:
+        if batch_size is not None:
+            sharded = sharded.batch(batch_size)
+        return sharded.repeat(), steps
+    cardinality = int(dataset.cardinality().numpy())
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise InputError(with_fix(f"`{argument}` is an infinite dataset, so the number of steps is unknown",
+                                  f"pass `{_steps_key_hint(argument)}`"))
+    if cardinality == tf.data.UNKNOWN_CARDINALITY:
+        raise InputError(with_fix(
+            f"the cardinality of `{argument}` is unknown (filter/flat_map/generator), so its shards "
+            "could give ranks different step counts and hang the job",
+            f"pass `{_steps_key_hint(argument)}` or apply "
+            "`dataset.apply(tf.data.experimental.assert_cardinality(N))`"))
+    per_rank = cardinality // size
+    if per_rank == 0:
+        raise InputError(with_fix(f"`{argument}` has {cardinality} elements, fewer than the {size} ranks",
+                                  "give every rank at least one element"))
+    sharded = sharded.take(per_rank)
+    if batch_size is not None:
+        sharded = sharded.batch(batch_size)
+    return sharded, None
+
+
+def horovod_inputs(x: Any, y: Any, kwargs: dict, rank: int, size: int, *, shard: bool,
+                   steps_key: str) -> tuple[Any, Any, dict]:
+    """``fit``/``evaluate`` arguments for one Horovod rank: its shard of ``x``/``y``/``sample_weight``.
+
+    ``steps_key`` is ``steps_per_epoch`` for ``fit`` and ``steps`` for ``evaluate``.
+    """
+    if not shard:
+        return x, y, kwargs
+    if is_dataset(x):
+        x, steps = shard_dataset(x, rank, size, steps=kwargs.get(steps_key),
+                                 batch_size=kwargs.pop("batch_size", None), argument="x")
+        if steps is not None:
+            kwargs[steps_key] = steps
+        return x, y, kwargs
+    if x is None:
+        return x, y, kwargs
+    arrays = {"x": x, "y": y, "sample_weight": kwargs.get("sample_weight")}
+    sharded = shard_arrays({k: v for k, v in arrays.items() if v is not None}, rank, size)
+    if "sample_weight" in sharded:
+        kwargs["sample_weight"] = sharded["sample_weight"]
+    return sharded["x"], sharded.get("y"), kwargs
+
+
+def horovod_fit_inputs(x: Any, y: Any, kwargs: dict, rank: int, size: int, *,
+                       shard: bool) -> tuple[Any, Any, dict]:
+    """Shard the training and the validation data of ``fit`` for one Horovod rank."""
+    batch_size = kwargs.get("batch_size")
+    x_is_dataset = is_dataset(x)
+    x, y, kwargs = horovod_inputs(x, y, kwargs, rank, size, shard=shard, steps_key="steps_per_epoch")
+    validation = kwargs.get("validation_data")
+    if validation is None or not shard:
+        return x, y, kwargs
+    if is_dataset(validation):
+        validation, steps = shard_dataset(
+            validation, rank, size, steps=kwargs.get("validation_steps"),
+            batch_size=batch_size if x_is_dataset else None, argument="validation_data")
+        if steps is not None:
+            kwargs["validation_steps"] = steps
+        kwargs["validation_data"] = validation
+        return x, y, kwargs
+    weights = {"sample_weight": validation[2]} if len(validation) > 2 else {}
+    vx, vy, weights = horovod_inputs(validation[0], validation[1] if len(validation) > 1 else None,
+                                     weights, rank, size, shard=True, steps_key="validation_steps")
+    kwargs["validation_data"] = (vx, vy, *([weights["sample_weight"]] if weights else []))
+    return x, y, kwargs
+
+
+# --- tf.distribute (mirrored, multi-worker mirrored): global batches --------------------------------
+def _without_auto_shard(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
+
+
+def global_batch_inputs(x: Any, y: Any, kwargs: dict, replicas: int, *,
+                        shard: bool = True) -> tuple[Any, Any, dict]:
+    """tf.distribute splits a global batch over replicas: scale per-replica sizes up.
+
+    ``shard=False`` (multi-worker mirrored): every worker reads all the data (tf.data's auto-shard
+    policy OFF), for pipelines that already split by worker.
+    """
+    batch_size = kwargs.get("batch_size")
+    if batch_size is None and x is not None and not is_dataset(x) and is_array_input(x):
+        batch_size = DEFAULT_BATCH_SIZE  # per replica, as under Horovod
+    if batch_size is None:
+        if not shard and is_dataset(x):
+            x = _without_auto_shard(x)
+        return x, y, kwargs
+    global_batch = int(batch_size) * replicas
+    if not shard and x is not None and not is_dataset(x):
+        data = (x,) if y is None else (x, y)
+        if kwargs.get("sample_weight") is not None:
+            data = data + (kwargs.pop("sample_weight"),)
+        shuffle = kwargs.pop("shuffle", True)
+        x = tf.data.Dataset.from_tensor_slices(data)
+        if shuffle:
+            x = x.shuffle(num_examples(data), reshuffle_each_iteration=True)
+        x, y = x.batch(global_batch), None
+        kwargs.pop("batch_size", None)
+    elif is_dataset(x):  # a dataset passed with batch_size holds single examples
+        x = x.batch(global_batch)
+        del kwargs["batch_size"]
+        validation = kwargs.get("validation_data")
+        if is_dataset(validation):
+            kwargs["validation_data"] = validation.batch(global_batch)
+    else:
+        kwargs["batch_size"] = global_batch
+    if not shard and is_dataset(x):
+        x = _without_auto_shard(x)
+    return x, y, kwargs
+
+
+# --- parameter servers: per-worker pipelines the coordinator hands out ------------------------------
+def require_steps(kwargs: dict, what: str) -> None:
+    if kwargs.get("steps_per_epoch") is None:
+        raise InputError(with_fix(
+            f"ParameterServerStrategy trains on {what} without knowing where an epoch ends",
+            "pass `steps_per_epoch=N` to strategy.fit (N = examples per epoch / batch size)"))
+
+
+def array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool, shard: bool) -> Any:
+    """Each worker reads its own shard of the arrays (all of them without ``shard``), shuffled,
+    repeated, batched."""
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices(arrays)
+        if shard:
+            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        if shuffle:
+            dataset = dataset.shuffle(4096)
+        return dataset.repeat().batch(batch_size).prefetch(2)
+
+    return tf.keras.utils.experimental.DatasetCreator(dataset_fn)
+
+
+def finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
+                        batch_datasets: bool) -> tuple[tf.data.Dataset, int]:
+    """An evaluation dataset the coordinator can read from any worker: repeated, with a step count.
+
+    Arrays are batched by ``batch_size`` (default 32); a dataset only when ``batch_datasets``
+    says it holds single examples.
+
+    Each worker reads its own copy, so the evaluated batches are the first ``steps`` batches
+    handed out across workers: an estimate, exact when one worker evaluates.
+    """
+    if is_dataset(data):
+        dataset = data.batch(int(batch_size)) if batch_datasets and batch_size is not None else data
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(data) if isinstance(data, list) else data)
+        dataset = dataset.batch(int(batch_size or DEFAULT_BATCH_SIZE))
+    if steps is None:
+        steps = int(dataset.cardinality().numpy())
+        if steps < 1:
+            raise InputError(with_fix("the evaluation data has an unknown or infinite length",
+                                      "pass `validation_steps=` (in fit) or `steps=` (in evaluate)"))
+    return dataset.repeat(), steps
+
+
+def parameter_server_fit_inputs(x: Any, y: Any, kwargs: dict, *, shard: bool) -> tuple[Any, Any, dict]:
+    """``fit`` arguments for the coordinator: per-worker pipelines and an explicit epoch length."""
+    creator_type = tf.keras.utils.experimental.DatasetCreator
+    if isinstance(x, creator_type) or (callable(x) and not is_dataset(x)):
+        require_steps(kwargs, "a dataset_fn")
+        return (x if isinstance(x, creator_type) else creator_type(x)), y, kwargs
+    batch_size = kwargs.pop("batch_size", None)
+    unbatched_datasets = is_dataset(x) and batch_size is not None  # tfdist's batch_size rule
+    if is_dataset(x):
+        dataset = x.batch(int(batch_size)) if batch_size is not None else x
+        if kwargs.get("steps_per_epoch") is None:
+            cardinality = int(dataset.cardinality().numpy())
+            if cardinality < 1:
+                require_steps(kwargs, "a dataset whose length is unknown or infinite")
+            kwargs["steps_per_epoch"] = cardinality
+        # tf-keras hands every worker its own iterator over the whole dataset (shuffle it in the
+        # pipeline); pass a dataset_fn to split it by input_context instead.
+        x = dataset if dataset.cardinality() == tf.data.INFINITE_CARDINALITY else dataset.repeat()
+    elif x is not None:
+        batch_size = int(batch_size or DEFAULT_BATCH_SIZE)
+        arrays = (x,) if y is None else (x, y)
+        if kwargs.get("sample_weight") is not None:
+            arrays = arrays + (kwargs.pop("sample_weight"),)
+        examples = num_examples(arrays)
+        if kwargs.get("steps_per_epoch") is None:
+            kwargs["steps_per_epoch"] = -(-examples // batch_size)
+        shuffle = kwargs.pop("shuffle", True)
+        x, y = array_dataset_creator(arrays, batch_size, shuffle, shard), None
+    validation = kwargs.get("validation_data")
+    if validation is not None:
+        kwargs["validation_data"], steps = finite_eval_dataset(
+            validation, batch_size, kwargs.get("validation_steps"), batch_datasets=unbatched_datasets)
+        kwargs["validation_steps"] = steps
+    return x, y, kwargs
+
+
+def parameter_server_evaluate_inputs(x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+    """``evaluate`` arguments for the coordinator: a repeated dataset with a step count."""
+    data = x if y is None else (x, y)
+    batch_size = kwargs.pop("batch_size", None)
+    dataset, kwargs["steps"] = finite_eval_dataset(data, batch_size, kwargs.get("steps"),
+                                                   batch_datasets=batch_size is not None)
+    return dataset, None, kwargs

@@ -1,0 +1,115 @@
+"""Every private TensorFlow / tf-keras attribute tfdist touches, behind one door.
+
+tfdist needs a few things that TensorFlow 2.21 and tf-keras 2.21 keep private (the pinned versions
+in ``constraints.txt``). Each accessor here reads or calls exactly one of them and *fails closed*:
+if the attribute moved or changed type in another release, it raises ``UpstreamChangedError``
+naming the attribute, instead of silently doing nothing. ``tests/test_upstream.py`` pins every
+accessor against the installed versions, so an upgrade that breaks one shows up as one red test.
+
+Importing this module imports neither TensorFlow nor Keras; the accessors take the objects.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist.errors import TfdistError, with_fix
+
+PINNED = "TensorFlow 2.21 / tf-keras 2.21"
+
+#: The methods Keras' CallbackList calls to learn whether a callback has batch-level hooks.
+BATCH_HOOK_CHECKS = ("_implements_train_batch_hooks", "_implements_test_batch_hooks",
+                     "_implements_predict_batch_hooks")
+
+
+class UpstreamChangedError(TfdistError, RuntimeError):
+    """A private TensorFlow/Keras attribute tfdist relies on is missing or has another type."""
+
+
+def _missing(owner: Any, attribute: str) -> UpstreamChangedError:
+    return UpstreamChangedError(with_fix(
+        f"{type(owner).__module__}.{type(owner).__name__} has no usable `{attribute}`, which tfdist "
+        f"relies on (tested with {PINNED})",
+        "install the versions pinned in tfdist's constraints.txt, or report this with your "
+        "TensorFlow and Keras versions"))
+
+
+def _get(owner: Any, attribute: str) -> Any:
+    try:
+        return getattr(owner, attribute)
+    except AttributeError:
+        raise _missing(owner, attribute) from None
+
+
+# --- models ---------------------------------------------------------------------------------------
+def steps_per_execution(model: Any) -> int:
+    """The steps a compiled tf-keras model runs per ``tf.function`` call (``model._steps_per_execution``)."""
+    variable = _get(model, "_steps_per_execution")
+    if variable is None or not hasattr(variable, "numpy"):
+        raise _missing(model, "_steps_per_execution")
+    return int(variable.numpy())
+
+
+def set_steps_per_execution(model: Any, steps: int) -> None:
+    """Change a compiled model's steps per execution (``model._configure_steps_per_execution``)."""
+    configure = _get(model, "_configure_steps_per_execution")
+    if not callable(configure):
+        raise _missing(model, "_configure_steps_per_execution")
+    configure(steps)
+
+
+# --- callbacks ------------------------------------------------------------------------------------
+def has_batch_hooks(callback: Any) -> bool:
+    """Whether Keras calls ``callback`` every batch (its ``_implements_*_batch_hooks``)."""
+    checks = [_get(callback, name) for name in BATCH_HOOK_CHECKS]
+    if not all(callable(check) for check in checks):
+        raise _missing(callback, "_implements_*_batch_hooks")
+    return any(bool(check()) for check in checks)
+
+
+def refused_by_parameter_servers(callback: Any) -> bool:
+    """Whether tf-keras refuses ``callback`` under ParameterServerStrategy: batch hooks that need
+    numpy logs (callbacks with ``_supports_tf_logs``, e.g. TensorBoard, take remote values)."""
+    if getattr(callback, "_supports_tf_logs", False):
+        return False
+    return has_batch_hooks(callback)
+
+
+# --- optimizers -----------------------------------------------------------------------------------
+def optimizer_is_built(optimizer: Any) -> bool:
+    """Whether a tf-keras optimizer has created its slot variables (``optimizer._built``, which
+    tf-keras itself reads as False until ``build`` sets it)."""
+    if not callable(getattr(optimizer, "build", None)):
+        raise _missing(optimizer, "build")
+    built = getattr(optimizer, "_built", False)
+    if not isinstance(built, bool):
+        raise _missing(optimizer, "_built")
+    return built
+
+
+def raw_learning_rate(optimizer: Any) -> Any:
+    """The learning rate as given: a float variable or a ``LearningRateSchedule``
+    (``optimizer._learning_rate``; the public property reads a schedule's current value)."""
+    return _get(optimizer, "_learning_rate")
+
+
+# --- tensorflow's lazy tf.keras loader --------------------------------------------------------------
+def tf_uses_legacy_keras(tensorflow: Any) -> bool | None:
+    """What TensorFlow decided ``tf.keras`` is at import (``tensorflow._tf_uses_legacy_keras``);
+    ``None`` for a TensorFlow without the flag (older than 2.16, always Keras 2)."""
+    value = getattr(tensorflow, "_tf_uses_legacy_keras", None)
+    if value is not None and not isinstance(value, bool):
+        raise _missing(tensorflow, "_tf_uses_legacy_keras")
+    return value
+
+
+def lazy_keras_version(loader: Any) -> tuple[bool, str | None]:
+    """``(still_lazy, version)`` of TensorFlow's ``KerasLazyLoader`` behind ``tf.keras``, read
+    without triggering the import (``_tfll_initialized``, ``_tfll_keras_version``); ``(False, None)``
+    once the loader replaced itself with the real module."""
+    try:
+        state = vars(loader)
+    except TypeError:
+        return False, None
+    if "_tfll_initialized" not in state:
+        return False, None
+    return True, state.get("_tfll_keras_version")
