@@ -1,14 +1,19 @@
 """`tfdist launch` option handling and teardown, with tiny non-TensorFlow commands."""
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tfdist.cli.launch import launch
-from support import subprocess_env
+from support import SCRIPTS, subprocess_env
 
 
 def test_launch_needs_a_command():
@@ -105,3 +110,251 @@ def test_sigterm_to_the_launcher_stops_every_task_with_sigterm(tmp_path):
     assert len(list(tmp_path.glob("term-*"))) == 3  # chief, worker and ps each saw SIGTERM
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert [pid for pid in left if int(pid) != launcher.pid] == []
+
+
+# --- every exit is printed; the job never hangs silently; tasks die with the launcher ------------
+
+# A task that listens on its own TF_CONFIG port (as a server would) and waits there; the last
+# argument is a directory. With `--exit TASK CODE`, TASK exits with CODE (a worker only once the
+# launcher's probe has seen it listening) and leaves a file `gone`; with `--chief-waits` the chief
+# then exits 0 two seconds later.
+_SERVING_SCRIPT = """\
+import json, os, socket, sys, time
+config = json.loads(os.environ['TF_CONFIG'])
+kind, index = config['task']['type'], config['task']['index']
+name = '%s:%d' % (kind, index)
+server = socket.create_server(('127.0.0.1', int(config['cluster'][kind][index].rsplit(':', 1)[1])))
+print('up', name, flush=True)
+gone = os.path.join(sys.argv[-1], 'gone')
+if sys.argv[1:3] == ['--exit', name]:
+    if kind == 'worker':
+        server.accept()
+    open(gone, 'w').close()
+    sys.exit(int(sys.argv[3]))
+if name == 'chief:0' and '--chief-waits' in sys.argv:
+    while not os.path.exists(gone):
+        time.sleep(0.1)
+    time.sleep(2)
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+def _pids(marker: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Processes whose command line contains ``marker`` (tasks this test started), minus ``exclude``."""
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if int(pid) not in (os.getpid(), *exclude)]
+
+
+def _kill_leftovers(marker: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """SIGKILL every process this test left behind, by pid; the pids that were left."""
+    left = _pids(marker, exclude)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def _launch(marker: str, *options: str, script: str = _SERVING_SCRIPT, args: tuple[str, ...] = (),
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """`tfdist launch OPTIONS -- python -c SCRIPT ARGS MARKER`; fails if a task is left running."""
+    try:
+        return subprocess.run([sys.executable, "-m", "tfdist", "launch", *options, "--grace", "2", "--",
+                               sys.executable, "-c", script, *args, marker],
+                              capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    finally:
+        assert _kill_leftovers(marker) == [], "tasks were left running"
+
+
+def _closed(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
+def test_a_worker_lost_after_it_served_is_reported_and_tolerated(tmp_path):
+    result = _launch(str(tmp_path), "--workers", "2", "--ps", "1",
+                     args=("--exit", "worker:1", "1", "--chief-waits"))
+    assert result.returncode == 0, result.stderr
+    assert "tfdist launch: worker:1 exited with code 1; the coordinator goes on with 1 worker\n" \
+        in result.stderr
+    assert "tfdist launch: chief:0 exited with code 0\n" in result.stderr
+    assert "stopping the job" not in result.stderr
+
+
+def test_a_lost_ps_ends_the_job_after_the_task_timeout(tmp_path):
+    result = _launch(str(tmp_path), "--workers", "1", "--ps", "1", "--task-timeout", "2",
+                     args=("--exit", "ps:0", "1"))
+    assert result.returncode == 1, result.stderr
+    assert ("tfdist launch: ps:0 exited with code 1; training cannot go on without the variables a ps task "
+            "holds, so the job ends in 2 s unless the chief exits first\n") in result.stderr
+    assert ("tfdist launch: stopping the job: it lost ps:0 and the chief is still running 2 s later; "
+            "fix: read the [ps:0] lines above") in result.stderr
+    assert "tfdist launch: stopped chief:0, worker:0\n" in result.stderr
+
+
+@pytest.mark.cluster
+def test_a_worker_failing_at_start_up_ends_the_job_and_says_so(tmp_path):
+    """Real `tfdist launch --workers 2 --ps 1`: worker:1 exits 1 before serving; the chief would wait
+    for it forever (it connects to every task at start-up). The job must end, non-zero, and say why."""
+    marker = str(tmp_path / "marker")
+    try:
+        result = subprocess.run([sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1",
+                                 "--task-timeout", "10", "--grace", "2", "--", sys.executable,
+                                 str(SCRIPTS / "ps_fail_at_start.py"), "worker:1", marker],
+                                capture_output=True, text=True, timeout=240, env=subprocess_env())
+    finally:
+        left = _kill_leftovers(marker)
+    assert left == [], "tasks were left running"
+    assert result.returncode != 0
+    assert "[worker:1] failing at start-up on purpose" in result.stdout
+    assert ("tfdist launch: worker:1 exited with code 1 before it served; the chief cannot connect to the "
+            "cluster without it, so the job ends in") in result.stderr
+    # the launcher stops the job 10 s later, unless the chief gave up by itself first (its own check)
+    chief_failed = any(line.startswith("tfdist launch: chief:0 ") and not line.endswith(" code 0")
+                       for line in result.stderr.splitlines())
+    assert chief_failed or ("tfdist launch: stopping the job: it lost worker:1 and the chief is still "
+                            "running 10 s later") in result.stderr, result.stderr
+
+
+def test_multi_worker_mirrored_prints_every_exit_and_stops_at_the_first_failure(tmp_path):
+    script = ("import json, os, sys, time\n"
+              "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+              "if task['index'] == 1:\n"
+              "    sys.exit(3)\n"
+              "time.sleep(600)\n")
+    result = _launch(str(tmp_path), "--backend", "multi_worker_mirrored", "--workers", "2", script=script)
+    assert result.returncode == 3
+    assert ("tfdist launch: worker:1 exited with code 3; stopping the other workers (every worker must take "
+            "part in each step)\n") in result.stderr
+    assert "tfdist launch: stopped worker:0\n" in result.stderr
+
+
+def test_task_timeout_is_refused_on_other_backends():
+    result = CliRunner().invoke(launch, ["--backend", "multi_worker_mirrored", "--task-timeout", "5",
+                                         "--", "python"])
+    assert result.exit_code == 2
+    assert "--task-timeout do(es) not apply to --backend multi_worker_mirrored" in result.output
+
+
+def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
+    """SIGKILL leaves the launcher no time to stop anything: the tasks' parent-death signal must."""
+    marker = str(tmp_path)
+    launcher = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1",
+                                 "--", sys.executable, "-c", _SERVING_SCRIPT, marker],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=subprocess_env())
+    try:
+        banner = ""
+        while " ports " not in banner:
+            banner = launcher.stderr.readline()
+            assert banner, "the launcher printed no banner"
+        ports = [int(port) for port in banner.rsplit(" ports ", 1)[1].split(", ")]
+        assert len(ports) == 4
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_closed(port) for port in ports):
+            time.sleep(0.2)
+        tasks = _pids(marker, exclude=(launcher.pid,))
+        assert len(tasks) == 4 and not any(_closed(port) for port in ports), "the tasks did not come up"
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (_pids(marker) or not all(_closed(port) for port in ports)):
+            time.sleep(0.2)
+        assert _pids(marker) == [], "tasks outlived the launcher"
+        assert all(_closed(port) for port in ports)
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stderr.close()
+        _kill_leftovers(marker)
+
+
+def test_horovodrun_dies_with_a_sigkilled_launcher(tmp_path):
+    """`--backend horovod` runs one process, horovodrun; here a stand-in that sleeps."""
+    marker = str(tmp_path)
+    code = ("import sys\n"
+            "from tfdist.launch.local import run_command\n"
+            f"sys.exit(run_command([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}]))\n")
+    launcher = subprocess.Popen([sys.executable, "-c", code], env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _pids(marker, exclude=(launcher.pid,)):
+            time.sleep(0.2)
+        assert _pids(marker, exclude=(launcher.pid,)), "the stand-in did not start"
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _pids(marker):
+            time.sleep(0.2)
+        assert _pids(marker) == [], "horovodrun outlived the launcher"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        _kill_leftovers(marker)
+
+
+def test_bind_all_says_the_servers_listen_on_every_interface(tmp_path):
+    result = _launch(str(tmp_path), "--workers", "1", "--ps", "1", "--bind-all", script="pass")
+    assert result.returncode == 0, result.stderr
+    banner = next(line for line in result.stderr.splitlines() if line.startswith("tfdist launch: chief:0, "))
+    assert banner.startswith("tfdist launch: chief:0, worker:0, ps:0 on every interface, ports "), banner
+    assert "127.0.0.1" not in banner
+
+
+def test_horovodrun_is_found_beside_the_interpreter_without_the_venv_on_path(tmp_path, monkeypatch):
+    """`.venv/bin/tfdist launch --backend horovod` without `source .venv/bin/activate`."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    horovodrun = bin_dir / "horovodrun"
+    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\nexit 7\n")
+    horovodrun.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "train.py"])
+    assert result.exit_code == 7, result.output
+    assert (tmp_path / "args").read_text() == "-np 2 -H localhost:2 --gloo /bin/echo train.py\n"
+    assert "tfdist launch: horovodrun exited with code 7" in result.output
+
+
+def test_without_horovodrun_the_error_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--", "/bin/echo"])
+    assert result.exit_code == 2
+    assert f"horovodrun is neither beside {tmp_path / 'python'} nor on PATH; fix: " in result.output
+
+
+@pytest.mark.horovod
+def test_venv_tfdist_runs_horovodrun_without_the_venv_on_path_and_takes_it_down_when_killed(tmp_path):
+    """`.venv/bin/tfdist launch --backend horovod` with a PATH that lacks the venv finds its horovodrun;
+    SIGKILLing the launcher then takes horovodrun and its ranks down (horovodrun stops them on SIGTERM)."""
+    marker = str(tmp_path)
+    rank = ("import os, sys, time\n"
+            "open(os.path.join(sys.argv[1], 'rank-%d' % os.getpid()), 'w').close()\n"
+            "time.sleep(600)\n")
+    env = subprocess_env(PATH="/usr/bin:/bin")
+    launcher = subprocess.Popen([str(Path(sys.executable).parent / "tfdist"), "launch", "--backend",
+                                 "horovod", "-np", "2", "--", sys.executable, "-c", rank, marker],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        ranks = lambda: len(list(tmp_path.glob("rank-*")))  # noqa: E731
+        while time.monotonic() < deadline and ranks() < 2 and launcher.poll() is None:
+            time.sleep(0.2)
+        assert ranks() == 2, launcher.stderr.read() if launcher.poll() is not None else "no ranks"
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _pids(marker):
+            time.sleep(0.2)
+        assert _pids(marker) == [], "horovodrun or its ranks outlived the launcher"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stderr.close()
+        _kill_leftovers(marker)

@@ -50,3 +50,18 @@ def test_worker_cluster_has_no_chief_and_no_ps():
     _, tasks = plan_worker_cluster(["python"], 2, ports=[7000, 7001], base_env={})
     assert [t.name for t in tasks] == ["worker:0", "worker:1"]
     assert json.loads(tasks[1].env["TF_CONFIG"])["cluster"] == {"worker": ["127.0.0.1:7000", "127.0.0.1:7001"]}
+
+
+def test_horovodrun_beside_the_interpreter_comes_before_path(tmp_path):
+    from tfdist.launch.plan import find_horovodrun
+
+    venv, other = tmp_path / "venv" / "bin", tmp_path / "other"
+    venv.mkdir(parents=True)
+    other.mkdir()
+    for directory in (venv, other):
+        (directory / "horovodrun").write_text("#!/bin/sh\n")
+    (other / "horovodrun").chmod(0o755)
+    assert find_horovodrun(str(venv / "python"), path=str(other)) == str(other / "horovodrun")  # not executable
+    (venv / "horovodrun").chmod(0o755)
+    assert find_horovodrun(str(venv / "python"), path=str(other)) == str(venv / "horovodrun")
+    assert find_horovodrun(str(tmp_path / "python"), path=str(tmp_path)) is None

@@ -4,7 +4,7 @@
  * cluster spec names, and the gRPC runtime has no authentication. Loaded with LD_PRELOAD, this
  * wraps bind(2): a bind to the wildcard address on a port listed in TFDIST_BIND_PORTS becomes a
  * bind to TFDIST_BIND_ADDRESS (an IPv4 address; on an IPv6 socket its v4-mapped form). Every
- * other bind passes through unchanged. Built by tfdist/launch/bind.py; used by `tfdist launch`.
+ * other bind passes through unchanged, and so does every bind when TFDIST_BIND_PORTS is malformed. Built by tfdist/launch/bind.py; used by `tfdist launch`.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -17,14 +17,37 @@
 
 typedef int (*bind_fn)(int, const struct sockaddr *, socklen_t);
 
+/* 1 if `port` is in `list` ("PORT[,PORT...]", each 1-65535); 0 if not; -1 if `list` is malformed. */
+static int port_in(const char *list, unsigned short port) {
+    int found = 0;
+    for (const char *s = list;; s++) {
+        long value = 0;
+        int digits = 0;
+        for (; *s >= '0' && *s <= '9'; s++)
+            if (++digits > 5) return -1;
+            else value = value * 10 + (*s - '0');
+        if (digits == 0 || value < 1 || value > 65535) return -1;
+        if (value == port) found = 1;
+        if (*s == 0) return found;
+        if (*s != ',') return -1;
+    }
+}
+
+/* Whether a wildcard bind to `port` is rewritten. A malformed TFDIST_BIND_PORTS rewrites nothing
+ * (read as port 0, it would catch every ephemeral bind) and is reported once on stderr. */
 static int port_listed(unsigned short port) {
+    static volatile int warned;
     const char *ports = getenv("TFDIST_BIND_PORTS");
     if (!ports) return 0;
-    char buf[1024];
-    strncpy(buf, ports, sizeof buf - 1); buf[sizeof buf - 1] = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
-        if (atoi(tok) == port) return 1;
-    return 0;
+    int listed = port_in(ports, port);
+    if (listed < 0) {
+        if (!__sync_lock_test_and_set(&warned, 1))
+            fprintf(stderr, "tfdist bind shim: warning: TFDIST_BIND_PORTS=\"%.100s\" is not a comma-separated "
+                    "list of ports 1-65535, so no bind is changed and servers listen on every interface; "
+                    "fix: set it to e.g. \"2222\" or \"2222,2223\" (tfdist launch does)\n", ports);
+        return 0;
+    }
+    return listed;
 }
 
 int bind(int fd, const struct sockaddr *addr, socklen_t len) {

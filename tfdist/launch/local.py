@@ -1,30 +1,39 @@
-"""Run a planned local cluster: prefixed output, the chief's exit code, no orphans.
+"""Run a planned local cluster: prefixed output, every exit reported, the job's exit code, no orphans.
 
-Each task runs in its own process group; when the chief ends (or on Ctrl-C, SIGTERM or SIGHUP)
-every other group is sent SIGTERM, then SIGKILL after a grace period. A stop signal only sets a
-flag that the launcher polls, and teardown ignores further signals, so a second Ctrl-C cannot
-interrupt it half-way; the tasks themselves start with default signal handling.
+Each task runs in its own process group; when the job ends (``tfdist.launch.policy`` decides
+which exits end it, and with which code), or on Ctrl-C, SIGTERM or SIGHUP, every other group is
+sent SIGTERM, then SIGKILL after a grace period. A stop signal only sets a flag that the launcher
+polls, and teardown ignores further signals, so a second Ctrl-C cannot interrupt it half-way; the
+tasks themselves start with default signal handling.
+
+Tasks die with the launcher even when it is SIGKILLed: on Linux each is started with the
+parent-death signal SIGTERM (``prctl(PR_SET_PDEATHSIG)``). The kernel sends it when the *thread*
+that forked the task exits, so tasks are started from the main thread only (the signal handlers
+installed here already require it), before any output thread exists. It reaches the task itself,
+not processes the task starts (horovodrun passes it on to its ranks by itself).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
-from tfdist.launch.plan import TaskProcess
+from tfdist.launch.plan import LaunchError, TaskProcess
+from tfdist.launch.policy import Policy, describe_exit, exit_code
 
 GRACE_SECONDS = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 
-
-def exit_code(returncode: int) -> int:
-    """A child's return code as a shell reports it: a signal N becomes 128+N."""
-    return 128 - returncode if returncode < 0 else returncode
+__all__ = ["GRACE_SECONDS", "exit_code", "run_command", "run_local_cluster"]
 
 
 class _SignalGuard:
@@ -49,10 +58,33 @@ class _SignalGuard:
             signal.signal(sig, handler)
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this thread exits (Linux only).
+
+    Everything it needs is looked up here, before the fork: the child only calls ``prctl``.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, sigterm = os.getpid(), int(signal.SIGTERM)
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died between fork and prctl
+            os._exit(128 + sigterm)
+
+    return set_pdeathsig
+
+
 def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool) -> subprocess.Popen:
+    if threading.current_thread() is not threading.main_thread():
+        raise LaunchError("tasks must be started from the main thread, since their parent-death signal "
+                          "fires when the thread that started them exits; fix: call run_local_cluster "
+                          "or run_command from the main thread")
     return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                             stdout=subprocess.PIPE if capture else None,
-                            stderr=subprocess.STDOUT if capture else None)
+                            stderr=subprocess.STDOUT if capture else None,
+                            preexec_fn=_die_with_parent())
 
 
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
@@ -63,9 +95,24 @@ def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Loc
     stream.close()
 
 
+def _report_to_stderr(line: str) -> None:
+    print(f"tfdist launch: {line}", file=sys.stderr, flush=True)
+
+
+def _listening(address: str, timeout: float = 0.2) -> bool:
+    """Whether something accepts TCP connections at ``HOST:PORT`` (the task's server is up)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def _terminate(processes: Sequence[subprocess.Popen], grace: float,
-               first: signal.Signals = signal.SIGTERM) -> None:
-    """Send ``first`` to every live process group, SIGKILL what is left after ``grace`` seconds."""
+               first: signal.Signals = signal.SIGTERM) -> list[subprocess.Popen]:
+    """Send ``first`` to every live process group, SIGKILL what is left after ``grace`` seconds;
+    the processes that needed the SIGKILL."""
     for process in processes:
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -74,83 +121,110 @@ def _terminate(processes: Sequence[subprocess.Popen], grace: float,
     for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    stubborn = [process for process in processes if process.poll() is None]
     for process in processes:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # the group may hold grandchildren
         process.wait()
+    return stubborn
 
 
-def _wait(processes: Sequence[subprocess.Popen], chief: subprocess.Popen | None, guard: _SignalGuard,
-          poll: float = 0.1) -> int:
-    """The chief's exit code or, with ``chief=None``, 0 once all exited or the first non-zero
-    one; 130 when a stop signal arrives first."""
+def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: _SignalGuard,
+           report: Callable[[str], None], poll: float = 0.1,
+           probe: Callable[[str], bool] = _listening) -> int | None:
+    """Report every exit to ``policy`` (and print its lines) until it ends the job: its exit code;
+    ``None`` when a stop signal arrives first."""
+    running = {task.name: process for task, process in started}
+    unserved = {task.name: task.address for task, _ in started if task.name in policy.probe and task.address}
+    next_probe = 0.0
     while not guard.stopped:
-        if chief is not None:
-            if chief.poll() is not None:
-                return chief.returncode
-        else:
-            codes = [p.poll() for p in processes]
-            failed = [code for code in codes if code not in (None, 0)]
-            if failed:
-                return failed[0]
-            if all(code == 0 for code in codes):
-                return 0
+        now = time.monotonic()
+        if unserved and now >= next_probe:
+            for name, address in list(unserved.items()):
+                if probe(address):
+                    policy.served(name)
+                    del unserved[name]
+            next_probe = now + PROBE_SECONDS
+        for name, process in list(running.items()):
+            if process.poll() is not None:
+                del running[name]
+                unserved.pop(name, None)
+                for line in policy.exited(name, process.returncode, time.monotonic()):
+                    report(line)
+        verdict = policy.verdict(time.monotonic())
+        if verdict is not None:
+            if verdict.message:
+                report(verdict.message)
+            return verdict.code
         time.sleep(poll)
-    return 130
+    return None
 
 
-def run_local_cluster(tasks: Sequence[TaskProcess], grace: float = GRACE_SECONDS,
-                      sink: IO[bytes] | None = None, wait_for_all: bool = False) -> int:
-    """Start every task, stream its output as ``[type:index] line``, return the chief's exit code.
+def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float = GRACE_SECONDS,
+                      sink: IO[bytes] | None = None, report: Callable[[str], None] | None = None) -> int:
+    """Start every task, stream its output as ``[type:index] line``, report every exit; the job's
+    exit code as ``policy`` decides it (130 on a stop signal).
 
-    The chief is the ``chief`` task, else ``worker:0``. With ``wait_for_all`` (peer workers of
-    MultiWorkerMirroredStrategy, which all finish by themselves) every task is awaited and the
-    first non-zero exit code wins; a failing task then stops the others. Raises ``OSError`` when
-    the command cannot be started.
+        tasks = plan_local_cluster(["python", "train.py"], 2, 1, free_ports(4), os.environ)[1]
+        code = run_local_cluster(tasks, ParameterServerPolicy([t.name for t in tasks], timeout=60))
+
+    ``report`` gets the launcher's own lines (default: ``tfdist launch: ...`` on stderr). Raises
+    ``OSError`` when the command cannot be started.
     """
     sink = sink or sys.stdout.buffer
+    report = report or _report_to_stderr
     lock = threading.Lock()
-    started: list[subprocess.Popen] = []
+    started: list[tuple[TaskProcess, subprocess.Popen]] = []
     pumps: list[threading.Thread] = []
-    chief: subprocess.Popen | None = None
     width = max(len(t.name) for t in tasks)
-    code = 130
+    code: int | None = None
     with _SignalGuard() as guard:
         try:
-            for task in tasks:
+            for task in tasks:  # every fork before the first thread (see the module docstring)
                 if guard.stopped:
                     break
-                process = _start(task.command, dict(task.env), capture=True)
-                started.append(process)
+                started.append((task, _start(task.command, dict(task.env), capture=True)))
+            for task, process in started:
                 prefix = f"[{task.name}]".ljust(width + 2).encode() + b" "
                 pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
-                if task.task_type == "chief" or (chief is None and task.name == "worker:0"):
-                    chief = process
-            else:
-                if chief is None:
-                    raise ValueError("the plan has no chief task")
-                code = _wait(started, None if wait_for_all else chief, guard)
+            if not guard.stopped:
+                code = _watch(started, policy, guard, report)
         finally:
             guard.quiet()
-            _terminate(started, grace)
+            live = [task.name for task, process in started if process.poll() is None]
+            stubborn = _terminate([process for _, process in started], grace)
+            if live:
+                report(f"stopped {', '.join(live)}")
+            for task, process in started:
+                if process in stubborn:
+                    report(f"{task.name} ignored SIGTERM for {grace:g} s; killed it with SIGKILL")
             for pump in pumps:
                 pump.join(timeout=5)
-    return exit_code(code)
+    return 130 if code is None else code
 
 
-def run_command(command: Sequence[str], grace: float = GRACE_SECONDS) -> int:
+def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
+                report: Callable[[str], None] | None = None) -> int:
     """Run one launcher command (horovodrun) and return its exit code.
 
     A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
-    ranks; SIGKILL follows after ``grace`` seconds.
+    ranks; SIGKILL follows after ``grace`` seconds. If this process dies, horovodrun gets SIGTERM.
     """
+    report = report or _report_to_stderr
+    name = os.path.basename(command[0])
+    code: int | None = None
     with _SignalGuard() as guard:
         process = _start(command, None, capture=False)
         try:
-            code = _wait([process], process, guard)
+            while not guard.stopped:
+                if process.poll() is not None:
+                    report(describe_exit(name, process.returncode))
+                    code = exit_code(process.returncode)
+                    break
+                time.sleep(0.1)
         finally:
             guard.quiet()
             _terminate([process], grace, first=signal.SIGINT)
-    return exit_code(code)
+    return 130 if code is None else code

@@ -6,13 +6,16 @@ TensorFlow or subprocesses. ``tfdist.launch.local`` runs a plan.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
 from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
+from tfdist.errors import TfdistError
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,14 @@ class TaskProcess:
     index: int
     command: tuple[str, ...]
     env: Mapping[str, str] = field(repr=False)
+    address: str | None = None  # HOST:PORT of its server, for the launcher to see it listening
 
     @property
     def name(self) -> str:
         return f"{self.task_type}:{self.index}"
 
 
-class LaunchError(ValueError):
+class LaunchError(TfdistError, ValueError):
     """A launch request that cannot work; the message names the option and the fix."""
 
 
@@ -76,10 +80,10 @@ def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping
         env = dict(base_env)
         env["TF_CONFIG"] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
         env.setdefault(GRPC_FAIL_FAST, "use_caller")
+        address = spec.address_of(task_type, index)
         if bind_shim is not None:
-            address = spec.address_of(task_type, index)
             env.update(exact_bind_env(address.host, [address.port], bind_shim, base_env))
-        processes.append(TaskProcess(task_type, index, tuple(command), env))
+        processes.append(TaskProcess(task_type, index, tuple(command), env, str(address)))
     return processes
 
 
@@ -90,5 +94,17 @@ def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None
         raise LaunchError("no command to launch; fix: `tfdist launch --backend horovod -np 2 -- python train.py`")
     if np < 1:
         raise LaunchError(f"-np is {np}; fix: -np 1 or more")
-    launcher = horovodrun or shutil.which("horovodrun") or "horovodrun"
+    launcher = horovodrun or find_horovodrun() or "horovodrun"
     return [launcher, "-np", str(np), "-H", hosts or f"localhost:{np}", "--gloo", *command]
+
+
+def find_horovodrun(executable: str | None = None, path: str | None = None) -> str | None:
+    """``horovodrun`` beside the running interpreter (a venv's ``bin/``), else on ``path``.
+
+    ``.venv/bin/tfdist`` runs without the venv activated, so its ``horovodrun`` is not on PATH;
+    the one installed with this interpreter is also the one that matches its Horovod.
+    """
+    beside = os.path.join(os.path.dirname(executable or sys.executable), "horovodrun")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("horovodrun", path=path)
