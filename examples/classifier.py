@@ -1,8 +1,11 @@
 """Train a Keras image classifier with any tfdist strategy, unchanged across launchers.
 
-    python examples/classifier.py                                   # one process
-    horovodrun -np 2 -H localhost:2 python examples/classifier.py   # Horovod ring-allreduce
+    python examples/classifier.py                                       # one process
+    horovodrun -np 2 -H localhost:2 python examples/classifier.py       # Horovod ring-allreduce
     tfdist launch --workers 2 --ps 1 -- python examples/classifier.py   # parameter servers
+    tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/classifier.py
+
+``--strategy`` (default ``auto``) names a backend instead of letting the launcher decide.
 
 Data: scikit-learn's handwritten digits (8x8, 1,797 images, shipped with the package), or
 ``--data mnist.npz`` in Keras' layout (x_train, y_train, x_test, y_test). TensorBoard logs go
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import tfdist  # before tensorflow: keeps tf.keras on tf-keras
 
@@ -57,20 +61,35 @@ def build_model(input_shape: tuple[int, ...], classes: int = 10) -> tf.keras.Mod
     ])
 
 
-def main() -> None:
+def strategy_options(strategy: str, by_backend: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``make_strategy`` options for ``--strategy``, from the options each backend owns.
+
+    A backend named explicitly refuses options it does not take, so it gets only its own;
+    ``auto`` checks every option and passes on those of the backend it picks, so it gets all.
+    """
+    if strategy == "auto":
+        return {name: value for options in by_backend.values() for name, value in options.items()}
+    return by_backend.get(strategy, {})
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strategy", default="auto", help="auto, horovod, parameter_server, "
-                        "multi_worker_mirrored, mirrored or single (default: auto)")
+    parser.add_argument("--strategy", default="auto", choices=tfdist.available_strategies(),
+                        help="the backend (default: auto, chosen from the launcher's environment)")
     parser.add_argument("--data", help="an .npz file in Keras' MNIST layout (default: scikit-learn digits)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32, help="per worker (default: 32)")
     parser.add_argument("--lr", type=float, default=1e-3, help="single-worker learning rate")
-    parser.add_argument("--warmup-epochs", type=float, default=1, help="Horovod LR warm-up")
+    parser.add_argument("--warmup-epochs", type=float,
+                        help="Horovod LR warm-up in epochs (default: 1 under horovod and auto)")
     parser.add_argument("--logdir", default="runs", help="TensorBoard root (default: runs)")
     parser.add_argument("--run-name", help="TensorBoard run name (default: strategy-workers-batch-time)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    strategy = tfdist.make_strategy(args.strategy, warmup_epochs=args.warmup_epochs)
+    if args.warmup_epochs is not None and args.strategy not in ("auto", "horovod"):
+        parser.error(f"--warmup-epochs is a Horovod option; --strategy {args.strategy} has no LR warm-up")
+    horovod = {"warmup_epochs": 1.0 if args.warmup_epochs is None else args.warmup_epochs}
+    strategy = tfdist.make_strategy(args.strategy, **strategy_options(args.strategy, {"horovod": horovod}))
     (x_train, y_train), (x_test, y_test) = load_data(args.data)
     with strategy.scope():
         model = build_model(x_train.shape[1:])

@@ -3,15 +3,18 @@
     python examples/synthetic_benchmark.py
     horovodrun -np 2 -H localhost:2 python examples/synthetic_benchmark.py
     tfdist launch --workers 2 --ps 1 -- python examples/synthetic_benchmark.py
+    tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/synthetic_benchmark.py
 
 Random images and labels, so the figure measures the training step and the gradient exchange,
-not the input pipeline. Prints images/s per worker (mean +- 1.96 std over iterations) and in
+not the input pipeline. After ``--num-warmup-batches``, each iteration is one epoch of
+``--num-batches-per-iter`` batches, timed by epoch hooks (ParameterServerStrategy cannot run
+batch-level callbacks). Prints images/s per worker (mean +- 1.96 std over iterations) and in
 total; the last line is the result.
 """
 from __future__ import annotations
 
 import argparse
-import timeit
+from typing import Any
 
 import tfdist  # before tensorflow
 
@@ -33,40 +36,36 @@ MODELS = {
 }
 
 
-class IterationTimer(tf.keras.callbacks.Callback):
-    """Times every ``batches_per_iter`` batches after the warm-up batches."""
+def strategy_options(strategy: str, by_backend: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``make_strategy`` options for ``--strategy``, from the options each backend owns.
 
-    def __init__(self, batches_per_iter: int, warmup_batches: int) -> None:
-        super().__init__()
-        self.batches_per_iter, self.warmup_batches = batches_per_iter, warmup_batches
-        self.durations: list[float] = []
-        self._seen, self._start = 0, None
-
-    def on_train_batch_end(self, batch, logs=None):
-        self._seen += 1
-        done = self._seen - self.warmup_batches
-        if done == 0:
-            self._start = timeit.default_timer()
-        elif done > 0 and done % self.batches_per_iter == 0:
-            now = timeit.default_timer()
-            self.durations.append(now - self._start)
-            self._start = now
+    A backend named explicitly refuses options it does not take, so it gets only its own;
+    ``auto`` checks every option and passes on those of the backend it picks, so it gets all.
+    """
+    if strategy == "auto":
+        return {name: value for options in by_backend.values() for name, value in options.items()}
+    return by_backend.get(strategy, {})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--strategy", default="auto", choices=tfdist.available_strategies(),
+                        help="the backend (default: auto, chosen from the launcher's environment)")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp")
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=64, help="per worker")
-    parser.add_argument("--num-warmup-batches", type=int, default=5)
-    parser.add_argument("--num-batches-per-iter", type=int, default=10)
-    parser.add_argument("--num-iters", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64, help="per replica (default: 64)")
+    parser.add_argument("--num-warmup-batches", type=int, default=5, help="untimed batches first")
+    parser.add_argument("--num-batches-per-iter", type=int, default=10, help="batches per timed iteration")
+    parser.add_argument("--num-iters", type=int, default=5, help="timed iterations")
     parser.add_argument("--fp16-allreduce", action="store_true", help="Horovod: fp16 gradient compression")
     parser.add_argument("--logdir", default="runs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    strategy = tfdist.make_strategy(args.strategy, compression="fp16" if args.fp16_allreduce else "none")
+    if args.fp16_allreduce and args.strategy not in ("auto", "horovod"):
+        parser.error(f"--fp16-allreduce is a Horovod option; --strategy {args.strategy} "
+                     "has no allreduce to compress")
+    horovod = {"compression": "fp16" if args.fp16_allreduce else "none"}
+    strategy = tfdist.make_strategy(args.strategy, **strategy_options(args.strategy, {"horovod": horovod}))
     shape, classes = (args.image_size, args.image_size, 3), 10
     with strategy.scope():
         model = MODELS[args.model](shape, classes)
@@ -75,18 +74,21 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images = rng.random((args.batch_size, *shape), dtype=np.float32)
     labels = rng.integers(0, classes, size=(args.batch_size,))
-    per_replica = tf.data.Dataset.from_tensors((images, labels)).repeat()
-    steps = args.num_warmup_batches + args.num_iters * args.num_batches_per_iter
-    timer = IterationTimer(args.num_batches_per_iter, args.num_warmup_batches)
+    # Single examples, repeated; with batch_size, tfdist batches them per replica on every backend.
+    examples = tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
+    if args.num_warmup_batches:  # tracing and the first exchanges stay out of the figures
+        strategy.fit(model, examples, batch_size=args.batch_size, epochs=1,
+                     steps_per_epoch=args.num_warmup_batches, verbose=0)
+    throughput = strategy.throughput(args.batch_size)
     board = TensorBoardRun(args.logdir, strategy=strategy, batch_size=args.batch_size,
                            hparams={"model": args.model, "benchmark": "synthetic"})
-    # The dataset already holds whole per-worker batches; every rank may read the same one.
-    strategy.fit(model, per_replica, epochs=1, steps_per_epoch=steps, callbacks=[timer, board],
-                 verbose=0)
-    rates = np.array([args.batch_size * args.num_batches_per_iter / d for d in timer.durations])
+    strategy.fit(model, examples, batch_size=args.batch_size, epochs=args.num_iters,
+                 steps_per_epoch=args.num_batches_per_iter, callbacks=[throughput, board], verbose=0)
     if strategy.is_chief:
-        workers = strategy.num_replicas_in_sync
-        print(f"Model: {args.model}, batch size {args.batch_size} per worker, {workers} worker(s)")
+        workers = strategy.num_workers
+        rates = np.array(throughput.history) / workers  # images/s of one worker, per iteration
+        print(f"Model: {args.model}, batch size {args.batch_size} per replica, {workers} worker(s), "
+              f"{strategy.num_replicas_in_sync} replica(s) in sync")
         for i, rate in enumerate(rates):
             print(f"Iter #{i}: {rate:.1f} img/sec per worker")
         mean, conf = rates.mean(), 1.96 * rates.std()

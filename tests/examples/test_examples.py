@@ -1,0 +1,173 @@
+"""Smoke tests for examples/: every example under every `--strategy` value it offers, each started
+by the launcher that value needs, with the smallest settings that still train.
+
+A run passes on what it prints and writes, not on having exited: exactly one RESULT line (the chief
+prints it), the backend and worker count it names, a test accuracy above chance and a loss below
+it, throughput figures that add up, TensorBoard event files and checkpoints on disk.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import REPO, horovodrun, subprocess_env
+
+EXAMPLES = REPO / "examples"
+TIMEOUT = 900  # seconds; 2 cores shared with other jobs, so generous
+CHANCE_LOSS = math.log(10)  # cross-entropy of a uniform guess over the 10 digit classes
+
+# launcher -> (the backend `auto` picks under it, the workers it starts)
+LAUNCHERS = {
+    "python": ("single", 1),                 # one plain process
+    "horovodrun": ("horovod", 2),            # horovodrun -np 2 -H localhost:2 --gloo
+    "ps": ("parameter_server", 2),           # tfdist launch --workers 2 --ps 1
+    "mwms": ("multi_worker_mirrored", 2),    # tfdist launch --backend multi_worker_mirrored --workers 2
+}
+# every --strategy value the examples offer -> the launcher it needs (mirrored: one CPU replica)
+LAUNCH = {"single": "python", "auto": "python", "mirrored": "python", "horovod": "horovodrun",
+          "parameter_server": "ps", "multi_worker_mirrored": "mwms"}
+_MARKS = {"python": (), "horovodrun": (pytest.mark.horovod,), "ps": (pytest.mark.cluster,),
+          "mwms": (pytest.mark.cluster,)}
+
+
+def _case(strategy: str, launcher: str, name: str):
+    marks = [pytest.mark.slow, *_MARKS[launcher]]
+    if (strategy, launcher) == ("auto", "python"):
+        marks.append(pytest.mark.no_gpu)  # expects single; auto picks mirrored with several GPUs
+    return pytest.param(strategy, launcher, marks=marks, id=name)
+
+
+EVERY_STRATEGY = [_case(strategy, launcher, strategy) for strategy, launcher in LAUNCH.items()]
+# `auto` under each launcher too: what `make demo` and the README's commands run
+AUTO_UNDER_LAUNCHERS = [_case("auto", launcher, f"auto-{launcher}")
+                        for launcher in ("horovodrun", "ps", "mwms")]
+
+
+def expected(strategy: str, launcher: str) -> tuple[str, int]:
+    """The backend and worker count the RESULT line must report."""
+    backend, workers = LAUNCHERS[launcher]
+    return (backend if strategy == "auto" else strategy), workers
+
+
+def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedProcess:
+    """``examples/<script> ARGS`` as one process, a 2-rank horovodrun job, or a local cluster."""
+    path = str(EXAMPLES / script)
+    if launcher == "horovodrun":
+        # support.horovodrun joins its argument to tests/scripts/; an absolute path replaces it.
+        return horovodrun(path, *args, np=2, timeout=TIMEOUT)
+    tfdist_cli = str(Path(sys.executable).parent / "tfdist")
+    prefix = {
+        "python": [],
+        "ps": [tfdist_cli, "launch", "--workers", "2", "--ps", "1", "--"],
+        "mwms": [tfdist_cli, "launch", "--backend", "multi_worker_mirrored", "--workers", "2", "--"],
+    }[launcher]
+    return subprocess.run([*prefix, sys.executable, path, *args], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
+
+
+def result_line(run: subprocess.CompletedProcess) -> dict[str, str]:
+    """The fields of the one ``RESULT k=v ...`` line, whatever prefix the launcher puts before it."""
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"exit {run.returncode}\n{output[-6000:]}"
+    lines = re.findall(r"RESULT (.*)$", run.stdout, flags=re.MULTILINE)
+    assert len(lines) == 1, f"expected one RESULT line (from the chief only), got {lines}\n{output[-3000:]}"
+    return dict(field.split("=", 1) for field in lines[0].split())
+
+
+def assert_trained(result: dict[str, str], backend: str, workers: int) -> None:
+    assert (result["strategy"], int(result["workers"])) == (backend, workers)
+    accuracy, loss = float(result["test_accuracy"]), float(result["test_loss"])
+    assert 0.3 < accuracy <= 1.0, f"test accuracy {accuracy}: no better than chance (0.1) after training"
+    assert loss < 0.9 * CHANCE_LOSS, f"test loss {loss} is not below chance ({CHANCE_LOSS:.2f})"
+
+
+@pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS)
+def test_classifier(strategy, launcher, tmp_path):
+    backend, workers = expected(strategy, launcher)
+    run = run_example("classifier.py", launcher, "--strategy", strategy, "--epochs", "1",
+                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"))
+    result = result_line(run)
+    assert_trained(result, backend, workers)
+    assert float(result["examples_per_second"]) > 0
+    run_dir = Path(result["logdir"])
+    assert run_dir.parent == tmp_path / "runs"
+    assert list((run_dir / "train").glob("events.out.tfevents.*")), f"no TensorBoard events in {run_dir}"
+
+
+@pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY)
+def test_synthetic_benchmark(strategy, launcher, tmp_path):
+    backend, workers = expected(strategy, launcher)
+    iters = 2
+    run = run_example("synthetic_benchmark.py", launcher, "--strategy", strategy, "--image-size", "8",
+                      "--batch-size", "8", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
+                      "--num-iters", str(iters), "--logdir", str(tmp_path / "runs"))
+    result = result_line(run)
+    assert (result["strategy"], int(result["workers"])) == (backend, workers)
+    total, per_worker = float(result["images_per_second"]), float(result["per_worker"])
+    assert total > 0 and per_worker > 0
+    assert total == pytest.approx(per_worker * workers, abs=0.1 * workers)  # both printed to 0.1
+    assert len(re.findall(r"Iter #\d+: [\d.]+ img/sec per worker", run.stdout)) == iters
+    assert list((tmp_path / "runs").glob("*/train/events.out.tfevents.*")), "no TensorBoard events"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher, backend, replicas", [
+    pytest.param("python", "single", 1, marks=pytest.mark.no_gpu, id="single-process"),  # auto: single
+    pytest.param("horovodrun", "horovod", 2, marks=pytest.mark.horovod, id="horovodrun-np2"),
+])
+def test_porting_from_horovod(launcher, backend, replicas, tmp_path):
+    # Horovod's batch 128 and 3-epoch warm-up: 3 epochs (6 steps each on 2 ranks) is what trains.
+    run = run_example("porting_from_horovod.py", launcher, "--epochs", "3", "--checkpoint-dir", str(tmp_path))
+    result = result_line(run)
+    assert_trained(result, backend, replicas)
+    # Adam(0.001) scaled once by strategy.optimizer(): 0.001 per replica, not 0.001 * size**2.
+    assert float(result["learning_rate"]) == pytest.approx(0.001 * replicas)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint-{epoch}.h5" for epoch in (1, 2, 3)]
+
+
+def test_every_strategy_the_examples_offer_has_a_launch():
+    import tfdist
+
+    assert sorted(LAUNCH) == sorted(tfdist.available_strategies())
+
+
+def _load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines main(); runs nothing
+    return module
+
+
+@pytest.mark.parametrize("name, flag", [("classifier", ["--warmup-epochs", "2"]),
+                                        ("synthetic_benchmark", ["--fp16-allreduce"])])
+@pytest.mark.parametrize("strategy", ["single", "mirrored", "parameter_server", "multi_worker_mirrored"])
+def test_horovod_only_flags_are_refused_with_another_backend(name, flag, strategy, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _load_example(name).main(["--strategy", strategy, *flag])
+    assert exit_info.value.code == 2
+    assert f"{flag[0]} is a Horovod option; --strategy {strategy}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["classifier", "synthetic_benchmark"])
+@pytest.mark.parametrize("strategy", ["auto", "horovod", "single", "parameter_server"])
+def test_options_reach_only_their_backend(name, strategy):
+    options = _load_example(name).strategy_options(strategy, {"horovod": {"warmup_epochs": 2.0}})
+    assert options == ({"warmup_epochs": 2.0} if strategy in ("auto", "horovod") else {})
+
+
+def test_readme_porting_code_is_the_example():
+    """Every line of the README's tfdist code under "Porting from Horovod" is a line of the example."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("\n## Porting from Horovod\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    assert blocks, "no python code block in the README's Porting from Horovod section"
+    example = {line.strip() for line in (EXAMPLES / "porting_from_horovod.py").read_text().splitlines()}
+    code = [line.strip() for line in blocks[-1].splitlines() if line.strip() and "..." not in line]
+    assert len(code) >= 10
+    assert [line for line in code if line not in example] == []
