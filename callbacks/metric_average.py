@@ -15,6 +15,17 @@ def _numeric_names(logs: dict) -> list[str]:
                   or getattr(value, "shape", None) == ())
 
 
+def average_over_ranks(hvd: Any, values: dict, name: str) -> dict:
+    """``values`` with every number replaced by its mean over the Horovod ranks, reduced in sorted
+    name order (the same on every rank, so the allreduces pair up); other entries unchanged."""
+    names = _numeric_names(values)
+    if not names or hvd.size() == 1:
+        return dict(values)
+    averaged = hvd.allreduce(tf.constant([float(values[n]) for n in names], dtype=tf.float64),
+                             op=hvd.Average, name=name)
+    return {**values, **dict(zip(names, averaged.numpy().tolist()))}
+
+
 class MetricAverage(tf.keras.callbacks.Callback):
     """Replace each logged metric with its mean over the Horovod ranks, in place.
 
@@ -47,15 +58,8 @@ class MetricAverage(tf.keras.callbacks.Callback):
 
     def _average(self, logs: Any, name: str) -> None:
         hvd = _runtime.horovod()
-        if hvd is None or not logs or hvd.size() == 1:
-            return
-        names = _numeric_names(logs)
-        if not names:
-            return
-        values = tf.constant([float(logs[n]) for n in names], dtype=tf.float64)
-        averaged = hvd.allreduce(values, op=hvd.Average, name=name)
-        for metric, value in zip(names, averaged.numpy().tolist()):
-            logs[metric] = value
+        if hvd is not None and logs:
+            logs.update(average_over_ranks(hvd, logs, name))
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         self._average(logs, f"tfdist.metric_average.{epoch}")

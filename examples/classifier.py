@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 import tfdist  # before tensorflow: keeps tf.keras on tf-keras
 
@@ -61,17 +60,6 @@ def build_model(input_shape: tuple[int, ...], classes: int = 10) -> tf.keras.Mod
     ])
 
 
-def strategy_options(strategy: str, by_backend: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``make_strategy`` options for ``--strategy``, from the options each backend owns.
-
-    A backend named explicitly refuses options it does not take, so it gets only its own;
-    ``auto`` checks every option and passes on those of the backend it picks, so it gets all.
-    """
-    if strategy == "auto":
-        return {name: value for options in by_backend.values() for name, value in options.items()}
-    return by_backend.get(strategy, {})
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategy", default="auto", choices=tfdist.available_strategies(),
@@ -89,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.warmup_epochs is not None and args.strategy not in ("auto", "horovod"):
         parser.error(f"--warmup-epochs is a Horovod option; --strategy {args.strategy} has no LR warm-up")
     horovod = {"warmup_epochs": 1.0 if args.warmup_epochs is None else args.warmup_epochs}
-    strategy = tfdist.make_strategy(args.strategy, **strategy_options(args.strategy, {"horovod": horovod}))
+    strategy = tfdist.make_strategy(args.strategy, **tfdist.options_for(args.strategy, {"horovod": horovod}))
     (x_train, y_train), (x_test, y_test) = load_data(args.data)
     with strategy.scope():
         model = build_model(x_train.shape[1:])

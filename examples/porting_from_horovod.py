@@ -29,8 +29,7 @@ split = int(0.8 * len(x))
 
 strategy = tfdist.make_strategy("auto", warmup_epochs=3)  # hvd.init(), GPU pinning, LR warm-up
 with strategy.scope():
-    model = tf.keras.Sequential([
-        tf.keras.Input((8, 8, 1)),
+    model = tf.keras.Sequential([  # no Input, as in Horovod's example: built from the first batch
         tf.keras.layers.Conv2D(32, 3, activation="relu"),
         tf.keras.layers.Conv2D(64, 3, activation="relu"),
         tf.keras.layers.MaxPooling2D(),

@@ -14,7 +14,6 @@ total; the last line is the result.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import tfdist  # before tensorflow
 
@@ -36,17 +35,6 @@ MODELS = {
 }
 
 
-def strategy_options(strategy: str, by_backend: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``make_strategy`` options for ``--strategy``, from the options each backend owns.
-
-    A backend named explicitly refuses options it does not take, so it gets only its own;
-    ``auto`` checks every option and passes on those of the backend it picks, so it gets all.
-    """
-    if strategy == "auto":
-        return {name: value for options in by_backend.values() for name, value in options.items()}
-    return by_backend.get(strategy, {})
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategy", default="auto", choices=tfdist.available_strategies(),
@@ -65,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--fp16-allreduce is a Horovod option; --strategy {args.strategy} "
                      "has no allreduce to compress")
     horovod = {"compression": "fp16" if args.fp16_allreduce else "none"}
-    strategy = tfdist.make_strategy(args.strategy, **strategy_options(args.strategy, {"horovod": horovod}))
+    strategy = tfdist.make_strategy(args.strategy, **tfdist.options_for(args.strategy, {"horovod": horovod}))
     shape, classes = (args.image_size, args.image_size, 3), 10
     with strategy.scope():
         model = MODELS[args.model](shape, classes)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Callable
 
 import pytest
@@ -37,20 +36,18 @@ def _snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own
 
 
-# Libraries that export variables of their own the first time they are imported
-# (TensorFlow sets TF2_BEHAVIOR, TPU_ML_PLATFORM, ...): a test that first imports one may add them.
-_SELF_CONFIGURING = ("tensorflow",)
+# Variables TensorFlow (and h5py under it) export the first time they are imported: a test that
+# first imports it may add these, and only these.
+_IMPORT_VARIABLES = frozenset({"ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH", "TF2_BEHAVIOR",
+                               "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION"})
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_environment_variables():
     """Fail a test that adds, removes or changes an environment variable and leaves it so."""
     before = _snapshot()
-    newly_imported = [name for name in _SELF_CONFIGURING if name not in sys.modules]
     yield
-    after = _snapshot()
-    if any(name in sys.modules for name in newly_imported):
-        after = {k: v for k, v in after.items() if k in before}
+    after = {k: v for k, v in _snapshot().items() if k in before or k not in _IMPORT_VARIABLES}
     if before != after:
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         for key in set(after) - set(before):

@@ -24,6 +24,7 @@ _LAZY = {
     "available_strategies": "tfdist.strategies",
     "select_strategy": "tfdist.strategies.selection",
     "current_strategy": "tfdist.strategies.state",
+    "options_for": "tfdist.strategies.options",
 }
 
 
@@ -42,4 +43,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["KerasVersionError", "TfdistError", "__version__", "available_strategies", "callbacks",
-           "current_strategy", "make_strategy", "select_strategy"]
+           "current_strategy", "make_strategy", "options_for", "select_strategy"]

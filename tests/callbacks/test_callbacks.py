@@ -176,3 +176,13 @@ def test_an_unwritable_output_path_fails_before_the_first_epoch(tmp_path, make_c
     message = str(info.value)
     assert "cannot write to" in message and str(bad) in message and "(Not a directory)" in message
     assert "; fix: pick a directory" in message and "\n" not in message
+
+
+def test_the_output_check_stops_at_keras_placeholders(tmp_path):
+    from tfdist.strategies.outputs import check_writable, output_paths
+
+    checkpoint = tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt" / "{epoch:02d}" / "w.h5"))
+    paths = output_paths([checkpoint])
+    assert paths == [("ModelCheckpoint(filepath=...)", str(tmp_path / "ckpt"))]
+    check_writable(paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and not list((tmp_path / "ckpt").iterdir())

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -249,10 +251,11 @@ def test_tasks_die_with_a_sigkilled_launcher(tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env=subprocess_env())
     try:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in launcher.stderr], daemon=True).start()
         banner = ""
-        while " ports " not in banner:
-            banner = launcher.stderr.readline()
-            assert banner, "the launcher printed no banner"
+        while " ports " not in banner:  # a launcher that stalls fails the test instead of hanging it
+            banner = lines.get(timeout=120)
         ports = [int(port) for port in banner.rsplit(" ports ", 1)[1].split(", ")]
         assert len(ports) == 4
         deadline = time.monotonic() + 60

@@ -38,13 +38,20 @@ def test_the_shim_rewrites_listed_wildcard_binds_only(tmp_path):
 
 
 @pytest.mark.parametrize("malformed", ["abc", "0", "", "2222,", "2222;2223", "70000", "2222,x"])
-def test_a_malformed_port_list_changes_no_bind_and_warns_once(tmp_path, malformed):
-    """Read as port 0, "abc" used to move every ephemeral wildcard bind onto the address."""
+def test_a_malformed_port_list_fails_closed_and_says_why_once(tmp_path, malformed):
+    """Read as port 0, "abc" used to move every ephemeral wildcard bind onto the address; leaving the
+    binds alone instead would put the servers on every interface. Wildcard binds are refused."""
     result = _bound_addresses(shim_library(tmp_path), malformed, 0, 0)
-    assert result.stdout.split() == ["0.0.0.0", "0.0.0.0"], result.stderr
-    assert result.stderr.count("tfdist bind shim: warning: TFDIST_BIND_PORTS=") == 1, result.stderr
-    assert "is not a comma-separated list of ports 1-65535, so no bind is changed" in result.stderr
+    assert result.returncode != 0 and result.stdout == ""
+    assert "PermissionError: [Errno 13]" in result.stderr
+    assert result.stderr.count("tfdist bind shim: error: TFDIST_BIND_PORTS=") == 1, result.stderr
+    assert "so every bind to all interfaces is refused (EACCES)" in result.stderr
     assert "; fix: " in result.stderr
+    bound = subprocess.run([sys.executable, "-c", "import socket; s = socket.socket(); "
+                            "s.bind(('127.0.0.1', 0)); print(s.getsockname()[0])"], capture_output=True, text=True,
+                           timeout=60, env={"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(shim_library(tmp_path)),
+                                            "TFDIST_BIND_ADDRESS": "127.0.0.1", "TFDIST_BIND_PORTS": malformed})
+    assert bound.stdout.split() == ["127.0.0.1"], bound.stderr  # a bind to one address is not touched
 
 
 @pytest.mark.parametrize("ports", [[0], [70000], [], ["2222"], [True]])

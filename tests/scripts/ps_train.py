@@ -27,12 +27,16 @@ with open(os.path.join(OUTDIR, "pids", f"{task['type']}-{task['index']}"), "w") 
 options = {"checkpoint_dir": os.path.join(OUTDIR, "checkpoints")}
 if MODE == "sharded":
     options["shards"] = 2
+if MODE == "plain":
+    options["chief_grace_seconds"] = 5  # the servers leave soon after the chief is done
+if MODE == "restart-alone":
+    options.update(chief_grace_seconds=60, cluster_timeout=20)
 if MODE == "worker-dies-at-start":
     if (task["type"], task["index"]) == ("worker", 1):
         sys.exit("worker:1 fails before serving, on purpose")
     options["cluster_timeout"] = 15
 strategy = tfdist.make_strategy("auto", **options)  # TF_CONFIG with ps tasks -> parameter_server
-VOCAB, EPOCHS = 1000, 5 if MODE == "restart" else 4
+VOCAB, EPOCHS = 1000, 5 if MODE.startswith("restart") else 4
 
 
 def data(n: int = 2048, seed: int = 0):
@@ -90,7 +94,7 @@ if MODE == "kill-worker":
     callbacks.append(Saboteur("worker-1", at_epoch=1))
 elif MODE == "kill-ps":
     callbacks.append(Saboteur("ps-0", at_epoch=1))
-elif MODE == "restart":
+elif MODE.startswith("restart"):
     callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(os.path.join(OUTDIR, "backup")))
     if not os.path.exists(os.path.join(OUTDIR, "epochs.txt")):  # first launch only
         callbacks.append(Saboteur("chief-0", at_epoch=2))

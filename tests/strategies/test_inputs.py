@@ -110,3 +110,12 @@ def test_shard_data_is_an_option_of_the_multi_process_backends():
         assert "shard_data" in option_names(kind)
     with mock.patch.dict(os.environ, {}, clear=True):
         assert tfdist.make_strategy("auto", shard_data=False).kind == "single"  # auto: another backend's
+
+
+def test_horovod_shard_data_false_still_batches_a_dataset_given_with_batch_size():
+    x, y = _arrays(8)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    batched, _, kwargs = inputs.horovod_fit_inputs(dataset, None, {"batch_size": 4, "validation_data": dataset},
+                                                   1, 2, shard=False)
+    assert [int(b[0].shape[0]) for b in batched] == [4, 4] and "batch_size" not in kwargs
+    assert [int(b[0].shape[0]) for b in kwargs["validation_data"]] == [4, 4]

@@ -129,3 +129,62 @@ def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(t
     assert chief["loss"][-1] < 0.5 * chief["loss"][0]
     assert [d.split("/device")[0] for d in chief["kernel_devices"]] == [
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # min_shard_bytes split the kernel
+
+
+def _start_tasks(names: list[str], cluster: dict, mode: str, outdir: Path) -> dict[str, subprocess.Popen]:
+    """Tasks started by hand, as an orchestrator does (no tfdist launch): one process each."""
+    processes = {}
+    for name in names:
+        task_type, index = name.split(":")
+        config = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": int(index)}})
+        processes[name] = subprocess.Popen(
+            [sys.executable, str(SCRIPTS / "ps_train.py"), mode, str(outdir)], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env=subprocess_env(TF_CONFIG=config, GRPC_FAIL_FAST="use_caller"))
+    return processes
+
+
+@pytest.fixture
+def hand_started_cluster(tmp_path):
+    from tfdist.cluster import free_ports
+
+    ports = free_ports(4)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+               "ps": [f"127.0.0.1:{ports[3]}"]}
+    started: list[subprocess.Popen] = []
+
+    def start(names: list[str]) -> dict[str, subprocess.Popen]:
+        processes = _start_tasks(names, cluster, "restart-alone", tmp_path)
+        started.extend(processes.values())
+        return processes
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_cluster, tmp_path):
+    """Servers used to leave 5 s after the chief died, so a chief restarted on its own (what an
+    orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds for it."""
+    servers = hand_started_cluster(["worker:0", "worker:1", "ps:0"])
+    first = hand_started_cluster(["chief:0"])["chief:0"]
+    first_output, _ = first.communicate(timeout=300)
+    assert first.returncode == -9 and "killing chief-0" in first_output, first_output[-3000:]
+    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1]
+    time.sleep(10)  # Kubernetes' first restart back-off; longer than the servers' old 5 s grace
+    second = hand_started_cluster(["chief:0"])["chief:0"]
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output[-4000:]
+    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # resumed: none lost, none repeated
+    for name, server in servers.items():  # and they still leave by themselves afterwards
+        server_output, _ = server.communicate(timeout=180)
+        assert server.returncode == 0, f"{name}: {server_output[-2000:]}"
+
+
+def test_a_chief_restarted_after_the_servers_left_fails_fast_naming_them(hand_started_cluster, tmp_path):
+    chief = hand_started_cluster(["chief:0"])["chief:0"]  # nobody else was ever started
+    output, _ = chief.communicate(timeout=300)
+    assert chief.returncode != 0
+    assert "the chief waited 20s and these tasks never answered: ps:0 (127.0.0.1:" in output
+    assert "worker:0 (127.0.0.1:" in output and "worker:1 (127.0.0.1:" in output

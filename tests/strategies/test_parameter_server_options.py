@@ -165,3 +165,16 @@ def test_when_every_task_answers_the_error_says_it_cannot_name_one():
         for server, _ in sockets:
             server.close()
     assert "lost a task it cannot name" in str(error)
+
+
+def test_a_cluster_with_a_chief_needs_to_know_which_task_this_is():
+    """Every task running the same script with cluster= used to take itself for the chief."""
+    with pytest.raises(ValueError, match="`cluster` lists a chief but nothing says which task this process is"):
+        ParameterServerStrategy(ParameterServerOptions(cluster=CLUSTER))
+
+
+def test_auto_refuses_an_explicit_cluster_it_would_drop():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        with pytest.raises(TypeError, match=r"auto picks one from the environment only \(here 'single'\).*"
+                                            r"fix: name the backend: make_strategy\('parameter_server'"):
+            tfdist.make_strategy("auto", cluster=CLUSTER, task_type="chief")

@@ -34,3 +34,34 @@ def test_auto_table(environ, gpus, expected):
 
 def test_malformed_tf_config_goes_to_a_tf_distribute_backend_that_reports_it():
     assert select_strategy({"TF_CONFIG": "{not json"}, 0).kind == "multi_worker_mirrored"
+
+
+SRUN_STEP = {"SLURM_NTASKS": "4", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_JOB_NAME": "train"}
+
+
+def test_an_srun_step_of_several_tasks_without_a_cluster_is_refused_with_the_fix():
+    """SLURM was detected but ignored: every task of `srun -n 4 python train.py` trained alone."""
+    from tfdist.environments.slurm import SlurmWithoutClusterError
+
+    with pytest.raises(SlurmWithoutClusterError, match=r"task 1 of a SLURM step of 4 tasks.*; fix: export "
+                                                       r"TF_CONFIG in every task .*tfdist tf-config --format slurm"):
+        select_strategy(SRUN_STEP, 0)
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({**SRUN_STEP, "TF_CONFIG": PS_CLUSTER}, "parameter_server"),  # tf-config --format slurm exported it
+    ({**SRUN_STEP, "SLURM_STEP_NUM_TASKS": "1"}, "single"),        # a one-task step
+    ({k: v for k, v in SRUN_STEP.items() if k != "SLURM_STEP_NUM_TASKS"}, "single"),  # an sbatch script
+])
+def test_slurm_jobs_that_say_how_to_train(environ, expected):
+    assert select_strategy(environ, 0).kind == expected
+
+
+def test_the_auto_table_follows_the_detection_order():
+    from tfdist.environments import DETECTION_ORDER
+    from tfdist.strategies import selection
+
+    names = [environment.name for environment in DETECTION_ORDER]
+    assert names == ["horovodrun", "tf_config", "slurm", "local"]
+    rows = [line.split("|")[2].strip() for line in selection.__doc__.splitlines() if line.startswith("| ")][1:]
+    assert [row for row in rows if row] == names

@@ -17,7 +17,8 @@ from click.shell_completion import CompletionItem
 
 from tfdist.cli.strict import StrictGroup
 from tfdist.cluster.errors import ClusterConfigError, shown
-from tfdist.cluster.files import cluster_from_data, load_cluster_file, read_bounded
+from tfdist.cluster.files import (cluster_from_data, is_cluster_description, is_yaml_name, load_cluster_file,
+                                  read_bounded)
 from tfdist.cluster.limits import MAX_DIGITS, MAX_INPUT_BYTES, MAX_TASKS, limit_text
 from tfdist.cluster.parsing import parse_json, parse_yaml
 from tfdist.cluster.render import K8S_MODES, render_env, render_json, render_k8s, write_dir
@@ -345,7 +346,7 @@ def validate(source: str | None) -> None:
             raise click.BadParameter(_details(exc), param_hint="'SOURCE'") from None
         where = source
     is_file = source not in (None, "-")
-    if is_file and where.endswith((".yaml", ".yml")):
+    if is_file and is_yaml_name(where):
         data = _parse_source(raw, where)
         if not isinstance(data, dict):  # a YAML scalar or list: let the TF_CONFIG check name its type
             data = json.dumps(data, default=str)
@@ -356,7 +357,7 @@ def validate(source: str | None) -> None:
             data = raw  # TFConfig.parse below reports why
     else:
         data = raw  # $TF_CONFIG and stdin are always a TF_CONFIG, never a cluster description
-    if is_file and isinstance(data, dict) and data and all(k in TASK_TYPES for k in data):
+    if is_file and is_cluster_description(data):
         _validate_cluster_file(data, where)
         return
     try:

@@ -24,7 +24,7 @@ from typing import Any
 from tfdist.cluster.errors import ClusterConfigError, Problem, field_name, shown
 from tfdist.cluster.limits import MAX_INPUT_BYTES
 from tfdist.cluster.parsing import parse_text
-from tfdist.cluster.spec import ClusterSpec
+from tfdist.cluster.spec import TASK_TYPES, ClusterSpec
 
 #: Keys a TF_CONFIG-form cluster file may have: "task" is ignored (each generated TF_CONFIG has its own).
 FILE_TF_CONFIG_KEYS = ("cluster", "task")
@@ -33,6 +33,11 @@ FILE_TF_CONFIG_KEYS = ("cluster", "task")
 def is_yaml_name(source: str) -> bool:
     """Files not ending in ``.json`` are read as YAML (a superset of JSON)."""
     return not source.endswith(".json")
+
+
+def is_cluster_description(data: Any) -> bool:
+    """Whether parsed data is the first accepted form: a non-empty mapping of task types only."""
+    return isinstance(data, dict) and bool(data) and all(key in TASK_TYPES for key in data)
 
 
 def load_cluster_data(text: str | bytes, source: str = "<text>") -> Any:

@@ -4,10 +4,13 @@
  * cluster spec names, and the gRPC runtime has no authentication. Loaded with LD_PRELOAD, this
  * wraps bind(2): a bind to the wildcard address on a port listed in TFDIST_BIND_PORTS becomes a
  * bind to TFDIST_BIND_ADDRESS (an IPv4 address; on an IPv6 socket its v4-mapped form). Every
- * other bind passes through unchanged, and so does every bind when TFDIST_BIND_PORTS is malformed. Built by tfdist/launch/bind.py; used by `tfdist launch`.
+ * other bind passes through unchanged. A malformed TFDIST_BIND_PORTS fails closed: every wildcard
+ * bind fails with EACCES (and one line on stderr says why), so no server ends up on every
+ * interface by mistake. Built by tfdist/launch/bind.py; used by `tfdist launch`.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -33,8 +36,8 @@ static int port_in(const char *list, unsigned short port) {
     }
 }
 
-/* Whether a wildcard bind to `port` is rewritten. A malformed TFDIST_BIND_PORTS rewrites nothing
- * (read as port 0, it would catch every ephemeral bind) and is reported once on stderr. */
+/* Whether a wildcard bind to `port` is rewritten (1), left alone (0), or refused (-1: a malformed
+ * TFDIST_BIND_PORTS, reported once on stderr; read as port 0 it would catch every ephemeral bind). */
 static int port_listed(unsigned short port) {
     static volatile int warned;
     const char *ports = getenv("TFDIST_BIND_PORTS");
@@ -42,10 +45,9 @@ static int port_listed(unsigned short port) {
     int listed = port_in(ports, port);
     if (listed < 0) {
         if (!__sync_lock_test_and_set(&warned, 1))
-            fprintf(stderr, "tfdist bind shim: warning: TFDIST_BIND_PORTS=\"%.100s\" is not a comma-separated "
-                    "list of ports 1-65535, so no bind is changed and servers listen on every interface; "
+            fprintf(stderr, "tfdist bind shim: error: TFDIST_BIND_PORTS=\"%.100s\" is not a comma-separated "
+                    "list of ports 1-65535, so every bind to all interfaces is refused (EACCES); "
                     "fix: set it to e.g. \"2222\" or \"2222,2223\" (tfdist launch does)\n", ports);
-        return 0;
     }
     return listed;
 }
@@ -58,13 +60,18 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len) {
     if (host && addr && inet_pton(AF_INET, host, &v4) == 1) {
         if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
             struct sockaddr_in a; memcpy(&a, addr, sizeof a);
-            if (a.sin_addr.s_addr == htonl(INADDR_ANY) && port_listed(ntohs(a.sin_port))) {
+            int listed = a.sin_addr.s_addr == htonl(INADDR_ANY) ? port_listed(ntohs(a.sin_port)) : 0;
+            if (listed < 0) { errno = EACCES; return -1; }
+            if (listed) {
                 a.sin_addr = v4;
                 return real_bind(fd, (struct sockaddr *)&a, sizeof a);
             }
         } else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
             struct sockaddr_in6 a; memcpy(&a, addr, sizeof a);
-            if (memcmp(&a.sin6_addr, &in6addr_any, sizeof in6addr_any) == 0 && port_listed(ntohs(a.sin6_port))) {
+            int listed = memcmp(&a.sin6_addr, &in6addr_any, sizeof in6addr_any) == 0
+                         ? port_listed(ntohs(a.sin6_port)) : 0;
+            if (listed < 0) { errno = EACCES; return -1; }
+            if (listed) {
                 memset(&a.sin6_addr, 0, sizeof a.sin6_addr);
                 a.sin6_addr.s6_addr[10] = 0xff; a.sin6_addr.s6_addr[11] = 0xff;
                 memcpy(&a.sin6_addr.s6_addr[12], &v4, 4);

@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import IO, Callable, Sequence
 
 from tfdist.launch.plan import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
+from tfdist.lifecycle import reachable
 
 GRACE_SECONDS = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -99,14 +99,9 @@ def _report_to_stderr(line: str) -> None:
     print(f"tfdist launch: {line}", file=sys.stderr, flush=True)
 
 
-def _listening(address: str, timeout: float = 0.2) -> bool:
-    """Whether something accepts TCP connections at ``HOST:PORT`` (the task's server is up)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return True
-    except (OSError, ValueError):
-        return False
+def _listening(address: str) -> bool:
+    """Whether the task's server is up (a short probe: the launcher polls every task)."""
+    return reachable(address, timeout=0.2)
 
 
 def _terminate(processes: Sequence[subprocess.Popen], grace: float,

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
 from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
+from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.errors import TfdistError
 
 
@@ -78,7 +79,7 @@ def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping
     processes = []
     for task_type, index in spec.tasks():
         env = dict(base_env)
-        env["TF_CONFIG"] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
+        env[TF_CONFIG_ENV] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
         env.setdefault(GRPC_FAIL_FAST, "use_caller")
         address = spec.address_of(task_type, index)
         if bind_shim is not None:

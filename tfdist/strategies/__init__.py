@@ -10,7 +10,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from tfdist.strategies.options import OptionValueError, StrategyOptions, UnknownOptionError, field_names
+from tfdist.strategies.options import (OptionValueError, StrategyOptions, UnknownOptionError, field_names,
+                                       options_for)
 from tfdist.strategies.options import build_options as _build_options
 from tfdist.strategies.registry import STRATEGIES, UnknownStrategyError
 from tfdist.strategies.selection import Selection, select_strategy
@@ -105,5 +106,6 @@ __all__ = [
     "load_backends",
     "make_strategy",
     "option_names",
+    "options_for",
     "select_strategy",
 ]

@@ -138,18 +138,13 @@ class HorovodStrategy(DistributedStrategy):
 
     def _reduce_evaluation(self, result: Any) -> Any:
         """Average ``evaluate``'s per-rank results so every rank returns the global figures."""
-        import numpy as np
+        from tfdist.callbacks.metric_average import average_over_ranks
 
-        if self.size == 1:
-            return result
         if isinstance(result, dict):
-            names = sorted(result)
-            averaged = self._hvd.allreduce(tf.constant([float(result[n]) for n in names], tf.float64),
-                                           op=self._hvd.Average, name="tfdist.evaluate")
-            return dict(zip(names, averaged.numpy().tolist()))
-        values = np.atleast_1d(np.asarray(result, dtype=np.float64))
-        averaged = self._hvd.allreduce(tf.constant(values), op=self._hvd.Average,
-                                       name="tfdist.evaluate").numpy().tolist()
+            return average_over_ranks(self._hvd, result, "tfdist.evaluate")
+        values = [float(v) for v in (result if isinstance(result, (list, tuple)) else [result])]
+        averaged = average_over_ranks(self._hvd, dict(enumerate(values)), "tfdist.evaluate")
+        averaged = [averaged[i] for i in range(len(values))]
         return averaged if isinstance(result, (list, tuple)) else averaged[0]
 
     # --- callbacks ----------------------------------------------------------------------------
@@ -171,10 +166,12 @@ class HorovodStrategy(DistributedStrategy):
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _evaluate_callbacks(self, callbacks: list) -> list:
-        """``evaluate`` figures a writer records are the mean over ranks too."""
+        """``evaluate`` figures a writer records are the mean over ranks too (no writer, no
+        averaging here: ``_reduce_evaluation`` averages the returned figures)."""
         from tfdist.callbacks import MetricAverage
 
-        ours = [] if any(isinstance(cb, MetricAverage) for cb in callbacks) else [MetricAverage()]
+        writers = [cb for cb in callbacks if isinstance(_unwrapped(cb), _writers())]
+        ours = [] if not writers or any(isinstance(cb, MetricAverage) for cb in callbacks) else [MetricAverage()]
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _chief_only_if_writer(self, callback: Any) -> Any:

@@ -115,6 +115,8 @@ def horovod_inputs(x: Any, y: Any, kwargs: dict, rank: int, size: int, *, shard:
     ``steps_key`` is ``steps_per_epoch`` for ``fit`` and ``steps`` for ``evaluate``.
     """
     if not shard:
+        if is_dataset(x) and kwargs.get("batch_size") is not None:
+            x = x.batch(int(kwargs.pop("batch_size")))  # batching is the same rule, sharded or not
         return x, y, kwargs
     if is_dataset(x):
         x, steps = shard_dataset(x, rank, size, steps=kwargs.get(steps_key),
@@ -138,7 +140,11 @@ def horovod_fit_inputs(x: Any, y: Any, kwargs: dict, rank: int, size: int, *,
     x_is_dataset = is_dataset(x)
     x, y, kwargs = horovod_inputs(x, y, kwargs, rank, size, shard=shard, steps_key="steps_per_epoch")
     validation = kwargs.get("validation_data")
-    if validation is None or not shard:
+    if validation is None:
+        return x, y, kwargs
+    if not shard:
+        if is_dataset(validation) and x_is_dataset and batch_size is not None:
+            kwargs["validation_data"] = validation.batch(int(batch_size))
         return x, y, kwargs
     if is_dataset(validation):
         validation, steps = shard_dataset(

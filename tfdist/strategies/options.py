@@ -40,6 +40,19 @@ class StrategyOptions:
     scale_lr: bool = True
 
 
+def options_for(kind: str, by_backend: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``make_strategy(kind, ...)`` options from a table of each backend's own, for scripts that
+    offer a ``--strategy`` choice: a named backend gets only its own (it refuses the others'),
+    ``auto`` gets all of them (it checks each against its owner and passes on the picked one's).
+
+        horovod = {"warmup_epochs": 3, "compression": "fp16"}
+        strategy = tfdist.make_strategy(args.strategy, **tfdist.options_for(args.strategy, {"horovod": horovod}))
+    """
+    if kind == "auto":
+        return {name: value for options in by_backend.values() for name, value in options.items()}
+    return dict(by_backend.get(kind, {}))
+
+
 def require_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
     """Raise ``OptionValueError`` naming option ``name`` unless ``value`` is a number >= ``minimum``."""
     kinds = (int,) if integer else (int, float)
@@ -54,6 +67,10 @@ def require_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise OptionValueError(with_fix(f"`{name}` must be True or False, got {value!r}",
                                         f"pass {name}=True or {name}=False"))
+
+
+#: Options that describe the job itself: under ``auto`` they are refused unless the picked backend takes them.
+_CLUSTER_OPTIONS = frozenset({"cluster", "task_type", "task_index"})
 
 
 def field_names(options_type: type[StrategyOptions]) -> list[str]:
@@ -90,6 +107,13 @@ def build_options(kind: str, options: Mapping[str, Any], option_types: Mapping[s
             f"strategy {kind!r} does not take {where}; its options are: {', '.join(own)}",
             f"drop {', '.join(foreign)}, or use make_strategy('auto', ...), which checks every option "
             "and passes each backend only its own"))
+    explicit_cluster = sorted(set(options) & _CLUSTER_OPTIONS)
+    if auto and explicit_cluster and not set(explicit_cluster) <= set(own):
+        raise UnknownOptionError(with_fix(
+            f"make_strategy('auto', {', '.join(f'{n}=...' for n in explicit_cluster)}): an explicit cluster "
+            "says which backend you want, but auto picks one from the environment only (here "
+            f"{kind!r}), which would drop it",
+            "name the backend: make_strategy('parameter_server', cluster=..., ...)"))
     if auto:  # validate the other backends' options against their owners, then leave them out
         for backend, options_type in option_types.items():
             theirs = {k: v for k, v in options.items() if k in field_names(options_type)}

@@ -31,10 +31,18 @@ def output_paths(callbacks: Iterable[Any]) -> list[tuple[str, str]]:
         elif isinstance(inner, tf.keras.callbacks.TensorBoard):
             found.append((f"{name}(log_dir=...)", inner.log_dir))
         elif isinstance(inner, tf.keras.callbacks.ModelCheckpoint):
-            found.append((f"{name}(filepath=...)", os.path.dirname(os.fspath(inner.filepath)) or "."))
+            found.append((f"{name}(filepath=...)", _fixed_directory(os.fspath(inner.filepath))))
         elif isinstance(inner, tf.keras.callbacks.CSVLogger):
             found.append((f"{name}(filename=...)", os.path.dirname(os.fspath(inner.filename)) or "."))
     return found
+
+
+def _fixed_directory(template: str) -> str:
+    """The longest directory of a Keras file template before its first placeholder:
+    ``ckpt/{epoch:02d}/w.h5`` -> ``ckpt`` (the check must not create ``{epoch:02d}`` literally)."""
+    before = template.split("{", 1)[0]
+    directory = before if before.endswith(os.sep) and "{" in template else os.path.dirname(before)
+    return directory.rstrip(os.sep) or "."
 
 
 def check_writable(paths: Iterable[tuple[str, str]]) -> None:

@@ -64,8 +64,8 @@ class ParameterServerOptions(StrategyOptions):
         task_type and task_index (or the resolver's) say which task this process is.
     cluster_timeout: how long the chief waits at start-up for every worker and ps to answer
         before it fails naming the missing ones.
-    chief_grace_seconds: how long servers wait after the chief has gone (for a restarted chief
-        to come back) before they exit.
+    chief_grace_seconds: how long servers wait after the chief has gone, for a restarted chief to
+        come back and resume (with BackupAndRestore), before they exit 0.
     chief_startup_timeout: how long servers wait for the chief to appear at all.
     """
 
@@ -79,7 +79,7 @@ class ParameterServerOptions(StrategyOptions):
     task_type: str | None = None
     task_index: int | None = None
     cluster_timeout: float = 60.0
-    chief_grace_seconds: float = 5.0
+    chief_grace_seconds: float = 60.0
     chief_startup_timeout: float = 600.0
 
     def __post_init__(self) -> None:
@@ -145,8 +145,12 @@ def _role(options: ParameterServerOptions) -> TFConfig:
             checked_cluster(cluster, coordinator_outside=True)
             return _require_ps_job(TFConfig(cluster=cluster, task_type=COORDINATOR, task_index=0),
                                    coordinator_outside=True)
-        config = checked_tf_config({"cluster": cluster, "task": {
-            "type": task_type if task_type is not None else COORDINATOR, "index": int(task_index or 0)}})
+        if task_type is None:  # every task runs the same script: each would take itself for the chief
+            raise OptionValueError(with_fix(
+                "`cluster` lists a chief but nothing says which task this process is",
+                "pass task_type= and task_index= (different on every task), or a cluster resolver that "
+                "knows its task"))
+        config = checked_tf_config({"cluster": cluster, "task": {"type": task_type, "index": int(task_index or 0)}})
     else:
         config = TFConfig.from_environ(os.environ)
         if config is None:
@@ -268,7 +272,7 @@ class ParameterServerStrategy(DistributedStrategy):
 
     @property
     def rank(self) -> int:
-        return 0 if self.is_chief else 1 + self.task_index
+        return self._role.rank
 
     @property
     def num_workers(self) -> int:
