@@ -9,11 +9,13 @@
 | ChiefOnly               | run any callback on the chief only                                  |
 | Throughput              | examples/s and step time into the epoch logs                        |
 | TensorBoardRun          | chief-only TensorBoard in <logdir>/<run-name>/ with hparams         |
+| SafeBackup              | BackupAndRestore with a verified previous copy and clean failures  |
 
 Each works on every backend and is a no-op where the backend already does the job.
 """
 import tfdist  # noqa: F401  (Keras 2 routing before TensorFlow loads)
 
+from tfdist.callbacks.backup import BackupError, SafeBackup
 from tfdist.callbacks.broadcast import BroadcastInitialState
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.callbacks.learning_rate import LearningRateScale, LearningRateWarmup, warmup_learning_rate
@@ -22,11 +24,13 @@ from tfdist.callbacks.tensorboard import TensorBoardRun, default_run_name
 from tfdist.callbacks.throughput import Throughput
 
 __all__ = [
+    "BackupError",
     "BroadcastInitialState",
     "ChiefOnly",
     "LearningRateScale",
     "LearningRateWarmup",
     "MetricAverage",
+    "SafeBackup",
     "TensorBoardRun",
     "Throughput",
     "default_run_name",

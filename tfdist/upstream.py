@@ -69,6 +69,7 @@ def has_batch_hooks(callback: Any) -> bool:
 def refused_by_parameter_servers(callback: Any) -> bool:
     """Whether tf-keras refuses ``callback`` under ParameterServerStrategy: batch hooks that need
     numpy logs (callbacks with ``_supports_tf_logs``, e.g. TensorBoard, take remote values)."""
+    # tf-keras reads the flag with this same default (absent means False), so absence is not a change.
     if getattr(callback, "_supports_tf_logs", False):
         return False
     return has_batch_hooks(callback)

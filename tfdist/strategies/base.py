@@ -131,10 +131,19 @@ class DistributedStrategy:
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
         self._before_fit(model, x)
-        kwargs["callbacks"] = self._fit_callbacks(callbacks, kwargs)
+        kwargs["callbacks"] = [self._safe_backup(cb) for cb in self._fit_callbacks(callbacks, kwargs)]
         if not self.is_chief:
             kwargs["verbose"] = 0
         return model.fit(x, y, **kwargs)
+
+    def _safe_backup(self, callback: Any) -> Any:
+        """A ``BackupAndRestore`` (or the ChiefOnly around it) wrapped in ``SafeBackup``: a verified
+        previous copy, a clean error when a save fails, and a fallback when the newest is unreadable."""
+        from tfdist.callbacks.backup import SafeBackup
+
+        if isinstance(getattr(callback, "callback", callback), tf.keras.callbacks.BackupAndRestore):
+            return SafeBackup(callback, is_chief=self.is_chief)
+        return callback
 
     def evaluate(self, model: Any, x: Any = None, y: Any = None, **evaluate_kwargs: Any) -> Any:
         """``model.evaluate`` with the same data handling; every rank gets the global result."""

@@ -1,0 +1,68 @@
+"""Backups you can trust: a truncated backup falls back to the verified copy; a full disk fails the
+save cleanly and keeps the previous one (real files, a child Python per run)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import SCRIPTS, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+
+def _run(mode: str, outdir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPTS / "backup_train.py"), mode, str(outdir)],
+                          capture_output=True, text=True, timeout=300, env=subprocess_env())
+
+
+def _epochs(outdir: Path) -> list[str]:
+    return (outdir / "epochs.txt").read_text().split()
+
+
+def _truncate_newest(outdir: Path) -> Path:
+    data = sorted((outdir / "backup" / "chief").glob("ckpt-*.data-*"))[-1]
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    return data
+
+
+def test_a_truncated_backup_falls_back_to_the_verified_copy_and_resumes(tmp_path):
+    """A truncated backup used to fail every relaunch with `IndexError: Read less bytes than requested`."""
+    first = _run("interrupt", tmp_path)
+    assert first.returncode != 0 and "interrupted at epoch 2 on purpose" in first.stderr
+    assert (tmp_path / "backup" / "chief.previous").is_dir()
+    _truncate_newest(tmp_path)
+    second = _run("resume", tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "the newest backup in" in second.stderr and "is unreadable" in second.stderr
+    assert "the last backup that read back in full" in second.stderr
+    assert _epochs(tmp_path) == ["0", "1", "2", "3"]  # resumed after epoch 1: none lost, none repeated
+    assert not (tmp_path / "backup" / "chief.previous").exists()  # a finished run leaves no backup
+
+
+def test_with_no_good_copy_the_error_names_the_directory_and_the_fix(tmp_path):
+    first = _run("interrupt", tmp_path)
+    assert first.returncode != 0
+    _truncate_newest(tmp_path)
+    previous = tmp_path / "backup" / "chief.previous"
+    for data in previous.glob("ckpt-*.data-*"):
+        data.write_bytes(b"")
+    second = _run("resume", tmp_path)
+    assert second.returncode != 0
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith("tfdist.callbacks.backup.BackupError: the backup in ") and "is unreadable" in last
+    assert f"; fix: delete {tmp_path / 'backup'} to start training over" in last
+
+
+def test_a_full_disk_fails_the_save_cleanly_and_keeps_the_previous_backup(tmp_path):
+    starved = _run("disk-full", tmp_path)
+    assert starved.returncode != 0
+    last = starved.stderr.strip().splitlines()[-1]
+    assert last.startswith("tfdist.callbacks.backup.BackupError: writing the backup of epoch 3 to ")
+    assert "the previous backup is kept; fix: free disk space" in last
+    assert _epochs(tmp_path) == ["0", "1"]  # the backup runs before the epoch is logged as done
+    resumed = _run("resume", tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _epochs(tmp_path) == ["0", "1", "2", "3"]  # from the backup of epoch 2: none lost, none repeated
