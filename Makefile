@@ -17,7 +17,7 @@ test: setup
 	@$(PY) -m pytest -q
 
 test-fast: setup  ## the tests that start no process importing TensorFlow (see the `slow` marker)
-	@$(PY) -m pytest -q -m "not slow"
+	@TFDIST_FAST_FUZZ=1 $(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	@$(PY) benchmarks/compare.py

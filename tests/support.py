@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: Set by `make test-fast`: the property-based fuzzers run a fifth of their examples (`make test`: all).
+FAST_FUZZ = os.environ.get("TFDIST_FAST_FUZZ") == "1"
+
+
+def examples(count: int) -> int:
+    """Hypothesis' ``max_examples`` for a fuzzer: ``count``, or a fifth of it under `make test-fast`."""
+    return max(20, count // 5) if FAST_FUZZ else count
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 

@@ -10,6 +10,8 @@ from unittest import mock
 import click
 import pytest
 import yaml
+
+from support import examples
 from click.shell_completion import ShellComplete
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -360,7 +362,7 @@ _bad_addresses = st.one_of(
 )
 
 
-@settings(database=None, max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(database=None, max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["--chief", "--worker", "--ps", "--evaluator"]), _bad_addresses)
 def test_fuzzed_addresses_exit_2_with_one_line_or_succeed(flag, text):
     try:
@@ -386,7 +388,7 @@ def test_fuzzed_addresses_exit_2_with_one_line_or_succeed(flag, text):
     assert message.count("\n") == 1
 
 
-@settings(database=None, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(database=None, max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.one_of(
         st.text(max_size=12), st.from_regex(r"(chief|worker|ps|evaluator|x):-?[0-9]{1,3}", fullmatch=True)
@@ -426,7 +428,7 @@ _env_safe_text = st.text(
 )
 
 
-@settings(database=None, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(database=None, max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(_json_texts, _env_safe_text))
 def test_fuzzed_tf_config_text_through_validate(text):
     with mock.patch.dict(os.environ, {"TF_CONFIG": text}, clear=True):

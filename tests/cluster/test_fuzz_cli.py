@@ -17,6 +17,8 @@ from unittest import mock
 
 import pytest
 
+from support import examples
+
 hypothesis = pytest.importorskip("hypothesis")
 from click.testing import CliRunner  # noqa: E402
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
@@ -26,7 +28,7 @@ from tfdist.cli.main import cli  # noqa: E402
 
 MIB = 1024 * 1024
 LIMIT = 10_000
-FUZZ = settings(database=None, deadline=None, max_examples=150,
+FUZZ = settings(database=None, deadline=None, max_examples=examples(150),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 BILLION_LAUGHS = "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
@@ -327,7 +329,7 @@ def test_slurm_task_count_is_bounded():
 # --- the slow variant: TensorFlow reads every accepted TF_CONFIG as tfdist does ----------------------------
 
 @pytest.mark.slow
-@settings(database=None, deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(database=None, deadline=None, max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(valid_tf_configs())
 def test_accepted_tf_configs_resolve_identically_in_tensorflow(config):
     tf = pytest.importorskip("tensorflow")

@@ -6,6 +6,8 @@ import json
 import shlex
 
 import pytest
+
+from support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,7 +119,7 @@ def valid_clusters(draw) -> ClusterSpec:
     return ClusterSpec(**lists)
 
 
-@settings(database=None, max_examples=500, deadline=None)
+@settings(database=None, max_examples=examples(500), deadline=None)
 @given(valid_clusters())
 def test_every_generated_tf_config_validates_and_round_trips(spec):
     assert validate_cluster(spec) == []
@@ -247,7 +249,7 @@ def test_tf_config_is_importable_without_tensorflow():
     assert out.stdout.strip() == "False"
 
 
-@settings(database=None, max_examples=200, deadline=None)
+@settings(database=None, max_examples=examples(200), deadline=None)
 @given(valid_clusters())
 def test_every_generated_tf_config_parses_to_its_own_task(spec):
     for name, config in all_tf_configs(spec).items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from support import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -246,7 +248,7 @@ json_values = st.recursive(
 )
 
 
-@settings(database=None, max_examples=300, deadline=None)
+@settings(database=None, max_examples=examples(300), deadline=None)
 @given(st.one_of(json_values, json_values.map(json.dumps), st.text(max_size=40)))
 def test_validate_tf_config_never_raises_on_garbage(obj):
     problems = validate_tf_config(obj)
