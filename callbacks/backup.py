@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import uuid
 from typing import Any
@@ -46,8 +47,16 @@ def unreadable_reason(checkpoint_dir: str) -> str | None:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as exc:  # noqa: BLE001  (TensorFlow raises IndexError, OpError, ValueError, ...)
-        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+        return f"{type(exc).__name__}: {_reason(exc)}"
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's words from a TensorFlow save error ("...; File too large [Op:SaveV2]"),
+    else the first line of the error, shortened."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    found = re.search(r";\s*([^;\[\]{}]+?)\s*(\[Op:\w+\])?$", text)
+    return found.group(1) if found else text[:200]
 
 
 def _replace_directory(source: str, target: str) -> None:
@@ -137,9 +146,8 @@ class SafeBackup(tf.keras.callbacks.Callback):
             self.callback.on_epoch_end(epoch, logs)
         except (OSError, tf.errors.OpError) as exc:
             raise BackupError(with_fix(
-                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({type(exc).__name__}: "
-                f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}); the previous backup "
-                "is kept", "free disk space (or raise the file-size limit) and relaunch: training resumes "
+                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({_reason(exc)}); the "
+                "previous backup is kept", "free disk space (or raise the file-size limit) and relaunch: training resumes "
                 "from the previous backup")) from None
         if self.is_chief:
             reason = keep_previous(self.backup_dir)

@@ -61,7 +61,7 @@ def test_a_full_disk_fails_the_save_cleanly_and_keeps_the_previous_backup(tmp_pa
     assert starved.returncode != 0
     last = starved.stderr.strip().splitlines()[-1]
     assert last.startswith("tfdist.callbacks.backup.BackupError: writing the backup of epoch 3 to ")
-    assert "the previous backup is kept; fix: free disk space" in last
+    assert "failed (File too large); the previous backup is kept; fix: free disk space" in last
     assert _epochs(tmp_path) == ["0", "1"]  # the backup runs before the epoch is logged as done
     resumed = _run("resume", tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
