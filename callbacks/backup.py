@@ -147,8 +147,9 @@ class SafeBackup(tf.keras.callbacks.Callback):
         except (OSError, tf.errors.OpError) as exc:
             raise BackupError(with_fix(
                 f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({_reason(exc)}); the "
-                "previous backup is kept", "free disk space (or raise the file-size limit) and relaunch: training resumes "
-                "from the previous backup")) from None
+                "previous backup is kept",
+                "free disk space (or raise the file-size limit) and relaunch: training resumes from the "
+                "previous backup")) from None
         if self.is_chief:
             reason = keep_previous(self.backup_dir)
             if reason is not None:

@@ -32,7 +32,7 @@ class BroadcastInitialState(tf.keras.callbacks.Callback):
                 "train with strategy.fit (it builds the model from the first batch), or give the "
                 "model an input shape (tf.keras.Input) or call model.build() before fit"))
         optimizer = self.model.optimizer
-        if optimizer is not None and hasattr(optimizer, "build") and not upstream.optimizer_is_built(optimizer):
+        if optimizer is not None and not upstream.optimizer_is_built(optimizer):
             optimizer.build(self.model.trainable_variables)
         hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank)
         if optimizer is not None:

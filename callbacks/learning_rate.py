@@ -22,14 +22,15 @@ def _get_lr(optimizer) -> float:
 def uses_schedule(optimizer) -> bool:
     """Whether the optimizer's rate is a LearningRateSchedule (tf-keras hides it behind
     ``optimizer.learning_rate``, which then reads the current value)."""
-    return isinstance(upstream.raw_learning_rate(optimizer), tf.keras.optimizers.schedules.LearningRateSchedule)
+    schedule = tf.keras.optimizers.schedules.LearningRateSchedule
+    return isinstance(upstream.raw_learning_rate(optimizer), schedule)
 
 
 def _set_lr(optimizer, value: float) -> None:
     if uses_schedule(optimizer):
-        raise ArgumentTypeError("the optimizer's learning rate is a LearningRateSchedule, which this callback "
-                        "cannot overwrite; fix: pass a float learning rate, or drop the callback and "
-                        "build the warm-up into the schedule")
+        raise ArgumentTypeError("the optimizer's learning rate is a LearningRateSchedule, which this "
+                                "callback cannot overwrite; fix: pass a float learning rate, or drop the "
+                                "callback and build the warm-up into the schedule")
     optimizer.learning_rate = value
 
 
@@ -74,8 +75,8 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
         if self.steps_per_epoch is None:
             self.steps_per_epoch = (self.params or {}).get("steps")
         if not self.steps_per_epoch:
-            raise ArgumentValueError("LearningRateWarmup needs the steps per epoch, which Keras did not report; "
-                             "fix: pass `steps_per_epoch=` to the callback")
+            raise ArgumentValueError("LearningRateWarmup needs the steps per epoch, which Keras did not "
+                                     "report; fix: pass `steps_per_epoch=` to the callback")
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self._epoch = epoch

@@ -24,8 +24,9 @@ class Throughput(tf.keras.callbacks.Callback):
     def __init__(self, batch_size: int, replicas: int | None = None, workers: int | None = None) -> None:
         super().__init__()
         if batch_size <= 0:
-            raise ArgumentValueError(with_fix(f"`batch_size` must be a positive per-replica batch size, got "
-                                              f"{batch_size}", "pass the batch one replica consumes per step"))
+            raise ArgumentValueError(with_fix(
+                f"`batch_size` must be a positive per-replica batch size, got {batch_size}",
+                "pass the batch one replica consumes per step"))
         self.batch_size = batch_size
         self.replicas = replicas
         self.workers = workers

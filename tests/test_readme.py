@@ -6,7 +6,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

@@ -142,7 +142,7 @@ def test_callbacks_ask_the_strategy_not_the_environment(monkeypatch, tmp_path):
     monkeypatch.setattr(state, "_current", types.SimpleNamespace(num_replicas_in_sync=4, num_workers=2,
                                                                  is_chief=True))
     throughput, logs = Throughput(16), {}
-    _fit([throughput, tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: logs.update(l))], epochs=1)
+    _fit([throughput, tf.keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, epoch_logs: logs.update(epoch_logs))], epochs=1)
     assert logs["examples_per_second"] == pytest.approx(16 * 4 * 1000 / logs["step_time_ms"], rel=1e-6)
     assert logs["examples_per_second_per_worker"] == pytest.approx(logs["examples_per_second"] / 2, rel=1e-6)
 
@@ -171,7 +171,7 @@ def test_an_unwritable_output_path_fails_before_the_first_epoch(tmp_path, make_c
     x = np.zeros((8, 3), "float32")
     with pytest.raises(TfdistError) as info:
         strategy.fit(model, x, x[:, :1], epochs=1, verbose=0, callbacks=[
-            make_callback(bad), tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, l: epochs.append(e))])
+            make_callback(bad), tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, _: epochs.append(epoch))])
     assert epochs == []
     message = str(info.value)
     assert "cannot write to" in message and str(bad) in message and "(Not a directory)" in message

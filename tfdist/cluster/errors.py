@@ -64,7 +64,8 @@ class ClusterConfigError(TfdistError, ValueError):
     def __init__(self, problems: Iterable[Problem]):
         self.problems: list[Problem] = list(problems)
         if not self.problems:
-            raise ArgumentValueError("ClusterConfigError needs at least one Problem; fix: pass the problems found")
+            raise ArgumentValueError("ClusterConfigError needs at least one Problem; "
+                                     "fix: pass the problems found")
         if len(self.problems) == 1:
             text = str(self.problems[0])
         else:

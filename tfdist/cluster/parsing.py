@@ -77,7 +77,8 @@ def parse_json(text: str, source: str) -> Any:
     except json.JSONDecodeError as exc:
         raise _fail(source, f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                     "fix the JSON syntax (keys and strings need double quotes, no trailing commas), or "
-                    "generate it with `tfdist tf-config` and check it with `tfdist tf-config validate`") from None
+                    "generate it with `tfdist tf-config` and check it with `tfdist tf-config validate`"
+                    ) from None
     except _TooManyDigits as exc:
         raise _fail(source, f"has a number of {exc.digits} digits; tfdist reads at most {MAX_DIGITS}",
                     "use a small whole number") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from tfdist.cluster import ClusterConfigError, TFConfig
-from tfdist.cluster.tf_config import TF_CONFIG_ENV as TF_CONFIG
 from tfdist.environments.base import ClusterEnvironment, Selection
 
 
@@ -31,7 +30,8 @@ class TFConfigEnvironment(ClusterEnvironment):
     def config(self) -> TFConfig:
         if self._config is None:
             parsed = TFConfig.from_environ(self._environ)
-            self._config = parsed if parsed is not None else TFConfig(cluster={}, task_type=None, task_index=0)
+            no_cluster = TFConfig(cluster={}, task_type=None, task_index=0)
+            self._config = parsed if parsed is not None else no_cluster
         return self._config
 
     def auto_strategy(self, gpu_count: int) -> Selection:

@@ -98,15 +98,16 @@ class DistributedStrategy:
         """Prepare a tf-keras optimizer: scale its learning rate, then wrap it for the backend."""
         check_keras_object(optimizer, "optimizer")
         if isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
-            raise ArgumentTypeError(f"`optimizer` is a legacy optimizer ({type(optimizer).__name__}); fix: use "
-                            f"tf.keras.optimizers.{type(optimizer).__name__} instead of tf.keras.optimizers.legacy")
+            name = type(optimizer).__name__
+            raise ArgumentTypeError(f"`optimizer` is a legacy optimizer ({name}); fix: use "
+                                    f"tf.keras.optimizers.{name} instead of tf.keras.optimizers.legacy")
         if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
             raise ArgumentTypeError(f"`optimizer` must be a tf.keras optimizer instance, got {optimizer!r}; "
-                            "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
+                                    "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
         scale = self.options.scale_lr if scale_lr is None else scale_lr
         if scale and self.lr_scale != 1.0 and getattr(optimizer, _SCALED_MARK, False):
-            raise ArgumentValueError("this optimizer's learning rate was already scaled by strategy.optimizer(); "
-                             "fix: pass a new optimizer, or scale_lr=False")
+            raise ArgumentValueError("this optimizer's learning rate was already scaled by "
+                                     "strategy.optimizer(); fix: pass a new optimizer, or scale_lr=False")
         if scale and self.lr_scale != 1.0:
             from tfdist.callbacks.learning_rate import uses_schedule
 
@@ -114,7 +115,8 @@ class DistributedStrategy:
                 raise ArgumentTypeError(
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
-            optimizer.learning_rate = float(tf.keras.backend.get_value(optimizer.learning_rate)) * self.lr_scale
+            rate = float(tf.keras.backend.get_value(optimizer.learning_rate))
+            optimizer.learning_rate = rate * self.lr_scale
             setattr(optimizer, _SCALED_MARK, True)
         return self._wrap_optimizer(optimizer)
 
@@ -166,7 +168,7 @@ class DistributedStrategy:
         check_keras_object(model, "model")
         if getattr(model, "optimizer", None) is None:
             raise ArgumentValueError("the model is not compiled; fix: call model.compile(optimizer="
-                             "strategy.optimizer(...), loss=...) inside strategy.scope() first")
+                                     "strategy.optimizer(...), loss=...) inside strategy.scope() first")
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return self._global_batching(x, y, kwargs)

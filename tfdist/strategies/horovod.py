@@ -48,8 +48,9 @@ class HorovodOptions(StrategyOptions):
         require_bool("average_gradients", self.average_gradients)
         require_bool("pin_gpu", self.pin_gpu)
         if self.compression not in ("none", "fp16"):
-            raise OptionValueError(with_fix(f"`compression` must be 'none' or 'fp16', got {self.compression!r}",
-                                            "compression='fp16' halves allreduce traffic; else leave it out"))
+            raise OptionValueError(with_fix(
+                f"`compression` must be 'none' or 'fp16', got {self.compression!r}",
+                "compression='fp16' halves allreduce traffic; else leave it out"))
         require_number("backward_passes_per_step", self.backward_passes_per_step, minimum=1, integer=True)
         require_number("warmup_epochs", self.warmup_epochs, minimum=0)
         require_number("root_rank", self.root_rank, minimum=0, integer=True)
@@ -81,8 +82,9 @@ class HorovodStrategy(DistributedStrategy):
         if options.pin_gpu:
             self._pin_gpu()
         if not 0 <= options.root_rank < hvd.size():
-            raise OptionValueError(with_fix(f"`root_rank`={options.root_rank} is not a rank of this "
-                                            f"{hvd.size()}-rank job", f"pass a rank from 0 to {hvd.size() - 1}"))
+            raise OptionValueError(with_fix(
+                f"`root_rank`={options.root_rank} is not a rank of this {hvd.size()}-rank job",
+                f"pass a rank from 0 to {hvd.size() - 1}"))
 
     def _pin_gpu(self) -> None:
         gpus = tf.config.list_physical_devices("GPU")
@@ -171,7 +173,8 @@ class HorovodStrategy(DistributedStrategy):
         from tfdist.callbacks import MetricAverage
 
         writers = [cb for cb in callbacks if isinstance(_unwrapped(cb), _writers())]
-        ours = [] if not writers or any(isinstance(cb, MetricAverage) for cb in callbacks) else [MetricAverage()]
+        averaged = not writers or any(isinstance(cb, MetricAverage) for cb in callbacks)
+        ours = [] if averaged else [MetricAverage()]
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _chief_only_if_writer(self, callback: Any) -> Any:

@@ -73,4 +73,5 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         return self._config.is_chief if self._config is not None else True
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync, shard=self.options.shard_data)
+        return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
+                                          shard=self.options.shard_data)

@@ -46,7 +46,8 @@ def options_for(kind: str, by_backend: Mapping[str, Mapping[str, Any]]) -> dict[
     ``auto`` gets all of them (it checks each against its owner and passes on the picked one's).
 
         horovod = {"warmup_epochs": 3, "compression": "fp16"}
-        strategy = tfdist.make_strategy(args.strategy, **tfdist.options_for(args.strategy, {"horovod": horovod}))
+        options = tfdist.options_for(args.strategy, {"horovod": horovod})
+        strategy = tfdist.make_strategy(args.strategy, **options)
     """
     if kind == "auto":
         return {name: value for options in by_backend.values() for name, value in options.items()}
@@ -95,7 +96,8 @@ def build_options(kind: str, options: Mapping[str, Any], option_types: Mapping[s
     unknown = sorted(set(options) - set(owners))
     if unknown:
         every = sorted(owners)
-        listing = "; ".join(f"{backend}: {', '.join(field_names(t))}" for backend, t in sorted(option_types.items()))
+        listing = "; ".join(f"{backend}: {', '.join(field_names(options_type))}"
+                            for backend, options_type in sorted(option_types.items()))
         hints = ", ".join(f"{name!r}{_suggestion(name, every)}" for name in unknown)
         raise UnknownOptionError(with_fix(f"unknown option(s) {hints}; options by strategy: {listing}",
                                           "correct the name, or drop it"))

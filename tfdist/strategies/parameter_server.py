@@ -150,7 +150,8 @@ def _role(options: ParameterServerOptions) -> TFConfig:
                 "`cluster` lists a chief but nothing says which task this process is",
                 "pass task_type= and task_index= (different on every task), or a cluster resolver that "
                 "knows its task"))
-        config = checked_tf_config({"cluster": cluster, "task": {"type": task_type, "index": int(task_index or 0)}})
+        task = {"type": task_type, "index": int(task_index or 0)}
+        config = checked_tf_config({"cluster": cluster, "task": task})
     else:
         config = TFConfig.from_environ(os.environ)
         if config is None:
@@ -304,7 +305,8 @@ class ParameterServerStrategy(DistributedStrategy):
             raise self._lost_task_error(exc) from None
 
     def _server_addresses(self) -> dict[str, str]:
-        return {f"{job}:{i}": address for job in SERVER_TASKS for i, address in enumerate(self._role.cluster[job])}
+        return {f"{job}:{i}": address for job in SERVER_TASKS
+                for i, address in enumerate(self._role.cluster[job])}
 
     def _lost_task_error(self, exc: Exception) -> ParameterServerError:
         """One clear line naming the task(s) that no longer answer; TensorFlow's own text, shortened,

@@ -27,7 +27,8 @@ class StrategyRegistry:
         """Class decorator: ``@STRATEGIES.register("horovod", "ring-allreduce ...")``."""
         def decorate(backend: _Backend) -> _Backend:
             if name in self._backends:
-                raise ArgumentValueError(f"strategy {name!r} is registered twice; fix: give each backend its own name")
+                raise ArgumentValueError(f"strategy {name!r} is registered twice; "
+                                         "fix: give each backend its own name")
             self._backends[name] = backend
             self._descriptions[name] = description
             backend.kind = name
