@@ -13,9 +13,9 @@ class ChiefOnly(tf.keras.callbacks.Callback):
     """Forward every hook to ``callback`` on the chief; do nothing on the other ranks.
 
     ``is_chief`` defaults to what the running job says when training starts: the strategy
-    ``tfdist.make_strategy`` built, else Horovod's rank, else the model's tf.distribute cluster. ``everywhere`` names hooks that run on every rank,
-    e.g. ``("on_train_begin",)`` for a BackupAndRestore whose state every rank must load while
-    only the chief writes it.
+    ``tfdist.make_strategy`` built, else Horovod's rank, else the model's tf.distribute cluster.
+    ``everywhere`` names hooks that run on every rank, e.g. ``("on_train_begin",)`` for a
+    BackupAndRestore whose state every rank must load while only the chief writes it.
 
     For Horovod, where each rank is an independent process. Under tf.distribute multi-worker
     strategies Keras' own ModelCheckpoint and BackupAndRestore already write on the chief only,

@@ -77,7 +77,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
 
     from tfdist.cluster import free_ports
     from tfdist.launch.bind import BindShimError, shim_library
-    from tfdist.launch.local import run_command, run_local_cluster
+    from tfdist.launch.local import report_to_stderr, run_command, run_local_cluster
     from tfdist.launch.plan import find_horovodrun
     from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
 
@@ -93,7 +93,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
                                        "`make setup` and use .venv/bin/tfdist, or install Horovod with "
                                        "TensorFlow and Gloo")
             argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun)
-            raise SystemExit(run_command(argv, grace=grace, report=_report))
+            raise SystemExit(run_command(argv, grace=grace))
         shim = None if bind_all else shim_library()
         if backend == "multi_worker_mirrored":
             ports = free_ports(workers)
@@ -107,13 +107,8 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     except (LaunchError, BindShimError) as exc:
         raise click.UsageError(str(exc)) from None
     if bind_all:
-        click.echo("tfdist launch: warning: --bind-all: the servers listen on every interface and the gRPC "
-                   "runtime has no authentication; anyone who reaches these ports can run code in them",
-                   err=True)
+        report_to_stderr("warning: --bind-all: the servers listen on every interface and the gRPC runtime "
+                         "has no authentication; anyone who reaches these ports can run code in them")
     where = "every interface, ports" if bind_all else "127.0.0.1 ports"
-    _report(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
-    raise SystemExit(run_local_cluster(tasks, policy, grace=grace, report=_report))
-
-
-def _report(line: str) -> None:
-    click.echo(f"tfdist launch: {line}", err=True)
+    report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
+    raise SystemExit(run_local_cluster(tasks, policy, grace=grace))

@@ -87,7 +87,8 @@ def exact_bind_env(host: str, ports: list[int], library: Path, environ: Mapping[
     """The variables that make a task's servers listen on ``host`` only, for ``ports``.
 
     ``host`` must be an IPv4 address or ``localhost``, ``ports`` one or more of 1-65535 (the shim
-    ignores a malformed list); ``environ`` supplies any LD_PRELOAD to keep.
+    refuses every wildcard bind when the list is malformed); ``environ`` supplies any LD_PRELOAD to
+    keep.
     """
     if not ports or any(isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
                         for port in ports):

@@ -33,7 +33,7 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 
-__all__ = ["GRACE_SECONDS", "exit_code", "run_command", "run_local_cluster"]
+__all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run_local_cluster"]
 
 
 class _SignalGuard:
@@ -95,7 +95,8 @@ def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Loc
     stream.close()
 
 
-def _report_to_stderr(line: str) -> None:
+def report_to_stderr(line: str) -> None:
+    """The launcher's own lines (exits, teardown, the banner): ``tfdist launch: ...`` on stderr."""
     print(f"tfdist launch: {line}", file=sys.stderr, flush=True)
 
 
@@ -167,7 +168,7 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
     ``OSError`` when the command cannot be started.
     """
     sink = sink or sys.stdout.buffer
-    report = report or _report_to_stderr
+    report = report or report_to_stderr
     lock = threading.Lock()
     started: list[tuple[TaskProcess, subprocess.Popen]] = []
     pumps: list[threading.Thread] = []
@@ -207,7 +208,7 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
     A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
     ranks; SIGKILL follows after ``grace`` seconds. If this process dies, horovodrun gets SIGTERM.
     """
-    report = report or _report_to_stderr
+    report = report or report_to_stderr
     name = os.path.basename(command[0])
     code: int | None = None
     with _SignalGuard() as guard:
