@@ -3,7 +3,8 @@
 #
 #   bash scripts/setup.sh          # what `make setup` runs
 #
-# 1. Debian build packages Horovod needs (cmake, g++, libhighwayhash-dev, libfarmhash-dev).
+# 1. Debian packages: the build tools Horovod needs (cmake, g++, libhighwayhash-dev, libfarmhash-dev),
+#    and what the multi-host tests' network lab runs (openssh-server, iproute2).
 # 2. A virtual environment in $VENV (default .venv) with the pinned stack from constraints.txt.
 # 3. Horovod 0.28.1 built from its sdist against the installed TensorFlow (Gloo; NCCL when nvcc is
 #    on PATH), cached as a wheel keyed by Horovod version, TensorFlow version and GPU flavour.
@@ -56,7 +57,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/
 fi
 
 # --- 1. Debian packages -------------------------------------------------------------------
-apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev)
+apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev openssh-server iproute2)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

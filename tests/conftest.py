@@ -4,7 +4,7 @@
   machine with GPUs runs the same checks, to the same tolerances, as CI; with TFDIST_TEST_GPUS=1 the
   tests marked ``no_gpu`` (they assume none) are skipped;
 * every test must leave ``os.environ`` as it found it;
-* ``horovod`` and ``cluster`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
+* ``horovod``, ``cluster`` and ``multihost`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
 * ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from support import horovodrun  # noqa: E402
 def pytest_collection_modifyitems(config, items):
     gpus_visible = os.environ.get("TFDIST_TEST_GPUS") == "1"
     for item in items:
-        if item.get_closest_marker("horovod") or item.get_closest_marker("cluster"):
+        if any(item.get_closest_marker(name) for name in ("horovod", "cluster", "multihost")):
             item.add_marker(pytest.mark.slow)
         if gpus_visible and item.get_closest_marker("no_gpu"):
             item.add_marker(pytest.mark.skip(reason="assumes no visible GPU; TFDIST_TEST_GPUS=1 shows them"))

@@ -41,3 +41,14 @@ def test_a_second_setup_run_does_nothing():
     assert result.returncode == 0, result.stderr
     assert "is up to date" in result.stderr
     assert "installing" not in result.stderr and "building" not in result.stderr
+
+
+def test_setup_py_lists_every_package_of_tfdist():
+    """A package missing from ``packages=`` works in the editable install and is absent from a wheel."""
+    import ast
+
+    listed = next(ast.literal_eval(keyword.value) for node in ast.walk(ast.parse((REPO / "setup.py").read_text()))
+                  if isinstance(node, ast.Call) for keyword in node.keywords if keyword.arg == "packages")
+    found = {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "tfdist").rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found <= set(listed), f"add {sorted(found - set(listed))} to packages= in setup.py"
