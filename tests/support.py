@@ -39,3 +39,20 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
                sys.executable, str(SCRIPTS / script), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=subprocess_env(**(env or {})), cwd=REPO)
+
+
+def readme_launch_options(containing: str) -> tuple[str, ...]:
+    """The options of the one ``tfdist launch`` line in the README's "Several hosts" block that
+    contains ``containing``: what comes between ``tfdist launch`` and ``--``. The lab tests run these
+    options (adding the lab's ssh port and key, and their own script), so the README shows commands
+    that were run."""
+    import re
+    import shlex
+
+    section = (REPO / "README.md").read_text().split("\n## Several hosts\n", 1)[1]
+    block = re.search(r"^```console\n(.*?)^```", section, flags=re.S | re.M).group(1)
+    found = [line for line in block.splitlines() if line.startswith("tfdist launch ") and containing in line]
+    if len(found) != 1:
+        raise AssertionError(f"the README's Several hosts block has {len(found)} launch lines with {containing!r}")
+    words = shlex.split(found[0])
+    return tuple(words[2:words.index("--")])

@@ -361,3 +361,97 @@ def test_venv_tfdist_runs_horovodrun_without_the_venv_on_path_and_takes_it_down_
         launcher.wait()
         launcher.stderr.close()
         _kill_leftovers(marker)
+
+
+# --- --hosts: options, and the whole path through the supervisor on this machine (no ssh) -------
+
+@pytest.mark.parametrize("args, message", [
+    (["--chief-host", "a", "--", "python"], "--chief-host needs --hosts; fix: add --hosts"),
+    (["--ssh-port", "22", "--", "python"], "--ssh-port needs --hosts"),
+    (["--backend", "multi_worker_mirrored", "--ps-hosts", "a", "--hosts", "a:2", "--", "python"],
+     "--ps-hosts do(es) not apply to --backend multi_worker_mirrored"),
+    (["--backend", "horovod", "--elastic", "--min-np", "1", "--", "python"], "--elastic needs --hosts"),
+    (["--backend", "horovod", "--elastic", "--hosts", "a:1,b:1", "--", "python"], "--elastic needs --min-np"),
+    (["--backend", "horovod", "--max-np", "2", "--", "python"], "--max-np needs --elastic"),
+    (["--elastic", "--", "python"], "--elastic do(es) not apply to --backend parameter_server"),
+    (["--hosts", "a:2,a:1", "--", "python"], "--hosts lists host 'a' twice"),
+    (["--hosts", "a:1,b:1", "--workers", "2", "--", "python"],
+     "needs 3 slots (2 worker + 1 ps) but --hosts gives 2; fix: "),
+])
+def test_host_options_are_checked_before_anything_starts(args, message):
+    result = CliRunner().invoke(launch, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output, result.output
+
+
+def test_horovod_with_hosts_passes_them_and_ssh_options_to_horovodrun(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    horovodrun = bin_dir / "horovodrun"
+    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n")
+    horovodrun.chmod(0o755)
+    key = tmp_path / "key"
+    key.write_text("")
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--hosts", "a:2,b:1", "--ssh-port", "2222",
+                                         "--ssh-identity-file", str(key), "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "args").read_text() == f"-np 3 -H a:2,b:1 -p 2222 -i {key} --gloo /bin/echo t.py\n"
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--hosts", "a:1", "-np", "2", "--", "/bin/echo"])
+    assert result.exit_code == 2 and "-np 2 needs 2 slots but --hosts a:1 gives 1" in result.output
+
+
+def test_hosts_on_this_machine_run_through_the_supervisor_with_prefixed_lines_and_no_leftovers(tmp_path):
+    """`--hosts localhost:4`: every task goes through `tfdist.launch.remote_task` (without ssh, since
+    localhost is this machine), with its bind variables computed by the supervisor."""
+    script = ("import json, os, sys, time\n"
+              "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+              "print('hello from', task['type'], os.environ.get('TFDIST_BIND_ADDRESS'), os.getcwd(), flush=True)\n"
+              "if task['type'] == 'chief':\n"
+              "    time.sleep(1); sys.exit(3)\n"
+              "time.sleep(600)\n")
+    result = _launch(str(tmp_path), "--hosts", "localhost:4", "--workers", "2", "--ps", "1", script=script)
+    assert result.returncode == 3, result.stderr
+    for task in ("chief:0", "worker:0", "worker:1", "ps:0"):
+        assert any(line.startswith(f"[{task}@localhost]") and f" 127.0.0.1 {os.getcwd()}" in line
+                   for line in result.stdout.splitlines()), result.stdout
+    assert "tfdist launch: chief:0 on localhost:" in result.stderr
+    assert "tfdist launch: stopped worker:0, worker:1, ps:0\n" in result.stderr
+
+
+def test_an_unreachable_host_stops_the_launch_before_anything_starts(tmp_path):
+    """ssh to a host that does not exist: one line naming the host and the fix, exit 2, nothing started."""
+    result = _launch(str(tmp_path), "--hosts", "no-such-host.invalid:3", "--workers", "1",
+                     "--ps", "1", script="raise SystemExit('must not start')")
+    assert result.returncode == 2, result.stderr
+    assert "cannot start the job, nothing was started: ssh to no-such-host.invalid failed" in result.stderr
+    assert "fix: make `ssh no-such-host.invalid true` work without a password" in result.stderr
+    assert "must not start" not in result.stdout + result.stderr
+
+
+def test_elastic_horovod_gets_a_discovery_script_that_is_removed_afterwards(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    horovodrun = bin_dir / "horovodrun"
+    record = tmp_path / "args"
+    horovodrun.write_text("#!/bin/sh\n"
+                          f"echo \"$@\" > {record}\n"
+                          "while [ $# -gt 0 ]; do\n"
+                          "  if [ \"$1\" = --host-discovery-script ] && [ -x \"$2\" ]; then\n"
+                          f"    echo present >> {record}\n"
+                          "  fi\n"
+                          "  shift\n"
+                          "done\n"
+                          "exit 5\n")
+    horovodrun.chmod(0o755)
+    monkeypatch.setattr("tfdist.launch.plan.find_horovodrun", lambda *a, **k: str(horovodrun))
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--elastic", "--min-np", "1", "--max-np", "2",
+                                         "--hosts", "localhost:1,no-such-host.invalid:1", "--ssh-port", "2222",
+                                         "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 5, result.output
+    args, *discovered = record.read_text().splitlines()
+    assert "--min-np 1 --max-np 2 --host-discovery-script " in args and args.endswith("/bin/echo t.py")
+    assert discovered == ["present"]  # the discovery script existed while horovodrun ran
+    script = Path(args.split("--host-discovery-script ")[1].split()[0])
+    assert not script.exists() and not script.parent.exists()  # the workdir is removed afterwards
+    assert "tfdist launch: horovodrun exited with code 5" in result.output

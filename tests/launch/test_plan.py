@@ -65,3 +65,38 @@ def test_horovodrun_beside_the_interpreter_comes_before_path(tmp_path):
     (venv / "horovodrun").chmod(0o755)
     assert find_horovodrun(str(venv / "python"), path=str(other)) == str(venv / "horovodrun")
     assert find_horovodrun(str(tmp_path / "python"), path=str(tmp_path)) is None
+
+
+def test_horovodrun_command_passes_the_ssh_port_and_identity_file():
+    assert horovodrun_command(["python"], 2, hosts="a:1,b:1", horovodrun="hr", ssh_port=2222,
+                              ssh_identity_file="/k") == [
+        "hr", "-np", "2", "-H", "a:1,b:1", "-p", "2222", "-i", "/k", "--gloo", "python"]
+
+
+def test_host_cluster_tasks_carry_their_tf_config_and_spec_on_stdin_not_on_the_command_line():
+    from tfdist.launch.hosts import parse_hosts, place_tasks
+    from tfdist.launch.plan import plan_host_cluster
+    from tfdist.launch.remote import SshOptions
+    from tfdist.launch.remote_task import decode_spec
+
+    placements = place_tasks(parse_hosts("h1:1,h2:1,h3:1"), workers=2, ps=1)  # the chief takes no slot
+    base = {"PATH": "/bin", "HOSTNAME": "login", "PWD": "/somewhere"}
+    spec, tasks = plan_host_cluster(["python", "t.py"], placements, {"h1": [1000, 1001], "h2": [2000], "h3": [3000]},
+                                    base, "/work", SshOptions(2222), grace=3.0, local_hosts={"h1"}, python="/v/python")
+    assert spec.training_cluster() == {"chief": ["h1:1000"], "worker": ["h1:1001", "h2:2000"], "ps": ["h3:3000"]}
+    assert [(t.label, t.ssh) for t in tasks] == [("chief:0@h1", False), ("worker:0@h1", False),
+                                                 ("worker:1@h2", True), ("ps:0@h3", True)]
+    assert tasks[0].command == ("/v/python", "-m", "tfdist.launch.remote_task")  # this machine: no ssh
+    assert tasks[3].command[:3] == ("ssh", "-p", "2222") and tasks[3].command[-2] == "h3"
+    assert "TF_CONFIG" not in " ".join(tasks[3].command)
+    sent = decode_spec(tasks[3].stdin)
+    assert (sent["argv"], sent["cwd"], sent["bind"], sent["grace"]) == (["python", "t.py"], "/work",
+                                                                         {"host": "h3", "port": 3000}, 3.0)
+    assert json.loads(sent["env"]["TF_CONFIG"])["task"] == {"type": "ps", "index": 0}
+    assert sent["env"]["GRPC_FAIL_FAST"] == "use_caller" and "HOSTNAME" not in sent["env"]
+    assert sent["env"]["TF_GRPC_DEFAULT_OPTIONS"] == "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
+    assert tasks[3].env == base  # the ssh client itself runs with the launcher's environment
+    _, unbound = plan_host_cluster(["p"], placements, {"h1": [1, 2], "h2": [3], "h3": [4]}, {}, "/", bind=False)
+    assert decode_spec(unbound[0].stdin)["bind"] is None
+    with pytest.raises(LaunchError, match="no free port left for ps:0 on h3"):
+        plan_host_cluster(["p"], placements, {"h1": [1, 2], "h2": [3], "h3": []}, {}, "/")

@@ -126,6 +126,7 @@ def test_take_role_serves_then_exits_through_the_injected_exit(monkeypatch):
     with mock.patch.dict(os.environ, {}, clear=True):
         _bare_strategy().take_role(exit=codes.append)
         assert os.environ["GRPC_FAIL_FAST"] == "use_caller"  # before the server's first channel
+        assert "grpc.keepalive_time_ms=" in os.environ["TF_GRPC_DEFAULT_OPTIONS"]  # a cut link is noticed
     assert started == ["worker"] and codes == [0]
 
 

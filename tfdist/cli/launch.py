@@ -1,4 +1,5 @@
-"""``tfdist launch``: start a local tf.distribute cluster, or a Horovod job via horovodrun."""
+"""``tfdist launch``: start a tf.distribute cluster (on this machine, or on ``--hosts`` over ssh), or a
+Horovod job via horovodrun."""
 from __future__ import annotations
 
 import os
@@ -12,41 +13,79 @@ from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_clust
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 
 BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
+_SSH = {"hosts", "ssh_port", "ssh_identity_file"}
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
-    "parameter_server": {"workers", "ps", "evaluator", "bind_all", "task_timeout"},
-    "multi_worker_mirrored": {"workers", "bind_all"},
-    "horovod": {"num_proc", "hosts"},
+    "parameter_server": {"workers", "ps", "evaluator", "bind_all", "task_timeout", "chief_host", "ps_hosts",
+                         *_SSH},
+    "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
+    "horovod": {"num_proc", "elastic", "min_np", "max_np", *_SSH},
 }
-_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np", "hosts": "-H",
-          "bind_all": "--bind-all", "task_timeout": "--task-timeout"}
+_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
+          "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
+          "chief_host": "--chief-host",
+          "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
+          "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np"}
+# options that need another one: (option, needs, fix)
+_NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
+          ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
+          ("ssh_identity_file", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
+          ("elastic", "hosts", "add --hosts h1:1,h2:1 (the hosts that may come and go)"),
+          ("min_np", "elastic", "add --elastic"), ("max_np", "elastic", "add --elastic"))
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
 def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
-    given = [name for name in _FLAGS
-             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
-             and name not in _BACKEND_OPTIONS[backend]]
+    given = [name for name in _FLAGS if _given(ctx, name) and name not in _BACKEND_OPTIONS[backend]]
     if given:
         flags = ", ".join(_FLAGS[name] for name in given)
         raise click.UsageError(f"{flags} do(es) not apply to --backend {backend}; fix: drop "
                                f"{flags}, or pick the backend they belong to")
+    for name, needs, fix in _NEEDS:
+        if _given(ctx, name) and not _given(ctx, needs):
+            raise click.UsageError(f"{_FLAGS[name]} needs {_FLAGS[needs]}; fix: {fix}, or drop "
+                                   f"{_FLAGS[name]}")
+    if _given(ctx, "elastic") and not _given(ctx, "min_np"):
+        raise click.UsageError("--elastic needs --min-np, the fewest ranks training may go on with; fix: add "
+                               "e.g. --min-np 1")
 
 
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
 @click.option("--backend", type=click.Choice(BACKENDS), default="parameter_server", show_default=True,
-              help="parameter_server: local chief, workers and ps; multi_worker_mirrored: local "
-                   "peer workers; horovod: call horovodrun.")
+              help="parameter_server: chief, workers and ps; multi_worker_mirrored: peer workers; "
+                   "horovod: call horovodrun.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="parameter_server, multi_worker_mirrored: number of workers.")
 @click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True,
               help="parameter_server: number of parameter servers.")
 @click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
 @click.option("-np", "--num-proc", "num_proc", type=click.IntRange(min=1), default=2, show_default=True,
-              help="horovod: number of ranks.")
-@click.option("-H", "--hosts", help="horovod: horovodrun's -H, e.g. host1:2,host2:2 (default localhost:NP).")
+              help="horovod: number of ranks (with --hosts: default the total slots).")
+@click.option("-H", "--hosts", metavar="HOST:SLOTS,...",
+              help="Run the tasks on these hosts over ssh (one worker, ps or evaluator per slot; the chief takes "
+                   "none), e.g. h1:2,h2:2,h3:1; "
+                   "horovod: horovodrun's -H. Default: everything on this machine over loopback.")
+@click.option("--chief-host", metavar="HOST", help="parameter_server with --hosts: the chief's host "
+              "(default: the first host).")
+@click.option("--ps-hosts", metavar="HOST,...", help="parameter_server with --hosts: the ps tasks' hosts, "
+              "round-robin (default: the last host, then the one before, ...).")
+@click.option("--ssh-port", type=click.IntRange(1, 65535),
+              help="with --hosts: the port of every host's sshd.")
+@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False),
+              help="with --hosts: the private key ssh uses.")
+@click.option("--elastic", is_flag=True, help="horovod with --hosts: elastic Horovod (hosts may leave and "
+              "join); needs --min-np.")
+@click.option("--min-np", type=click.IntRange(min=1),
+              help="horovod --elastic: the fewest ranks to go on with.")
+@click.option("--max-np", type=click.IntRange(min=1),
+              help="horovod --elastic: the most ranks to scale up to.")
 @click.option("--bind-all", is_flag=True,
               help="Let TensorFlow's servers listen on every interface (its default) instead of only "
-                   "on 127.0.0.1. The gRPC runtime has no authentication.")
+                   "on their host's address (127.0.0.1 without --hosts). The gRPC runtime has no "
+                   "authentication.")
 @click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
 @click.option("--task-timeout", type=click.FloatRange(min=0), default=DEFAULT_TASK_TIMEOUT, show_default=True,
@@ -56,22 +95,35 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
-           hosts: str | None, bind_all: bool, grace: float, task_timeout: float,
-           command: tuple[str, ...]) -> None:
-    """Run COMMAND as every task of a local cluster; exit with the chief's exit code.
+           hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
+           ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
+           bind_all: bool, grace: float, task_timeout: float, command: tuple[str, ...]) -> None:
+    """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
     tfdist launch --workers 2 --ps 1 -- python examples/classifier.py
+    tfdist launch --hosts h1:1,h2:1,h3:2 --workers 2 --ps 1 -- python train.py
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
     tfdist launch --backend horovod -np 2 -- python examples/classifier.py
+    tfdist launch --backend horovod --hosts h1:1,h2:1 -- python train.py
 
-    Each task gets its own TF_CONFIG on free localhost ports and GRPC_FAIL_FAST=use_caller;
-    output lines are prefixed with the task ([worker:1]) and every task's exit is printed. The
-    job ends when the chief exits (with its exit code), on Ctrl-C, or --task-timeout seconds
+    Each task gets its own TF_CONFIG and GRPC_FAIL_FAST=use_caller; output lines are prefixed
+    with the task ([worker:1], or [worker:1@h2] with --hosts) and every task's exit is printed.
+    The job ends when the chief exits (with its exit code), on Ctrl-C, or --task-timeout seconds
     after it lost a task it cannot go on without; a worker lost mid-training is tolerated. Tasks
     die with the launcher, even when it is killed. TensorFlow's servers would listen on every
-    interface; tfdist keeps them on 127.0.0.1 (an LD_PRELOAD shim, built once with the C
-    compiler) unless --bind-all.
+    interface; tfdist keeps each on its host's address (an LD_PRELOAD shim, built once per host
+    with the C compiler) unless --bind-all.
+
+    With --hosts, every task runs over ssh (a host that is this machine runs without ssh), in
+    this directory, with this environment (minus host-specific variables such as HOSTNAME and
+    PWD) and this Python: every host needs passwordless ssh, the same venv at the same path and
+    the same script. A slot runs one worker, ps or evaluator; the chief (the coordinator, which
+    runs no steps) takes none. Placement: the chief on --chief-host (default the first host), the ps tasks
+    on --ps-hosts (default the last host, then the one before), the workers in the remaining
+    slots in host order, the evaluator in the next free slot. A lost ssh connection stops the
+    task on its host; gRPC keepalive pings (TF_GRPC_DEFAULT_OPTIONS) let the tasks notice a cut
+    link within about 20 s.
     """
     import shutil
 
@@ -80,11 +132,13 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     from tfdist.launch.local import report_to_stderr, run_command, run_local_cluster
     from tfdist.launch.plan import find_horovodrun
     from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
+    from tfdist.launch.remote import SshOptions, prepare_host_cluster
 
     _reject_foreign_options(ctx, backend)
     if shutil.which(command[0]) is None:
         raise click.BadParameter(f"{command[0]!r} is not an executable on PATH; fix: give the full "
                                  "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
+    ssh = SshOptions(ssh_port, ssh_identity_file)
     try:
         if backend == "horovod":
             horovodrun = find_horovodrun()
@@ -92,23 +146,78 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
                 raise click.UsageError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
                                        "`make setup` and use .venv/bin/tfdist, or install Horovod with "
                                        "TensorFlow and Gloo")
-            argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun)
-            raise SystemExit(run_command(argv, grace=grace))
-        shim = None if bind_all else shim_library()
-        if backend == "multi_worker_mirrored":
+            raise SystemExit(_run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np,
+                                          horovodrun, grace, run_command))
+        shim = None if bind_all or hosts else shim_library()
+        if hosts:
+            peers = backend == "multi_worker_mirrored"
+            _, tasks = prepare_host_cluster(command, hosts, workers, 0 if peers else ps, os.environ,
+                                            os.getcwd(), evaluator=evaluator, chief=not peers,
+                                            chief_host=chief_host, ps_hosts=ps_hosts, options=ssh,
+                                            bind=not bind_all, grace=grace)
+        elif backend == "multi_worker_mirrored":
             ports = free_ports(workers)
             _, tasks = plan_worker_cluster(command, workers, ports, os.environ, bind_shim=shim)
-            policy = PeerPolicy(task.name for task in tasks)
         else:
             ports = free_ports(1 + workers + ps + int(evaluator))
             _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator,
                                           bind_shim=shim)
-            policy = ParameterServerPolicy((task.name for task in tasks), timeout=task_timeout)
     except (LaunchError, BindShimError) as exc:
         raise click.UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C while checking the hosts: nothing was started yet
+        report_to_stderr("interrupted before any task started")
+        raise SystemExit(130) from None
+    if backend == "multi_worker_mirrored":
+        policy = PeerPolicy(task.name for task in tasks)
+    else:
+        policy = ParameterServerPolicy((task.name for task in tasks), timeout=task_timeout)
     if bind_all:
         report_to_stderr("warning: --bind-all: the servers listen on every interface and the gRPC runtime "
                          "has no authentication; anyone who reaches these ports can run code in them")
-    where = "every interface, ports" if bind_all else "127.0.0.1 ports"
-    report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
+    if hosts:
+        where = "every interface" if bind_all else "its host's address only"
+        report_to_stderr(f"{', '.join(f'{task.name} on {task.address}' for task in tasks)}; each server "
+                         f"listens on {where}")
+    else:
+        where = "every interface, ports" if bind_all else "127.0.0.1 ports"
+        report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
     raise SystemExit(run_local_cluster(tasks, policy, grace=grace))
+
+
+def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
+                 ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: str,
+                 grace: float, run_command) -> int:
+    """horovodrun (elastic or not) with -H/-p/-i; -np defaults to the total slots of --hosts."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tfdist.launch.hosts import parse_hosts, total_slots
+
+    np_given = _given(ctx, "num_proc")
+    if hosts:
+        slots = total_slots(parse_hosts(hosts))
+        if not np_given:
+            num_proc = slots
+        elif num_proc > slots and not elastic:
+            raise click.UsageError(f"-np {num_proc} needs {num_proc} slots but --hosts {hosts} gives "
+                                   f"{slots}; fix: add slots to --hosts, or drop -np (it defaults to the "
+                                   f"{slots} slots)")
+    if not elastic:
+        argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
+                                  ssh_identity_file=ssh.identity_file)
+        return run_command(argv, grace=grace)
+    try:
+        from tfdist.launch.elastic import elastic_horovodrun_command
+    except ImportError:
+        raise click.UsageError("this tfdist has no elastic Horovod launcher (tfdist.launch.elastic); fix: "
+                               "update tfdist, or drop --elastic") from None
+
+    workdir = Path(tempfile.mkdtemp(prefix="tfdist-elastic-"))
+    try:
+        argv = elastic_horovodrun_command(command, hosts, min_np, max_np, num_proc if np_given else None,
+                                          workdir, ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
+                                          horovodrun=horovodrun)
+        return run_command(argv, grace=grace, name="horovodrun")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

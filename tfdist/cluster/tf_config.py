@@ -24,6 +24,14 @@ from tfdist.cluster.validate import read_tf_config
 TF_CONFIG_ENV = "TF_CONFIG"
 #: gRPC setting every task of a fault-tolerant ParameterServerStrategy cluster needs ("use_caller").
 GRPC_FAIL_FAST_ENV = "GRPC_FAIL_FAST"
+#: TensorFlow reads extra gRPC channel arguments from this variable ("name=value,name=value").
+GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
+#: Keepalive pings on every gRPC channel of a task across hosts: a peer whose link is cut answers
+#: nothing (no reset, unlike a dead process on a live host), and without pings an RPC to it waits
+#: for TCP to give up (about 15 minutes). With them, the RPC fails after 10-20 s, so the
+#: coordinator goes on without a lost worker, and the chief fails naming a lost ps. Pings are
+#: sent only while an RPC is in flight (gRPC's default), so an idle server is not disturbed.
+GRPC_KEEPALIVE = "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
 _TASK_FIX = "write the task as TYPE:INDEX, e.g. 'worker:1', with TYPE one of " + ", ".join(TASK_TYPES)
 
 

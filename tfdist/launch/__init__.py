@@ -1,6 +1,17 @@
-"""Local launchers: a parameter-server cluster of processes, or horovodrun."""
-from tfdist.launch.plan import LaunchError, TaskProcess, find_horovodrun, horovodrun_command, plan_local_cluster
+"""Launchers: a tf.distribute cluster of processes (on this machine, or on ``--hosts`` over ssh), or
+horovodrun."""
+from tfdist.launch.hosts import HostsError, parse_hosts, place_tasks
+from tfdist.launch.plan import (
+    LaunchError,
+    TaskProcess,
+    find_horovodrun,
+    horovodrun_command,
+    plan_host_cluster,
+    plan_local_cluster,
+)
 from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
+from tfdist.launch.remote import RemoteLaunchError, SshOptions, prepare_host_cluster
 
-__all__ = ["LaunchError", "ParameterServerPolicy", "PeerPolicy", "TaskProcess", "find_horovodrun",
-           "horovodrun_command", "plan_local_cluster"]
+__all__ = ["HostsError", "LaunchError", "ParameterServerPolicy", "PeerPolicy", "RemoteLaunchError",
+           "SshOptions", "TaskProcess", "find_horovodrun", "horovodrun_command", "parse_hosts", "place_tasks",
+           "plan_host_cluster", "plan_local_cluster", "prepare_host_cluster"]

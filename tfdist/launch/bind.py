@@ -59,7 +59,8 @@ def shim_library(cache_dir: Path | None = None) -> Path:
     """
     source = SHIM_SOURCE.read_bytes()
     source_hash = _sha256(source)
-    cache_dir = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tfdist" / "bind"
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    cache_dir = cache_dir or cache_root / "tfdist" / "bind"
     library = cache_dir / f"libtfdist_bind-{source_hash[:12]}.so"
     if _verified(library, source_hash):
         return library

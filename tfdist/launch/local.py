@@ -11,6 +11,16 @@ parent-death signal SIGTERM (``prctl(PR_SET_PDEATHSIG)``). The kernel sends it w
 that forked the task exits, so tasks are started from the main thread only (the signal handlers
 installed here already require it), before any output thread exists. It reaches the task itself,
 not processes the task starts (horovodrun passes it on to its ranks by itself).
+
+Tasks on ``--hosts`` (``tfdist.launch.plan.plan_host_cluster``) run the same way: the local
+process is the ``ssh`` client (or, for this machine, the supervisor itself), whose stdin gets the
+task's specification and then stays open. Teardown first closes those stdins, which makes each
+host's supervisor (``tfdist.launch.remote_task``) stop its task (TERM, grace, KILL), waits the
+grace period plus ``SUPERVISOR_MARGIN``, then signals the local process groups as above. A
+launcher killed with SIGKILL takes its ssh clients along (the parent-death signal), and each
+host's sshd then closes the session, which the supervisor sees as the same EOF. Output lines are
+prefixed ``[worker:1@h2]``; an ssh client's exit code 255 is reported as a failed or dropped
+connection.
 """
 from __future__ import annotations
 
@@ -32,6 +42,8 @@ GRACE_SECONDS = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
+SUPERVISOR_MARGIN = 5.0  # s beyond the grace for a remote supervisor to stop its task and exit
+SSH_EXIT_FAILED = 255
 
 __all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run_local_cluster"]
 
@@ -76,15 +88,39 @@ def _die_with_parent() -> Callable[[], None] | None:
     return set_pdeathsig
 
 
-def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool) -> subprocess.Popen:
+def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
+           stdin: bytes | None = None) -> subprocess.Popen:
+    """Start one task; with ``stdin``, write it to the task's stdin and keep that pipe open (a
+    supervisor of ``tfdist.launch.remote_task`` stops its task when the pipe closes)."""
     if threading.current_thread() is not threading.main_thread():
         raise LaunchError("tasks must be started from the main thread, since their parent-death signal "
                           "fires when the thread that started them exits; fix: call run_local_cluster "
                           "or run_command from the main thread")
-    return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                            stdout=subprocess.PIPE if capture else None,
-                            stderr=subprocess.STDOUT if capture else None,
-                            preexec_fn=_die_with_parent())
+    process = subprocess.Popen(list(command), env=env, start_new_session=True,
+                               stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                               stdout=subprocess.PIPE if capture else None,
+                               stderr=subprocess.STDOUT if capture else None,
+                               preexec_fn=_die_with_parent())
+    if stdin is not None:
+        try:
+            process.stdin.write(stdin)  # one short line: fits the pipe's buffer, never blocks
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited at once; the watch reports its exit
+    return process
+
+
+def _close_stdins(processes: Sequence[subprocess.Popen], wait: float) -> None:
+    """Close every open stdin (the supervisors stop their tasks: TERM, grace, KILL) and give them
+    ``wait`` seconds to exit by themselves."""
+    piped = [process for process in processes if process.stdin is not None and not process.stdin.closed]
+    for process in piped:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    deadline = time.monotonic() + wait
+    for process in piped:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
@@ -131,6 +167,7 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
     """Report every exit to ``policy`` (and print its lines) until it ends the job: its exit code;
     ``None`` when a stop signal arrives first."""
     running = {task.name: process for task, process in started}
+    tasks = {task.name: task for task, _ in started}
     unserved = {task.name: task.address for task, _ in started if task.name in policy.probe and task.address}
     next_probe = 0.0
     while not guard.stopped:
@@ -145,6 +182,10 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
             if process.poll() is not None:
                 del running[name]
                 unserved.pop(name, None)
+                task = tasks[name]
+                if task.ssh and process.returncode == SSH_EXIT_FAILED:
+                    report(f"{name}: ssh to {task.host} failed or the connection dropped (exit code "
+                           f"{SSH_EXIT_FAILED})")
                 for line in policy.exited(name, process.returncode, time.monotonic()):
                     report(line)
         verdict = policy.verdict(time.monotonic())
@@ -172,16 +213,16 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
     lock = threading.Lock()
     started: list[tuple[TaskProcess, subprocess.Popen]] = []
     pumps: list[threading.Thread] = []
-    width = max(len(t.name) for t in tasks)
+    width = max(len(t.label) for t in tasks)
     code: int | None = None
     with _SignalGuard() as guard:
         try:
             for task in tasks:  # every fork before the first thread (see the module docstring)
                 if guard.stopped:
                     break
-                started.append((task, _start(task.command, dict(task.env), capture=True)))
+                started.append((task, _start(task.command, dict(task.env), capture=True, stdin=task.stdin)))
             for task, process in started:
-                prefix = f"[{task.name}]".ljust(width + 2).encode() + b" "
+                prefix = f"[{task.label}]".ljust(width + 2).encode() + b" "
                 pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
@@ -190,6 +231,7 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
         finally:
             guard.quiet()
             live = [task.name for task, process in started if process.poll() is None]
+            _close_stdins([process for _, process in started], grace + SUPERVISOR_MARGIN)
             stubborn = _terminate([process for _, process in started], grace)
             if live:
                 report(f"stopped {', '.join(live)}")
@@ -202,14 +244,15 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
 
 
 def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
-                report: Callable[[str], None] | None = None) -> int:
-    """Run one launcher command (horovodrun) and return its exit code.
+                report: Callable[[str], None] | None = None, name: str | None = None) -> int:
+    """Run one launcher command (horovodrun) and return its exit code; ``name`` (default: the
+    command's file name) is what the exit report calls it.
 
     A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
     ranks; SIGKILL follows after ``grace`` seconds. If this process dies, horovodrun gets SIGTERM.
     """
     report = report or report_to_stderr
-    name = os.path.basename(command[0])
+    name = name or os.path.basename(command[0])
     code: int | None = None
     with _SignalGuard() as guard:
         process = _start(command, None, capture=False)

@@ -11,12 +11,17 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
-from tfdist.cluster import ClusterSpec, local_cluster, tf_config_for
+from tfdist.cluster import Address, ClusterSpec, local_cluster, tf_config_for
 from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
+from tfdist.cluster.tf_config import GRPC_KEEPALIVE, GRPC_OPTIONS_ENV
 from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.errors import TfdistError
+
+if TYPE_CHECKING:
+    from tfdist.launch.hosts import Placement
+    from tfdist.launch.remote import SshOptions
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,20 @@ class TaskProcess:
     command: tuple[str, ...]
     env: Mapping[str, str] = field(repr=False)
     address: str | None = None  # HOST:PORT of its server, for the launcher to see it listening
+    host: str | None = None  # the --hosts entry it runs on (None: this machine, without a supervisor)
+    stdin: bytes | None = field(default=None, repr=False)  # written to its stdin, which then stays open
+    ssh: bool = False  # started over ssh: exit code 255 means ssh failed or the connection dropped
 
     @property
     def name(self) -> str:
         return f"{self.task_type}:{self.index}"
+
+    @property
+    def label(self) -> str:
+        """The prefix of its output lines: ``worker:1``, or ``worker:1@h2`` on a host of --hosts."""
+        return self.name if self.host is None else f"{self.name}@{self.host}"
+
+
 
 
 class LaunchError(TfdistError, ValueError):
@@ -88,15 +103,68 @@ def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping
     return processes
 
 
-def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None,
-                       horovodrun: str | None = None) -> list[str]:
-    """``horovodrun -np N -H localhost:N --gloo COMMAND`` (or the given ``-H`` hosts)."""
+def plan_host_cluster(command: Sequence[str], placements: Sequence[Placement],
+                      ports: Mapping[str, Sequence[int]], base_env: Mapping[str, str], cwd: str,
+                      options: SshOptions | None = None, bind: bool = True, grace: float = 5.0,
+                      local_hosts: Collection[str] = (), python: str | None = None,
+                      ) -> tuple[ClusterSpec, list[TaskProcess]]:
+    """The tasks of ``placements`` (``tfdist.launch.hosts.place_tasks``) on their hosts, each run by
+    the supervisor ``tfdist.launch.remote_task`` over ssh (directly on ``local_hosts``).
+
+    ``ports[host]`` are free ports on that host (the preflight's), taken in task order. TF_CONFIG
+    names the hosts as ``--hosts`` does. Every task gets ``base_env`` minus the launcher's
+    host-specific variables (``tfdist.launch.remote.forwarded_env``), its TF_CONFIG,
+    ``GRPC_FAIL_FAST=use_caller`` and gRPC keepalive pings (``GRPC_KEEPALIVE``); with ``bind``
+    the supervisor adds the bind shim's variables on the host. The ssh client itself runs with
+    ``base_env``.
+    """
+    from tfdist.launch.remote import SshOptions, TaskSpec, forwarded_env, supervisor_command
+
     if not command:
-        raise LaunchError("no command to launch; fix: `tfdist launch --backend horovod -np 2 -- python train.py`")
+        raise LaunchError("no command to launch; fix: put it after `--`, e.g. "
+                          "`tfdist launch --hosts h1:2,h2:2 --workers 2 --ps 1 -- python train.py`")
+    options = options or SshOptions()
+    free = {host: list(host_ports) for host, host_ports in ports.items()}
+    lists: dict[str, list[Address]] = {}
+    for placement in placements:
+        if not free.get(placement.host):
+            raise LaunchError(f"no free port left for {placement.name} on {placement.host}; fix: pass one "
+                              "port per task placed on each host")
+        lists.setdefault(placement.task_type, []).append(Address(placement.host, free[placement.host].pop(0)))
+    spec = ClusterSpec(**lists)
+    forwarded = forwarded_env(base_env)
+    processes = []
+    for placement in placements:
+        env = dict(forwarded)
+        env[TF_CONFIG_ENV] = json.dumps(tf_config_for(spec, placement.task_type, placement.index),
+                                        separators=(",", ":"))
+        env.setdefault(GRPC_FAIL_FAST, "use_caller")
+        env.setdefault(GRPC_OPTIONS_ENV, GRPC_KEEPALIVE)
+        address = spec.address_of(placement.task_type, placement.index)
+        bind_to = (address.host, address.port) if bind else None
+        task = TaskSpec(placement.name, tuple(command), cwd, env, bind_to, grace)
+        local = placement.host in local_hosts
+        processes.append(TaskProcess(placement.task_type, placement.index,
+                                     tuple(supervisor_command(placement.host, local, options, python)),
+                                     dict(base_env), str(address), host=placement.host, stdin=task.encode(),
+                                     ssh=not local))
+    return spec, processes
+
+
+def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None,
+                       horovodrun: str | None = None, ssh_port: int | None = None,
+                       ssh_identity_file: str | None = None) -> list[str]:
+    """``horovodrun -np N -H localhost:N --gloo COMMAND`` (or the given ``-H`` hosts, with
+    horovodrun's ``-p SSH_PORT`` and ``-i SSH_IDENTITY_FILE`` when given)."""
+    if not command:
+        raise LaunchError("no command to launch; fix: "
+                          "`tfdist launch --backend horovod -np 2 -- python train.py`")
     if np < 1:
         raise LaunchError(f"-np is {np}; fix: -np 1 or more")
     launcher = horovodrun or find_horovodrun() or "horovodrun"
-    return [launcher, "-np", str(np), "-H", hosts or f"localhost:{np}", "--gloo", *command]
+    ssh = [*(["-p", str(ssh_port)] if ssh_port is not None else []),
+           *(["-i", ssh_identity_file] if ssh_identity_file is not None else [])]
+    return [launcher, "-np", str(np), "-H", hosts or f"localhost:{np}", *ssh, "--gloo", *command]
 
 
 def find_horovodrun(executable: str | None = None, path: str | None = None) -> str | None:

@@ -27,6 +27,7 @@ import tensorflow as tf
 from tfdist import lifecycle, upstream
 from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
+from tfdist.cluster.tf_config import GRPC_KEEPALIVE, GRPC_OPTIONS_ENV
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
@@ -177,9 +178,11 @@ def _require_ps_job(role: TFConfig, coordinator_outside: bool = False) -> TFConf
 
 
 def _fail_fast_grpc() -> None:
-    """TensorFlow's requirement for parameter-server fault tolerance, set in the processes that join
-    the cluster (the launcher sets it too) before their first gRPC channel."""
+    """TensorFlow's requirement for parameter-server fault tolerance, and keepalive pings so that a
+    task behind a cut link is noticed in seconds, not TCP's minutes; set in the processes that join
+    the cluster (the launcher sets them too) before their first gRPC channel."""
     os.environ.setdefault(GRPC_FAIL_FAST, "use_caller")
+    os.environ.setdefault(GRPC_OPTIONS_ENV, GRPC_KEEPALIVE)
 
 
 def _partitioner(options: ParameterServerOptions, num_ps: int) -> Any:
