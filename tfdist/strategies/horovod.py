@@ -11,13 +11,19 @@ from tfdist import upstream
 from tfdist.environments import HorovodRunEnvironment
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
-from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.base import _SCALED_MARK, DistributedStrategy
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.registry import STRATEGIES
 
+#: horovodrun exports HOROVOD_ELASTIC=1 to every rank of an elastic job (and only then).
+HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
+#: Set on an optimizer ``strategy.optimizer()`` scaled: the size its learning rate was scaled for.
+SCALED_FOR = "_tfdist_lr_scaled_for"
+
 
 class HorovodLaunchError(TfdistError, RuntimeError):
-    """``make_strategy("horovod")`` in a process that horovodrun did not start."""
+    """``make_strategy("horovod")`` in a process that horovodrun did not start (or, with
+    ``elastic=True``, did not start in elastic mode)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +39,12 @@ class HorovodOptions(StrategyOptions):
         to all of it over this many epochs (0: none).
     root_rank: the rank whose initial weights are broadcast to the others.
     pin_gpu: give each local rank its own GPU (with memory growth) when GPUs exist.
+    elastic: run ``fit`` under Horovod's elastic loop (``tfdist.strategies.elastic``): hosts may
+        leave and join; training goes on from the last committed state with the learning rate and
+        the data shards rescaled to the new size. Needs an elastic launch (``horovodrun --min-np``
+        / ``--host-discovery-script``, or ``tfdist launch --backend horovod --elastic``).
+    commit_every_batches: with ``elastic``, also commit every this many batches (0: at epoch ends
+        only). A lost rank costs at most this many batches instead of the epoch under way.
     """
 
     shard_data: bool = True
@@ -42,11 +54,14 @@ class HorovodOptions(StrategyOptions):
     warmup_epochs: float = 0
     root_rank: int = 0
     pin_gpu: bool = True
+    elastic: bool = False
+    commit_every_batches: int = 0
 
     def __post_init__(self) -> None:
         require_bool("shard_data", self.shard_data)
         require_bool("average_gradients", self.average_gradients)
         require_bool("pin_gpu", self.pin_gpu)
+        require_bool("elastic", self.elastic)
         if self.compression not in ("none", "fp16"):
             raise OptionValueError(with_fix(
                 f"`compression` must be 'none' or 'fp16', got {self.compression!r}",
@@ -54,6 +69,16 @@ class HorovodOptions(StrategyOptions):
         require_number("backward_passes_per_step", self.backward_passes_per_step, minimum=1, integer=True)
         require_number("warmup_epochs", self.warmup_epochs, minimum=0)
         require_number("root_rank", self.root_rank, minimum=0, integer=True)
+        require_number("commit_every_batches", self.commit_every_batches, minimum=0, integer=True)
+        if self.commit_every_batches and not self.elastic:
+            raise OptionValueError(with_fix(
+                f"`commit_every_batches`={self.commit_every_batches} commits elastic state, but `elastic` is off",
+                "pass elastic=True as well, or drop commit_every_batches"))
+        if self.elastic and self.root_rank != 0:
+            raise OptionValueError(with_fix(
+                f"`root_rank`={self.root_rank} with `elastic`: Horovod's elastic mode always restores from "
+                "rank 0 (ranks are renumbered when hosts leave or join)",
+                "drop root_rank (or pass root_rank=0) with elastic=True"))
 
 
 @STRATEGIES.register("horovod", "Horovod ring-allreduce over Gloo/MPI/NCCL (launch with horovodrun)")
@@ -69,6 +94,14 @@ class HorovodStrategy(DistributedStrategy):
     def __init__(self, options: HorovodOptions, environ: dict[str, str] | None = None) -> None:
         super().__init__(options)
         environ = dict(os.environ if environ is None else environ)
+        if options.elastic and environ.get(HOROVOD_ELASTIC) != "1":
+            raise HorovodLaunchError(with_fix(
+                f"make_strategy('horovod', elastic=True) needs an elastic Horovod launch, and "
+                f"{HOROVOD_ELASTIC} is {environ.get(HOROVOD_ELASTIC)!r} (horovodrun sets it to '1' in elastic "
+                "mode only)",
+                "launch with `tfdist launch --backend horovod --elastic --min-np 1 --max-np N --hosts "
+                "h1:1,h2:1 -- python script.py`, or with `horovodrun --min-np 1 --max-np N "
+                "--host-discovery-script discover.sh python script.py`; or drop elastic=True"))
         if not HorovodRunEnvironment.detect(environ):
             raise HorovodLaunchError(
                 "make_strategy('horovod') must run under horovodrun or mpirun, and no HOROVOD_RANK/"
@@ -118,13 +151,26 @@ class HorovodStrategy(DistributedStrategy):
 
         hvd = self._hvd
         compression = hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none
-        return DistributedOptimizer(
+        wrapped = DistributedOptimizer(
             optimizer,
             compression=compression,
             backward_passes_per_step=self.options.backward_passes_per_step,
             average_aggregated_gradients=True,
             op=hvd.Average if self.options.average_gradients else hvd.Sum,
         )
+        if getattr(optimizer, _SCALED_MARK, False):  # the elastic fit rescales it when the size changes
+            setattr(wrapped, SCALED_FOR, self.size)
+        return wrapped
+
+    # --- training -----------------------------------------------------------------------------
+    def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
+        """``model.fit`` on every rank; with ``elastic=True`` under Horovod's elastic loop, which
+        survives ranks leaving and joining (see ``tfdist.strategies.elastic``)."""
+        if not self.options.elastic:
+            return super().fit(model, x, y, **fit_kwargs)
+        from tfdist.strategies.elastic import elastic_fit
+
+        return elastic_fit(self, model, x, y, fit_kwargs)
 
     # --- data ---------------------------------------------------------------------------------
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
@@ -155,7 +201,8 @@ class HorovodStrategy(DistributedStrategy):
 
         _refuse_batch_summaries(callbacks)
         ours: list = []
-        if not any(isinstance(cb, BroadcastInitialState) for cb in callbacks):
+        # Elastic: Horovod's state sync broadcasts from rank 0 at every (re)start instead.
+        if not self.options.elastic and not any(isinstance(cb, BroadcastInitialState) for cb in callbacks):
             ours.append(BroadcastInitialState(root_rank=self.options.root_rank))
         batch_level = any(_writes_batch_logs(cb) for cb in callbacks)
         for callback in callbacks:

@@ -1,0 +1,137 @@
+"""The elastic horovodrun command and its host discovery script (tfdist.launch.elastic), without Horovod."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfdist.errors import TfdistError
+from tfdist.launch.elastic import (
+    BLACKLIST_COOLDOWN,
+    DISCOVERY_SCRIPT,
+    elastic_horovodrun_command,
+    parse_hosts,
+    write_discovery_script,
+)
+from tfdist.launch.plan import LaunchError
+
+COMMAND = ["python", "train.py", "--epochs", "3"]
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_the_argv_names_every_elastic_option_and_ends_with_the_command(tmp_path):
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:2", min_np=1, max_np=3, np=2, workdir=tmp_path,
+                                      ssh_port=2222, ssh_identity_file="/keys/lab", horovodrun="/venv/bin/horovodrun")
+    assert argv[:2] == ["env", f"PATH={tmp_path / 'bin'}:{os.environ['PATH']}"]
+    assert argv[2] == "/venv/bin/horovodrun"
+    assert "--gloo" in argv
+    assert (_flag(argv, "-np"), _flag(argv, "--min-np"), _flag(argv, "--max-np")) == ("2", "1", "3")
+    assert _flag(argv, "--host-discovery-script") == str(tmp_path / DISCOVERY_SCRIPT)
+    assert (_flag(argv, "-p"), _flag(argv, "-i")) == ("2222", "/keys/lab")
+    cooldown = argv.index("--blacklist-cooldown-range")
+    assert argv[cooldown + 1:cooldown + 3] == [str(n) for n in BLACKLIST_COOLDOWN]
+    assert argv[-len(COMMAND):] == COMMAND
+    assert "-H" not in argv  # the discovery script, not a fixed host list, says where ranks run
+
+
+def test_defaults_start_with_every_slot_up_to_max_np_and_leave_ssh_options_out(tmp_path):
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1,h3:2", min_np=2, max_np=None, np=None, workdir=tmp_path,
+                                      horovodrun="horovodrun")
+    assert _flag(argv, "-np") == "4" and "--max-np" not in argv
+    assert "-p" not in argv and "-i" not in argv
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1,h3:2", min_np=1, max_np=2, np=None, workdir=tmp_path,
+                                      horovodrun="horovodrun", blacklist_cooldown=None)
+    assert _flag(argv, "-np") == "2" and "--blacklist-cooldown-range" not in argv
+
+
+def test_horovodrun_is_found_like_the_static_launcher_finds_it(tmp_path):
+    from tfdist.launch.plan import find_horovodrun
+
+    argv = elastic_horovodrun_command(COMMAND, "h1,h2", min_np=1, max_np=2, np=None, workdir=tmp_path)
+    assert argv[2] == (find_horovodrun() or "horovodrun")
+
+
+def test_horovodrun_finds_an_ssh_with_keepalives_first_on_its_path(tmp_path):
+    """Without keepalives horovodrun's ssh to a host whose link died waits forever, and so does the job."""
+    fake_bin = tmp_path / "usr-bin"
+    fake_bin.mkdir()
+    fake_ssh = fake_bin / "ssh"
+    fake_ssh.write_text('#!/bin/sh\necho "$@"\n')
+    fake_ssh.chmod(0o755)
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1", min_np=1, max_np=2, np=None, workdir=tmp_path / "w",
+                                      horovodrun="horovodrun", path=str(fake_bin))
+    path = argv[1].removeprefix("PATH=")
+    assert path.split(os.pathsep) == [str(tmp_path / "w" / "bin"), str(fake_bin)]
+    found = shutil.which("ssh", path=path)
+    result = subprocess.run([found, "-p", "2222", "h2", "true"], capture_output=True, text=True, timeout=30, check=False)
+    assert result.stdout.split() == ["-o", "ServerAliveInterval=3", "-o", "ServerAliveCountMax=3",
+                                     "-p", "2222", "h2", "true"]
+
+
+def test_no_ssh_is_refused_with_the_package_to_install(tmp_path):
+    with pytest.raises(LaunchError, match="no `ssh` on PATH .*openssh-client"):
+        elastic_horovodrun_command(COMMAND, "h1:1,h2:1", min_np=1, max_np=2, np=None, workdir=tmp_path,
+                                   horovodrun="horovodrun", path=str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("hosts, min_np, max_np, np, message", [
+    ("h1:1,,h2:1", 1, 2, None, "'' is not HOST or HOST:SLOTS"),
+    ("h1:x", 1, 2, None, "'h1:x' is not HOST or HOST:SLOTS"),
+    ("h1:0", 1, 2, None, "'h1:0' is not HOST or HOST:SLOTS"),
+    ("h1:1,h1:2", 1, 2, None, "names 'h1' twice"),
+    ("h1:1,h2:1", 0, 2, None, "--min-np is 0"),
+    ("h1:1,h2:1", 2, 1, None, "--max-np is 1, below --min-np 2"),
+    ("h1:1,h2:1", 3, None, None, "--min-np 3 needs more slots than --hosts 'h1:1,h2:1' has (2)"),
+    ("h1:1,h2:1", 1, 2, 3, "-np 3 is outside --min-np 1 .. --max-np 2"),
+])
+def test_bad_requests_name_the_option_and_the_fix(tmp_path, hosts, min_np, max_np, np, message):
+    with pytest.raises(LaunchError) as info:
+        elastic_horovodrun_command(COMMAND, hosts, min_np=min_np, max_np=max_np, np=np, workdir=tmp_path,
+                                   horovodrun="horovodrun")
+    assert isinstance(info.value, TfdistError)
+    assert message in str(info.value) and "; fix: " in str(info.value)
+    assert not (tmp_path / DISCOVERY_SCRIPT).exists()  # nothing written for a refused request
+
+
+def test_no_command_is_refused(tmp_path):
+    with pytest.raises(LaunchError, match="no command to launch"):
+        elastic_horovodrun_command([], "h1:1,h2:1", min_np=1, max_np=2, np=None, workdir=tmp_path)
+
+
+def test_hosts_parse_with_one_slot_by_default():
+    assert parse_hosts("h1:2, h2 ,h3:1") == [("h1", 2), ("h2", 1), ("h3", 1)]
+
+
+def _run(script: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script)], capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_script_lists_exactly_the_hosts_that_accept_connections(tmp_path):
+    """127.0.0.1 listens on the port; 127.0.0.2 and 127.0.0.3 (same loopback) do not."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        script = write_discovery_script(tmp_path, [("127.0.0.2", 1), ("127.0.0.1", 2), ("127.0.0.3", 4)], port)
+        assert script.stat().st_mode & 0o111, "horovodrun runs the script itself: it must be executable"
+        first = _run(script)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout == "127.0.0.1:2\n"
+    closed = _run(script)  # the port is closed now: no host is up, and that is not an error
+    assert closed.returncode == 0, closed.stderr
+    assert closed.stdout == ""
+
+
+def test_the_script_runs_with_the_interpreter_it_names(tmp_path):
+    script = write_discovery_script(tmp_path, [("h1", 1)], 22)
+    assert script.read_text().splitlines()[0] == f"#!{sys.executable}"
+    again = write_discovery_script(tmp_path, [("h2", 1)], 22)  # rewritten in place for a new job
+    assert again == script and "'h2'" in script.read_text() and "'h1'" not in script.read_text()

@@ -1,0 +1,153 @@
+"""Horovod across lab hosts: h0 launches (like a login node), h1 and h2 run one rank each over ssh.
+
+* the ring across two hosts trains exactly like one process with the doubled batch;
+* a rank host's link cut mid-training ends a (non-elastic) job non-zero within a bounded time;
+* elastic: the cut host's rank is dropped and training goes on on h1, every epoch once; the host
+  rejoins when its link comes back.
+
+Each fault test prints the time from the fault to the job's reaction.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import REPO, SCRIPTS, readme_launch_options, subprocess_env
+
+from tfdist.launch.plan import find_horovodrun
+
+JOB_TIMEOUT = 600  # a hung job fails the test instead of hanging the suite
+
+
+@pytest.fixture
+def lab(make_lab):
+    return make_lab(["h0", "h1", "h2"])
+
+
+def _ssh(lab) -> list[str]:
+    return ["-p", str(lab.ssh_port), "-i", str(lab.identity_file)]
+
+
+def _start(lab, argv: list[str], log: Path) -> subprocess.Popen:
+    """``argv`` on h0, output to ``log`` (read it when the test fails)."""
+    handle = log.open("w")
+    try:
+        return lab.popen("h0", argv, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO)
+    finally:
+        handle.close()
+
+
+def _tail(log: Path, chars: int = 4000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else "(no output)"
+
+
+def _records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait_for(predicate, process: subprocess.Popen, log: Path, what: str, timeout: float = JOB_TIMEOUT) -> float:
+    """Poll ``predicate`` until true; returns when it became true. Fails if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.time()
+        if process.poll() is not None:
+            pytest.fail(f"the job ended ({process.returncode}) before {what}:\n{_tail(log)}")
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout:.0f} s:\n{_tail(log)}")
+
+
+def _finish(process: subprocess.Popen, log: Path, timeout: float = JOB_TIMEOUT) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"the job still runs {timeout:.0f} s later (hung):\n{_tail(log)}")
+
+
+def test_ranks_on_two_hosts_start_different_end_identical_and_equal_one_process(lab, tmp_path):
+    """hvd_train.py lazy/functional: rank r builds its model from seed 100+r, tfdist broadcasts rank
+    0's, and after 2 epochs both equal one process with the doubled batch (as on one host). Started
+    with the README's `tfdist launch --backend horovod --hosts h1:1,h2:1`, which runs
+    `horovodrun -np 2 -H h1:1,h2:1 -p PORT -i KEY --gloo`."""
+    log = tmp_path / "job.log"
+    argv = [sys.executable, "-m", "tfdist", "launch", *readme_launch_options("--backend horovod --hosts"),
+            "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--",
+            sys.executable, str(SCRIPTS / "hvd_train.py"), "lazy", str(tmp_path), "functional"]
+    process = _start(lab, argv, log)
+    assert _finish(process, log) == 0, _tail(log)
+    rank0, rank1 = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    for start0, start1 in zip(rank0["initial"], rank1["initial"]):
+        np.testing.assert_array_equal(np.array(start0), np.array(start1))
+    for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
+        distributed, reference = np.array(distributed), np.array(reference)
+        np.testing.assert_array_equal(distributed, np.array(other))
+        error = np.linalg.norm(distributed - reference) / max(np.linalg.norm(reference), 1e-12)
+        assert error <= 1e-5, f"relative error {error:.2e}"
+
+
+def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab, tmp_path):
+    """Without elastic, a lost rank must end the job (Gloo's timeout fails the surviving rank's
+    collective; horovodrun then stops the others), never hang it."""
+    log = tmp_path / "job.log"
+    argv = [find_horovodrun(), "-np", "2", "-H", "h1:1,h2:1", *_ssh(lab), "--gloo", sys.executable,
+            str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--static", "--epochs", "200", "--epoch-seconds", "1"]
+    process = _start(lab, argv, log)
+    epochs = tmp_path / "epochs.jsonl"
+    _wait_for(lambda: any(r["host"] == "h2" for r in _records(epochs)), process, log, "an epoch on h2")
+    cut = time.time()
+    lab.cut("h2")
+    code = _finish(process, log)
+    reaction = time.time() - cut
+    print(f"\nhorovod (static) rank host cut -> job ended with {code} after {reaction:.1f} s")
+    assert code != 0, _tail(log)
+    assert max(r["epoch"] for r in _records(epochs)) < 199, "the job must end early, not finish"
+
+
+def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path):
+    """`tfdist launch --backend horovod --elastic`: cut h2 -> training continues on h1 (size 1), every
+    epoch runs once; restore h2 -> it rejoins (size 2 again)."""
+    log = tmp_path / "job.log"
+    epochs_total = 40
+    argv = [sys.executable, "-m", "tfdist", "launch", *readme_launch_options("--elastic"),
+            "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--",
+            sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--epochs", str(epochs_total),
+            "--epoch-seconds", "1.5"]
+    process = _start(lab, argv, log)
+    epochs = tmp_path / "epochs.jsonl"
+
+    def last_epoch() -> int:
+        return max((r["epoch"] for r in _records(epochs)), default=-1)
+
+    _wait_for(lambda: any(r["host"] == "h2" and r["size"] == 2 for r in _records(epochs)), process, log,
+              "an epoch on h1 and h2")
+    cut_epoch = last_epoch()
+    cut = time.time()
+    lab.cut("h2")
+    shrunk = _wait_for(lambda: any(r["size"] == 1 and r["epoch"] > cut_epoch for r in _records(epochs)), process,
+                       log, "an epoch on h1 alone")
+    assert last_epoch() < epochs_total - 8, "too few epochs left to see h2 rejoin; raise epochs_total"
+    restore_epoch = last_epoch()
+    restored = time.time()
+    lab.restore("h2")
+    grown = _wait_for(lambda: any(r["size"] == 2 and r["host"] == "h2" and r["epoch"] > restore_epoch
+                                  for r in _records(epochs)), process, log, "an epoch with h2 back")
+    code = _finish(process, log)
+    print(f"\nelastic horovod: h2 cut -> first epoch on h1 alone after {shrunk - cut:.1f} s; "
+          f"h2 restored -> first epoch with h2 again after {grown - restored:.1f} s")
+    assert code == 0, _tail(log)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["epoch"] == list(range(epochs_total)), "every epoch once in the History"
+    assert len(result["history"]["loss"]) == epochs_total
+    sizes = result["sizes"]
+    assert sizes[0] == 2 and 1 in sizes and sizes[-1] == 2, sizes
+    on_rank0 = [r["epoch"] for r in _records(epochs) if r["rank"] == 0]
+    assert sorted(on_rank0) == list(range(epochs_total)), "rank 0 finished every epoch exactly once"
+    assert result["history"]["loss"][-1] < result["history"]["loss"][0]

@@ -1,0 +1,178 @@
+"""The ``horovodrun`` command of an elastic job, and the host discovery script it polls.
+
+Elastic Horovod learns which hosts it may use by running a *host discovery script* every second
+on the launching host; the script prints one ``host:slots`` line per usable host. tfdist writes
+one that prints each host of ``--hosts`` whose ssh port accepts a TCP connection right now:
+
+* a TCP connect (bounded by ``PROBE_TIMEOUT`` seconds, all hosts in parallel) rather than
+  ``ssh host true``: Horovod runs the script every second, and an ssh login per host per second
+  (key exchange, a remote shell) would cost far more than the probe, on the launcher and on every
+  host; a host whose link is down or whose machine is gone stops accepting connections at once,
+  which is what the script must see. Horovod itself then logs in over ssh to start ranks, so a
+  host that accepts TCP but refuses the login fails there, loudly, and is blacklisted.
+* the script is plain Python run by the same interpreter (no shell features, no ``nc``), and
+  exits 0 even when no host answers (an empty list means "wait for hosts"; a non-zero exit at the
+  first poll would end the job).
+
+    argv = elastic_horovodrun_command(["python", "train.py"], "h1:1,h2:1", min_np=1, max_np=2,
+                                      np=None, workdir=Path("run"), ssh_port=22)
+    subprocess.run(argv)
+
+Horovod's driver waits for every rank it started to report before it re-forms the job, and it
+learns that a rank on a host whose link died only when that rank's ``ssh`` session ends. An ssh
+client with no keepalives waits for a dead link forever, so the job would hang instead of going on
+with the hosts it has. The argv therefore runs ``horovodrun`` with ``WORKDIR/bin`` first on PATH,
+where an ``ssh`` wrapper adds ``-o ServerAliveInterval=SSH_ALIVE_INTERVAL -o
+ServerAliveCountMax=SSH_ALIVE_COUNT``: a session over a dead link ends within about 10 s.
+
+A host the driver saw fail (its rank exited non-zero, or its ssh session died with its link) is
+blacklisted; ``--blacklist-cooldown-range`` lets it back after a cool-down, so a host whose link
+comes back rejoins the job (``BLACKLIST_COOLDOWN`` seconds by default, doubling on each failure).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import stat
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tfdist.errors import with_fix
+from tfdist.launch.plan import LaunchError, find_horovodrun
+
+DISCOVERY_SCRIPT = "discover_hosts.py"
+PROBE_TIMEOUT = 1.0  # seconds per TCP probe; Horovod polls the script every second
+DEFAULT_SSH_PORT = 22
+SSH_ALIVE_INTERVAL, SSH_ALIVE_COUNT = 3, 3  # an ssh session over a dead link ends after ~9-12 s
+#: (min, max) seconds a failed host stays out before it may rejoin (Horovod doubles it per failure).
+BLACKLIST_COOLDOWN = (2, 60)
+
+_SCRIPT = '''#!{python}
+"""Host discovery for an elastic Horovod job, written by tfdist (tfdist.launch.elastic).
+
+Prints `host:slots` for each host whose ssh port accepts a TCP connection now."""
+import socket
+import sys
+import threading
+
+HOSTS = {hosts!r}
+PORT = {port!r}
+TIMEOUT = {timeout!r}
+up = {{}}
+
+
+def probe(host):
+    try:
+        socket.create_connection((host, PORT), timeout=TIMEOUT).close()
+        up[host] = True
+    except OSError:
+        up[host] = False
+
+
+threads = [threading.Thread(target=probe, args=(host,), daemon=True) for host, _ in HOSTS]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(TIMEOUT + 1)
+sys.stdout.write("".join(f"{{host}}:{{slots}}\\n" for host, slots in HOSTS if up.get(host)))
+'''
+
+
+def parse_hosts(hosts: str) -> list[tuple[str, int]]:
+    """``"h1:2,h2:1"`` as ``[("h1", 2), ("h2", 1)]``; a host without ``:slots`` has one slot."""
+    parsed: list[tuple[str, int]] = []
+    for item in (hosts or "").split(","):
+        name, _, slots = item.strip().partition(":")
+        if not name or (slots and not slots.isdigit()) or (slots and int(slots) < 1) or any(
+                c.isspace() for c in name):
+            raise LaunchError(with_fix(f"--hosts {hosts!r}: {item.strip()!r} is not HOST or HOST:SLOTS",
+                                       "pass e.g. --hosts h1:1,h2:1 (slots: processes per host, 1 or more)"))
+        if name in (seen[0] for seen in parsed):
+            raise LaunchError(with_fix(f"--hosts {hosts!r} names {name!r} twice",
+                                       f"name each host once, with its slots: {name}:N"))
+        parsed.append((name, int(slots) if slots else 1))
+    return parsed
+
+
+def write_discovery_script(workdir: Path, hosts: Sequence[tuple[str, int]], ssh_port: int,
+                           python: str | None = None, timeout: float = PROBE_TIMEOUT) -> Path:
+    """Write the executable discovery script into ``workdir`` and return its path."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / DISCOVERY_SCRIPT
+    text = _SCRIPT.format(python=python or sys.executable, hosts=[tuple(h) for h in hosts], port=int(ssh_port),
+                          timeout=float(timeout))
+    partial = path.with_suffix(".tmp")
+    partial.write_text(text)
+    partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.replace(partial, path)  # horovodrun may already be polling an older one
+    return path
+
+
+def write_ssh_wrapper(workdir: Path, ssh: str) -> Path:
+    """``WORKDIR/bin/ssh``: ``ssh`` with keepalives (see the module docstring); returns its directory."""
+    bindir = Path(workdir) / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    wrapper = bindir / "ssh"
+    partial = bindir / "ssh.tmp"
+    partial.write_text("#!/bin/sh\n# written by tfdist (tfdist.launch.elastic): a dead link ends the session\n"
+                       f"exec {shlex.quote(ssh)} -o ServerAliveInterval={SSH_ALIVE_INTERVAL} "
+                       f"-o ServerAliveCountMax={SSH_ALIVE_COUNT} \"$@\"\n")
+    partial.chmod(0o755)
+    os.replace(partial, wrapper)
+    return bindir
+
+
+def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, max_np: int | None,
+                               np: int | None, workdir: Path, ssh_port: int | None = None,
+                               ssh_identity_file: str | None = None, horovodrun: str | None = None,
+                               blacklist_cooldown: tuple[int, int] | None = BLACKLIST_COOLDOWN,
+                               path: str | None = None) -> list[str]:
+    """The ``horovodrun`` argv of an elastic Gloo job over ``hosts`` (``"h1:1,h2:1"``), after
+    writing its host discovery script into ``workdir``.
+
+    ``np`` (start size) defaults to ``max_np`` if given, else every slot of ``hosts``; training goes
+    on while at least ``min_np`` ranks remain. ``blacklist_cooldown`` (see the module docstring)
+    is passed as ``--blacklist-cooldown-range``; ``None`` keeps Horovod's default (a failed host
+    never comes back). ``path`` is the PATH horovodrun would otherwise get (default: this
+    process's); the argv starts with ``env PATH=WORKDIR/bin:PATH`` for the ssh wrapper.
+    """
+    if not command:
+        raise LaunchError(with_fix("no command to launch",
+                                   "`tfdist launch --backend horovod --elastic --min-np 1 --hosts h1:1,h2:1 "
+                                   "-- python train.py`"))
+    parsed = parse_hosts(hosts)
+    slots = sum(count for _, count in parsed)
+    if isinstance(min_np, bool) or not isinstance(min_np, int) or min_np < 1:
+        raise LaunchError(with_fix(f"--min-np is {min_np!r}", "pass --min-np 1 or more"))
+    if max_np is not None and (isinstance(max_np, bool) or not isinstance(max_np, int) or max_np < min_np):
+        raise LaunchError(with_fix(f"--max-np is {max_np!r}, below --min-np {min_np}",
+                                   f"pass --max-np {min_np} or more, or leave it out (no upper bound)"))
+    if min_np > slots:
+        raise LaunchError(with_fix(f"--min-np {min_np} needs more slots than --hosts {hosts!r} has ({slots})",
+                                   f"pass --min-np {slots} or less, or add hosts"))
+    start = np if np is not None else min(max_np or slots, slots)
+    if isinstance(start, bool) or not isinstance(start, int) or not min_np <= start <= (max_np or start):
+        raise LaunchError(with_fix(f"-np {np!r} is outside --min-np {min_np} .. --max-np {max_np}",
+                                   "pass -np between them, or leave it out (the job starts with as many as fit)"))
+    port = DEFAULT_SSH_PORT if ssh_port is None else int(ssh_port)
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    ssh = shutil.which("ssh", path=path)
+    if ssh is None:
+        raise LaunchError(with_fix(f"no `ssh` on PATH ({path}); horovodrun starts every rank over ssh",
+                                   "install openssh-client (Debian: apt-get install openssh-client)"))
+    script = write_discovery_script(Path(workdir), parsed, port)
+    bindir = write_ssh_wrapper(Path(workdir), ssh)
+    argv = ["env", f"PATH={bindir}{os.pathsep}{path}", horovodrun or find_horovodrun() or "horovodrun", "--gloo", "-np", str(start), "--min-np", str(min_np)]
+    if max_np is not None:
+        argv += ["--max-np", str(max_np)]
+    argv += ["--host-discovery-script", str(script)]
+    if blacklist_cooldown is not None:
+        low, high = blacklist_cooldown
+        argv += ["--blacklist-cooldown-range", str(int(low)), str(int(high))]
+    if ssh_port is not None:
+        argv += ["-p", str(port)]
+    if ssh_identity_file is not None:
+        argv += ["-i", str(ssh_identity_file)]
+    return [*argv, *command]
