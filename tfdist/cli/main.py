@@ -14,6 +14,7 @@ from tfdist.version import __version__
 
 # command name -> "module:attribute" of its click command
 _COMMANDS = {
+    "advise": "tfdist.cli.advise:advise",
     "env": "tfdist.cli.env:env",
     "tf-config": "tfdist.cli.tf_config:tf_config",
     "launch": "tfdist.cli.launch:launch",

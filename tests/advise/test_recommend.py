@@ -1,0 +1,101 @@
+"""The recommendation (tfdist/advise/recommend.py): it picks the side the lab measured in each regime,
+and says what argues the other way.
+
+The lab (issue 11): 2 workers on namespace hosts, 1 ps on a third, batch 64; the benchmarks' MLPs
+(benchmarks/workload.py): small 784-512-512-10 = 669,706 params, large 784-2048-2048-10 =
+5,824,522 params. Compute per step from the loopback benchmark (README: Horovod 10,100 and 1,596
+examples/s at 128 examples per step, i.e. ~12.7 and ~80 ms a step with communication): 10 and 70 ms.
+Measured: identical workers -> Horovod faster at every rate; one worker at 25 % of a core -> parameter
+servers faster (2.0x small, 1.6x large). The direction is checked, not the ratios.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tfdist.advise import Cluster, Workload, advise, parse_rate
+from tfdist.advise.recommend import BACKENDS
+
+MLPS = {"small": (669_706, 10.0), "large": (5_824_522, 70.0)}
+UNLIMITED = "10gbit"  # veth between namespaces
+
+
+def lab(model: str, rate: str, speeds=(1.0, 1.0), ps: int = 1):
+    params, step_ms = MLPS[model]
+    return advise(Cluster(workers=2, speeds=speeds, ps=ps, bandwidths=(parse_rate(rate),)),
+                  Workload(params=params, batch_size=64, step_ms=step_ms))
+
+
+@pytest.mark.parametrize("model", sorted(MLPS))
+@pytest.mark.parametrize("rate", [UNLIMITED, "1gbit", "200mbit", "50mbit"])
+def test_identical_workers_horovod_at_every_link_rate(model, rate):
+    advice = lab(model, rate)
+    assert advice.recommended == "horovod"
+    plain, ps = advice.predictions["horovod"], advice.predictions["parameter_server"]
+    assert plain.examples_per_second > 1.2 * ps.examples_per_second  # measured 1.5x to 3.6x
+    assert "parameter_server goes on without it" in " ".join(advice.reasons)  # the fault-tolerance side
+
+
+def test_the_gap_widens_as_the_link_narrows():
+    for model in MLPS:
+        ratios = [lab(model, rate).predictions["horovod"].examples_per_second
+                  / lab(model, rate).predictions["parameter_server"].examples_per_second
+                  for rate in (UNLIMITED, "1gbit", "50mbit")]
+        assert ratios == sorted(ratios), (model, ratios)
+
+
+@pytest.mark.parametrize("model", sorted(MLPS))
+def test_one_worker_at_a_quarter_speed_parameter_servers(model):
+    advice = lab(model, UNLIMITED, speeds=(1.0, 0.25))
+    assert advice.recommended == "parameter_server"
+    ratio = (advice.predictions["parameter_server"].examples_per_second
+             / advice.predictions["horovod"].examples_per_second)
+    assert ratio > 1.2  # measured 2.0x (small) and 1.6x (large)
+    text = " ".join(advice.reasons)
+    assert "more epochs" in text and "not necessarily less time to accuracy" in text
+    assert "fault tolerance agrees" in text
+    horovod = advice.predictions["horovod"]
+    assert horovod.waiting_ms == pytest.approx(3 * MLPS[model][1])  # t/0.25 - t per step
+    assert horovod.bottleneck == "slowest worker"
+
+
+def test_the_deciding_reason_comes_first_and_names_the_ratio():
+    advice = lab("small", "1gbit")
+    assert advice.reasons[0].startswith(f"{advice.variant} is predicted fastest:")
+    assert "x parameter_server" in advice.reasons[0]
+    assert any(r.startswith("parameter_server is limited by each ps host's link") for r in advice.reasons)
+
+
+def test_close_calls_say_so():
+    close = lab("small", UNLIMITED, speeds=(1.0, 0.45))  # ring and ps within a few %: the flip point
+    assert any("inside this model's error: measure both" in r for r in close.reasons)
+    clear = lab("small", "50mbit")
+    assert not any("inside this model's error" in r for r in clear.reasons)
+
+
+def test_the_answer_flips_as_the_slow_worker_slows():
+    picks = [lab("small", UNLIMITED, speeds=(1.0, s)).recommended for s in (1.0, 0.6, 0.45, 0.4, 0.25, 0.1)]
+    assert picks == ["horovod"] * 3 + ["parameter_server"] * 3
+
+
+def test_without_ps_tasks_parameter_servers_are_left_out_and_said_so():
+    advice = lab("small", "1gbit", ps=0)
+    assert "parameter_server" not in advice.predictions
+    assert any("--ps 1" in r for r in advice.reasons)
+    assert any("elastic Horovod" in r for r in advice.reasons)
+
+
+def test_json_shape():
+    data = lab("large", "50mbit").as_dict()
+    assert data["recommended"] in BACKENDS
+    assert set(data) >= {"recommended", "strategies", "reasons"}
+    for figures in data["strategies"].values():
+        assert {"step_ms", "examples_per_second", "scaling_efficiency"} <= set(figures)
+        assert all(isinstance(figures[k], float)
+                   for k in ("step_ms", "examples_per_second", "scaling_efficiency"))
+    assert all(isinstance(r, str) and r for r in data["reasons"])
+
+
+def test_fp16_is_recommended_with_its_flag_on_a_slow_link():
+    advice = lab("large", "50mbit")
+    assert advice.variant == "horovod_fp16"
+    assert any("compression='fp16'" in r for r in advice.reasons)

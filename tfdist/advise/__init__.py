@@ -1,0 +1,23 @@
+"""Which strategy for this cluster? A cost model of Horovod, parameter servers and MultiWorkerMirrored.
+
+Pure Python (no TensorFlow): describe the cluster and the workload, get predicted step times,
+examples/s and scaling efficiency per strategy, and a recommendation with its reasons.
+
+    from tfdist.advise import Cluster, Workload, advise, parse_rate
+    cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=1, bandwidths=(parse_rate("1gbit"),))
+    workload = Workload(params=669_706, batch_size=64, step_ms=10.0)
+    advice = advise(cluster, workload)
+    advice.recommended, advice.reasons
+
+The model, its equations and its assumptions: :mod:`tfdist.advise.cost` and docs/advise.md.
+"""
+from __future__ import annotations
+
+from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.cost import Prediction, predict_all
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.recommend import BACKENDS, Advice, advise
+from tfdist.advise.units import format_bytes, format_rate, parse_count, parse_rate
+
+__all__ = ["BACKENDS", "Advice", "AdviseError", "Cluster", "Prediction", "Workload", "advise", "format_bytes",
+           "format_rate", "parse_count", "parse_rate", "predict_all"]

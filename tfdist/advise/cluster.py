@@ -1,0 +1,156 @@
+"""What the cost model is told: the cluster (workers, their speeds, ps tasks, links) and the workload.
+
+Frozen dataclasses, validated on construction; rates are bytes/s (:func:`tfdist.advise.units.parse_rate`
+turns ``1gbit`` into one), times are milliseconds in :class:`Workload` and seconds in :class:`Cluster`.
+
+    cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=1, bandwidths=(125e6,))
+    workload = Workload(params=669_706, batch_size=64, step_ms=10.0)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfdist.advise.errors import AdviseError
+from tfdist.errors import with_fix
+
+PS_PLACEMENTS = ("separate", "colocated")
+#: Default rate between workers of one host (bytes/s): 80 Gbit/s, about a PCIe 3.0 x16 link or shared
+#: memory between processes; faster than any network link the advisor is meant for.
+DEFAULT_INTRA_HOST_BANDWIDTH = 80e9 / 8
+#: Default one-way latency of a network message (seconds): 0.1 ms, a LAN switch hop plus TCP stacks.
+DEFAULT_LATENCY_S = 1e-4
+MAX_WORKERS = 100_000
+_MAX_SPEED_RATIO = 1e6
+
+
+def _positive(value: float, field: str, fix: str) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        raise AdviseError(with_fix(f"`{field}` must be a positive finite number, got {value!r}", fix), field)
+
+
+def _whole(value: int, field: str, low: int, high: int, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise AdviseError(with_fix(f"`{field}` must be a whole number from {low} to {high}, got {value!r}",
+                                   fix), field)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """The model and its step on one worker.
+
+    params: parameter count (``model.count_params()``); dtype_bytes: bytes per parameter (4: float32).
+    batch_size: examples per step per worker. step_ms: compute time of one step at that batch on a
+    worker of speed 1 (forward, backward and update, without any communication).
+    overlap: share of the communication that can run while the worker computes (0 to 1).
+    """
+
+    params: int
+    batch_size: int
+    step_ms: float
+    dtype_bytes: int = 4
+    overlap: float = 0.0
+
+    def __post_init__(self) -> None:
+        _whole(self.params, "params", 1, 10**13, "give the model's parameter count, e.g. 669706")
+        _whole(self.batch_size, "batch_size", 1, 10**9, "give the examples per step per worker, e.g. 64")
+        _whole(self.dtype_bytes, "dtype_bytes", 1, 16, "4 for float32, 2 for float16/bfloat16")
+        _positive(self.step_ms, "step_ms", "time a step on one worker, e.g. 10 (milliseconds)")
+        if (isinstance(self.overlap, bool) or not isinstance(self.overlap, (int, float))
+                or not 0 <= self.overlap <= 1):
+            raise AdviseError(with_fix(f"`overlap` must be from 0 to 1, got {self.overlap!r}",
+                                       "0: no communication hidden behind compute; 0.5: half of it"),
+                              "overlap")
+
+    @property
+    def model_bytes(self) -> int:
+        """M: bytes of the parameters, also the bytes of one gradient."""
+        return self.params * self.dtype_bytes
+
+    @property
+    def step_s(self) -> float:
+        return self.step_ms / 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Workers, their relative speeds, ps tasks, and the links.
+
+    workers: N. speeds: one per worker, relative (2 = twice as fast as the workload's ``step_ms``);
+    empty means all 1. workers_per_host: G workers (GPUs) share a host and its link; hosts are
+    filled in order, H = ceil(N / G). ps: P parameter-server tasks, variables sharded evenly across
+    them. ps_placement: ``separate`` (each ps on a host of its own, as in the network lab) or
+    ``colocated`` (ps j on worker host j mod H, sharing its link). bandwidths: each worker host's
+    link rate (bytes/s, both directions), one value for all or one per host. ps_bandwidth: each
+    separate ps host's link (default: the slowest worker link). latency_s: one-way latency of a
+    network message. intra_host_bandwidth: between workers of one host.
+    """
+
+    workers: int
+    bandwidths: tuple[float, ...]
+    speeds: tuple[float, ...] = ()
+    workers_per_host: int = 1
+    ps: int = 0
+    ps_placement: str = "separate"
+    ps_bandwidth: float | None = None
+    latency_s: float = DEFAULT_LATENCY_S
+    intra_host_bandwidth: float = DEFAULT_INTRA_HOST_BANDWIDTH
+
+    def __post_init__(self) -> None:
+        _whole(self.workers, "workers", 1, MAX_WORKERS, "give the number of workers, e.g. 2")
+        _whole(self.workers_per_host, "workers_per_host", 1, MAX_WORKERS, "e.g. 4 GPUs per host, or 1")
+        _whole(self.ps, "ps", 0, MAX_WORKERS, "give the number of ps tasks, e.g. 1 (0: no parameter server)")
+        speeds = tuple(self.speeds) or (1.0,) * self.workers
+        if len(speeds) != self.workers:
+            raise AdviseError(with_fix(f"`speeds` has {len(speeds)} value(s) for {self.workers} worker(s)",
+                                       f"give one speed per worker ({self.workers}), e.g. "
+                                       f"{','.join(['1'] * max(1, self.workers - 1) + ['0.25'])}"), "speeds")
+        for speed in speeds:
+            _positive(speed, "speeds", "each speed is > 0: 1 is the speed step_ms was timed at, 0.25 a "
+                      "quarter of it")
+        if max(speeds) / min(speeds) > _MAX_SPEED_RATIO:
+            raise AdviseError(with_fix(f"`speeds` span more than {_MAX_SPEED_RATIO:.0e}x: {min(speeds)!r} "
+                                       f"to {max(speeds)!r}", "drop the stalled worker from the cluster"),
+                              "speeds")
+        object.__setattr__(self, "speeds", tuple(float(s) for s in speeds))
+        if self.ps_placement not in PS_PLACEMENTS:
+            raise AdviseError(with_fix(f"`ps_placement` must be one of {PS_PLACEMENTS}, got "
+                                       f"{self.ps_placement!r}",
+                                       "separate: ps tasks on their own hosts; colocated: on worker hosts"),
+                              "ps_placement")
+        bandwidths = tuple(self.bandwidths)
+        if len(bandwidths) == 1:
+            bandwidths *= self.hosts
+        if len(bandwidths) != self.hosts:
+            raise AdviseError(with_fix(f"`bandwidths` has {len(bandwidths)} rate(s) for {self.hosts} worker "
+                                       f"host(s)", "give one rate for all hosts, or one per worker host"),
+                              "bandwidths")
+        for rate in bandwidths:
+            _positive(rate, "bandwidths", "give the link rate in bytes/s, e.g. parse_rate('1gbit')")
+        object.__setattr__(self, "bandwidths", tuple(float(b) for b in bandwidths))
+        if self.ps_bandwidth is None:
+            object.__setattr__(self, "ps_bandwidth", min(bandwidths))
+        _positive(self.ps_bandwidth, "ps_bandwidth", "give the ps hosts' link rate in bytes/s")
+        _positive(self.intra_host_bandwidth, "intra_host_bandwidth", "e.g. parse_rate('80gbit')")
+        if (isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float))
+                or not math.isfinite(self.latency_s) or not 0 <= self.latency_s <= 10):
+            raise AdviseError(with_fix(f"`latency_s` must be from 0 to 10 seconds, got {self.latency_s!r}",
+                                       "give the one-way latency, e.g. 0.0001 (0.1 ms)"), "latency_s")
+
+    @property
+    def hosts(self) -> int:
+        """H: worker hosts (ps hosts of a ``separate`` placement not counted)."""
+        return -(-self.workers // self.workers_per_host)
+
+    def host_of(self, worker: int) -> int:
+        return worker // self.workers_per_host
+
+    def workers_on(self, host: int) -> range:
+        return range(host * self.workers_per_host, min(self.workers, (host + 1) * self.workers_per_host))
+
+    def ps_on(self, host: int) -> int:
+        """How many ps tasks share worker host ``host`` (0 unless colocated)."""
+        if self.ps_placement != "colocated":
+            return 0
+        return sum(1 for j in range(self.ps) if j % self.hosts == host)

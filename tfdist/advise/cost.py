@@ -1,0 +1,296 @@
+"""The cost model: predicted step time, examples/s and scaling efficiency of each strategy.
+
+An α–β model (latency α per message, 1/β the link rate) of one training step; docs/advise.md has the
+equations and a worked example. Notation: N workers, G per host, H = ceil(N/G) hosts, M bytes of
+parameters (= bytes of one gradient), B_h the link rate of host h, b the batch per worker, t_i the
+compute time of worker i (``step_ms / speed_i``), o the overlap share.
+
+Assumptions, stated once:
+
+* Links are full duplex (a ring sends and receives at once); a link's rate is the same both ways.
+  Compute is not slowed by communication (no CPU contention: on a machine where workers share
+  cores, measure ``step_ms`` under that load).
+* **Overlap**: up to ``o`` of a step's communication runs during the backward pass; what can be
+  hidden is at most the compute time: ``exposed = comm - min(o * comm, t)``.
+* **Horovod ring-allreduce** (synchronous): every step waits for the slowest worker:
+  ``step = max_i t_i + exposed(ring) + HOROVOD_CYCLE_S`` with
+  ``ring = k * 2(N-1) α + 2(N-1)/N * M / B_min``, k = ceil(M / HOROVOD_FUSION_BYTES) fused
+  allreduces, B_min the slowest link of the ring (the host links if H > 1, the intra-host rate
+  if G > 1). Every ring step pays the network α (the ring moves at its slowest edge).
+  *fp16 compression*: 2 bytes a parameter on the wire (M/2 for float32; for dtype_bytes > 2) plus a
+  cast of M bytes at FP16_CAST_BYTES_PER_S. *Hierarchical* (``HOROVOD_HIERARCHICAL_ALLREDUCE=1``,
+  H > 1 and G > 1): reduce-scatter and all-gather inside each host (``2(G-1)/G * M / B_intra``,
+  intra-host latency taken as 0) then a ring among the H hosts, whose G concurrent chunks share
+  each host's link (``k * 2(H-1) α + 2(H-1)/H * M / B_min``); the phases run one after the other.
+* **MultiWorkerMirrored**: the same flat ring through TensorFlow's CollectiveAllReduce (RING over
+  gRPC) at MWMS_BANDWIDTH_FACTOR of the link rate plus MWMS_STEP_OVERHEAD_S per step, and no
+  overlap (Keras reduces all gradients together after the backward pass). Both constants are
+  assumptions to calibrate with the lab benchmark (issue 11 §4).
+* **ParameterServerStrategy** (asynchronous): P ps tasks hold even shards of the variables (M/P
+  each; tfdist's ``shards=P`` or ``min_shard_bytes`` with ``max_shards=P`` come close for large
+  variables; small variables are not split, so real shards are uneven). Each worker steps at its
+  own pace: ``step_i = t_i + exposed(2 M_i / B_h + 2α) + PS_DISPATCH_S + 2M / PS_SERIALIZE_BYTES_PER_S``,
+  M_i the bytes of the shards not on its own host: it pulls M_i and pushes M_i, one after the
+  other. Each ps link carries 2 M / P per worker step (pull and push counted together: the
+  conservative bound; the lab's 2.6-3.6x at 50 Mbit/s lies nearer it than the full-duplex 2x),
+  shared by every worker stepping concurrently; a ps colocated with workers shares their host's
+  link. A link that would carry more than its rate slows the workers that use it by one factor
+  until it fits (:func:`_share_links`). Throughput = sum of b / step_i.
+
+Scaling efficiency = examples/s / (N × b / t_fastest): against N ideal workers all as fast as the
+fastest one, with no communication; 1.0 is perfect scaling.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.units import format_bytes, format_rate
+from tfdist.errors import with_fix
+
+#: Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD default, 64 MiB): one allreduce per buffer.
+HOROVOD_FUSION_BYTES = 64 * 2**20
+#: Horovod's background cycle (HOROVOD_CYCLE_TIME default 1 ms): a step waits about one cycle.
+HOROVOD_CYCLE_S = 1e-3
+#: Rate of the float32 -> float16 -> float32 casts of fp16 compression (one memory pass each way).
+FP16_CAST_BYTES_PER_S = 5e9
+#: TensorFlow's RING collective over gRPC vs Horovod+Gloo: an assumed share of the link rate it reaches
+#: (serialisation through gRPC, no tensor fusion across steps); to be calibrated (issue 11 §4).
+MWMS_BANDWIDTH_FACTOR = 0.6
+#: MultiWorkerMirrored's per-step cost beyond the ring (collective launch, cross-worker barrier); assumed.
+MWMS_STEP_OVERHEAD_S = 2e-3
+#: The coordinator's dispatch of one step to a worker (a closure RPC) under ParameterServerStrategy,
+#: from the loopback benchmark (README: the ps path costs ~8 ms more per step than Horovod's on the
+#: small MLP).
+PS_DISPATCH_S = 5e-3
+#: gRPC (de)serialisation of pulled variables and pushed gradients, per byte; the loopback benchmark's
+#: growth of that extra cost with model size (small 2.7 MB vs large 23 MB MLP) puts it near 4 GB/s.
+PS_SERIALIZE_BYTES_PER_S = 4e9
+
+STRATEGY_NAMES = ("horovod", "horovod_fp16", "horovod_hierarchical", "parameter_server",
+                  "multi_worker_mirrored")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """One strategy's predicted figures.
+
+    step_ms: one step of one worker (synchronous strategies: all workers step together, b×N
+    examples; parameter servers: the mean of the workers' own steps, b examples each).
+    waiting_ms: per step, time a worker idles: for the slowest worker (synchronous, the fastest
+    worker's wait) or for a saturated link (parameter servers). communication_ms: transfer time per
+    step before overlap. bottleneck: ``compute``, ``slowest worker``, ``network`` or ``ps link``;
+    explanation: the same in words.
+    """
+
+    name: str
+    step_ms: float
+    examples_per_second: float
+    scaling_efficiency: float
+    waiting_ms: float
+    communication_ms: float
+    bottleneck: str
+    explanation: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"step_ms": round(self.step_ms, 4),
+                "examples_per_second": round(self.examples_per_second, 3),
+                "scaling_efficiency": round(self.scaling_efficiency, 5),
+                "waiting_ms": round(self.waiting_ms, 4),
+                "communication_ms": round(self.communication_ms, 4), "bottleneck": self.bottleneck,
+                "explanation": self.explanation}
+
+
+def ideal_examples_per_second(cluster: Cluster, workload: Workload) -> float:
+    """N workers at the fastest worker's speed, no communication: the denominator of efficiency."""
+    return cluster.workers * workload.batch_size * max(cluster.speeds) / workload.step_s
+
+
+def _exposed(comm: float, compute: float, overlap: float) -> float:
+    return comm - min(overlap * comm, compute)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+
+
+def _sync_prediction(name: str, cluster: Cluster, workload: Workload, comm: float, overhead: float,
+                     overlap: float, link_text: str, wire_bytes: float) -> Prediction:
+    computes = [workload.step_s / s for s in cluster.speeds]
+    slowest, fastest = max(computes), min(computes)
+    exposed = _exposed(comm, slowest, overlap)
+    step = slowest + exposed + overhead
+    examples = cluster.workers * workload.batch_size / step
+    waiting = slowest - fastest
+    if cluster.workers == 1:
+        bottleneck, text = "compute", "compute (one worker: nothing to communicate)"
+    elif exposed > slowest:
+        bottleneck = "network"
+        text = (f"the network: the ring moves {format_bytes(wire_bytes)} per worker per step over "
+                f"{link_text}, {_ms(exposed)} of the {_ms(step)} step after overlap")
+    else:
+        bottleneck = "slowest worker" if waiting > exposed else "compute"
+        text = (f"compute: the slowest worker computes {_ms(slowest)} of the {_ms(step)} step; the ring adds "
+                f"{_ms(exposed)} after overlap")
+    if waiting > 0:
+        text += (f"; every step waits for the slowest worker (speed {min(cluster.speeds):g}): the fastest "
+                 f"idles {_ms(waiting)}")
+    return Prediction(name, step * 1000, examples, examples / ideal_examples_per_second(cluster, workload),
+                      waiting * 1000, comm * 1000, bottleneck, text)
+
+
+def _ring_link(cluster: Cluster) -> tuple[float, str]:
+    """The slowest link of a flat ring over all workers, and its description."""
+    rates = []
+    if cluster.hosts > 1:
+        rates.append((min(cluster.bandwidths), "the slowest host link"))
+    if cluster.workers_per_host > 1:
+        rates.append((cluster.intra_host_bandwidth, "the links inside a host"))
+    rate, what = min(rates)
+    return rate, f"{what} ({format_rate(rate)})"
+
+
+def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
+            hierarchical: bool = False) -> Prediction:
+    """Horovod ring-allreduce, optionally with fp16 compression or hierarchical allreduce."""
+    n, m = cluster.workers, workload.model_bytes
+    wire = float(workload.params * 2 if compression == "fp16" and workload.dtype_bytes > 2 else m)
+    extra = m / FP16_CAST_BYTES_PER_S if compression == "fp16" else 0.0
+    name = "horovod_fp16" if compression == "fp16" else "horovod_hierarchical" if hierarchical else "horovod"
+    if n == 1:
+        return _sync_prediction(name, cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
+    rounds = max(1, math.ceil(wire / HOROVOD_FUSION_BYTES))
+    alpha = cluster.latency_s
+    if hierarchical and cluster.hosts > 1 and cluster.workers_per_host > 1:
+        g, h = cluster.workers_per_host, cluster.hosts
+        slowest = min(cluster.bandwidths)
+        comm = (2 * (g - 1) / g * wire / cluster.intra_host_bandwidth
+                + rounds * 2 * (h - 1) * alpha + 2 * (h - 1) / h * wire / slowest)
+        link_text = f"the slowest host link ({format_rate(slowest)}) among {h} hosts"
+        moved = 2 * (h - 1) / h * wire
+    else:
+        rate, link_text = _ring_link(cluster)
+        comm = rounds * 2 * (n - 1) * alpha + 2 * (n - 1) / n * wire / rate
+        moved = 2 * (n - 1) / n * wire
+    return _sync_prediction(name, cluster, workload, comm + extra, HOROVOD_CYCLE_S, workload.overlap,
+                            link_text, moved)
+
+
+def multi_worker_mirrored(cluster: Cluster, workload: Workload) -> Prediction:
+    """tf.distribute MultiWorkerMirroredStrategy: the flat ring at MWMS_BANDWIDTH_FACTOR, no overlap."""
+    n, m = cluster.workers, float(workload.model_bytes)
+    if n == 1:
+        return _sync_prediction("multi_worker_mirrored", cluster, workload, 0.0, 0.0, 0.0, "", 0.0)
+    rate, link_text = _ring_link(cluster)
+    comm = 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
+    return _sync_prediction("multi_worker_mirrored", cluster, workload, comm, MWMS_STEP_OVERHEAD_S, 0.0,
+                            link_text + f" at an assumed {MWMS_BANDWIDTH_FACTOR:g} of its rate through gRPC",
+                            2 * (n - 1) / n * m)
+
+
+def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
+    """tf.distribute ParameterServerStrategy with ``cluster.ps`` tasks (at least 1), asynchronous."""
+    if cluster.ps < 1:
+        raise _no_ps()
+    m, p = float(workload.model_bytes), cluster.ps
+    fixed = PS_DISPATCH_S + 2 * m / PS_SERIALIZE_BYTES_PER_S
+    steps, comms = [], []
+    for worker, speed in enumerate(cluster.speeds):
+        host = cluster.host_of(worker)
+        remote = m * (1 - cluster.ps_on(host) / p)
+        comm = (2 * remote / cluster.bandwidths[host] + 2 * cluster.latency_s) if remote > 0 else 0.0
+        compute = workload.step_s / speed
+        steps.append(compute + _exposed(comm, compute, workload.overlap) + fixed)
+        comms.append(comm)
+    own_rates = [1 / s for s in steps]
+    rates, worst_name, utilisation, capacity = _share_links(cluster, m, own_rates)
+    total_rate = sum(rates)
+    examples = workload.batch_size * total_rate
+    mean_step = sum(1 / r for r in rates) / len(rates)
+    waiting = max(0.0, mean_step - sum(steps) / len(steps))
+    mean_comm = sum(comms) / len(comms)
+    mean_compute = sum(workload.step_s / s for s in cluster.speeds) / cluster.workers
+    share = format_bytes(2 * m / p)
+    if utilisation > 1:
+        bottleneck = "ps link"
+        text = (f"{worst_name} ({format_rate(capacity)}): it carries {share} per worker step (pull "
+                f"and push of 1/{p} of {format_bytes(m)}) and saturates, so a worker waits "
+                f"{_ms(waiting)} per step for it on average")
+    elif mean_comm - min(workload.overlap * mean_comm, mean_compute) > mean_compute:
+        bottleneck = "network"
+        text = (f"the workers' links: each worker pulls and pushes {format_bytes(2 * m)} per step, "
+                f"{_ms(mean_comm)} of its {_ms(mean_step)} step; the busiest link is {utilisation:.0%} used")
+    else:
+        bottleneck = "compute"
+        text = (f"compute: a worker's step is {_ms(mean_step)} on average, of which compute "
+                f"{_ms(mean_compute)} and transfers {_ms(mean_comm)}; the busiest link is "
+                f"{utilisation:.0%} used")
+    if min(cluster.speeds) < max(cluster.speeds):
+        text += "; asynchronous: no worker waits for the slowest, each adds its own steps"
+    return Prediction("parameter_server", mean_step * 1000, examples,
+                      examples / ideal_examples_per_second(cluster, workload), waiting * 1000,
+                      mean_comm * 1000, bottleneck, text)
+
+
+def _ps_links(cluster: Cluster, m: float) -> dict[str, tuple[list[float], float]]:
+    """Each link's bytes per step of each worker, and its rate: {name: (bytes per worker step, rate)}."""
+    p, n = cluster.ps, cluster.workers
+    links: dict[str, tuple[list[float], float]] = {}
+    for host in range(cluster.hosts):
+        here = cluster.workers_on(host)
+        local_ps = cluster.ps_on(host)
+        per_worker = [2 * m * (1 - local_ps / p) if w in here else local_ps * 2 * m / p for w in range(n)]
+        name = (f"the link of worker host {host}, which also serves {local_ps} ps task(s)," if local_ps
+                else f"the link of worker host {host}")
+        links[name] = (per_worker, cluster.bandwidths[host])
+    if cluster.ps_placement == "separate":
+        links["each ps host's link"] = ([2 * m / p] * n, cluster.ps_bandwidth)  # the P ps hosts alike
+    return links
+
+
+def _share_links(cluster: Cluster, m: float, own_rates: list[float]) -> tuple[list[float], str, float, float]:
+    """The workers' step rates once no link carries more than its rate, with the busiest link at the
+    workers' own rates: (rates, its name, its utilisation, its rate).
+
+    The fullest link above its rate slows the workers that use it by the same factor, which leaves it
+    exactly full and no other link fuller; repeated until every link fits (at most once per link).
+    """
+    links = _ps_links(cluster, m)
+
+    def utilisation(rates: list[float], per_worker: list[float], rate: float) -> float:
+        return sum(b * r for b, r in zip(per_worker, rates)) / rate
+
+    first = {name: utilisation(own_rates, *link) for name, link in links.items()}
+    worst = max(first, key=first.__getitem__)
+    rates = list(own_rates)
+    for _ in range(len(links)):  # a link scaled to full only empties later, so one pass per link at most
+        name, u = max(((name, utilisation(rates, *links[name])) for name in links), key=lambda item: item[1])
+        if u <= 1 + 1e-9:  # full (a link scaled to full may read 1 + rounding)
+            break
+        rates = [r / u if b > 0 else r for r, b in zip(rates, links[name][0])]
+    return rates, worst, first[worst], links[worst][1]
+
+
+def _no_ps() -> AdviseError:
+    return AdviseError(with_fix("the parameter-server prediction needs at least one ps task, `ps` is 0",
+                                "set ps=1 or more"), "ps")
+
+
+def predict_all(cluster: Cluster, workload: Workload) -> dict[str, Prediction]:
+    """Every strategy that applies to the cluster, by name (a subset of STRATEGY_NAMES, in that order).
+
+    ``horovod_fp16`` needs dtype_bytes > 2; ``horovod_hierarchical`` needs several hosts with several
+    workers each; ``parameter_server`` needs ps >= 1.
+    """
+    found = {"horovod": horovod(cluster, workload)}
+    if workload.dtype_bytes > 2 and cluster.workers > 1:
+        found["horovod_fp16"] = horovod(cluster, workload, compression="fp16")
+    if cluster.hosts > 1 and cluster.workers_per_host > 1:
+        found["horovod_hierarchical"] = horovod(cluster, workload, hierarchical=True)
+    if cluster.ps >= 1:
+        found["parameter_server"] = parameter_server(cluster, workload)
+    found["multi_worker_mirrored"] = multi_worker_mirrored(cluster, workload)
+    return found

@@ -1,0 +1,122 @@
+"""The recommendation: the backend with the most examples/s, with reasons a person can check.
+
+Throughput decides, and the reasons say what argues the other way: fault tolerance (a
+parameter-server job survives losing a worker, a plain allreduce job does not, elastic Horovod
+does), asynchronous updates that may need more epochs to reach a target accuracy (so examples/s
+alone never claims "faster to accuracy"), and a margin inside the model's error.
+
+    advice = advise(cluster, workload)
+    print(advice.recommended)          # "horovod" | "parameter_server" | "multi_worker_mirrored"
+    for reason in advice.reasons: print("-", reason)
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.cost import Prediction, predict_all
+
+#: The backends a recommendation names (tfdist's strategy and launcher names).
+BACKENDS = ("horovod", "parameter_server", "multi_worker_mirrored")
+#: Below this ratio between the two best backends the difference is inside the model's error.
+CLOSE_RATIO = 1.15
+
+
+def backend_of(name: str) -> str:
+    """The backend a strategy variant belongs to: ``horovod_fp16`` -> ``horovod``."""
+    return "horovod" if name.startswith("horovod") else name
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+    """recommended: one of BACKENDS; variant: the winning entry of ``predictions`` (e.g.
+    ``horovod_fp16``); reasons: sentences, the deciding one first."""
+
+    recommended: str
+    variant: str
+    predictions: dict[str, Prediction]
+    reasons: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``--json`` object: recommended, variant, strategies {name: figures}, reasons."""
+        return {"recommended": self.recommended, "variant": self.variant,
+                "strategies": {name: p.as_dict() for name, p in self.predictions.items()},
+                "reasons": list(self.reasons)}
+
+
+def _best_of(predictions: dict[str, Prediction], backend: str) -> Prediction | None:
+    candidates = [p for name, p in predictions.items() if backend_of(name) == backend]
+    return max(candidates, key=lambda p: p.examples_per_second, default=None)
+
+
+def _fmt(examples: float) -> str:
+    return f"{examples:,.0f} examples/s" if examples >= 100 else f"{examples:.3g} examples/s"
+
+
+def advise(cluster: Cluster, workload: Workload) -> Advice:
+    """Predict every strategy and recommend the one with the most examples/s, with reasons."""
+    predictions = predict_all(cluster, workload)
+    best = max(predictions.values(), key=lambda p: p.examples_per_second)
+    recommended = backend_of(best.name)
+    others = {b: p for b in BACKENDS if b != recommended
+              for p in [_best_of(predictions, b)] if p is not None}
+    # the contrast: parameter servers against allreduce, else the best other backend
+    contrast = others.get("parameter_server") or max(others.values(), key=lambda p: p.examples_per_second,
+                                                        default=None)
+    reasons = []
+    comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
+                            f"({_fmt(p.examples_per_second)})" for p in others.values())
+    reasons.append(f"{best.name} is predicted fastest: {_fmt(best.examples_per_second)}"
+                   + (f", {comparisons}" if comparisons else ""))
+    reasons.append(f"{best.name} is limited by {best.explanation}")
+    if contrast is not None:
+        reasons.append(f"{contrast.name} is limited by {contrast.explanation}")
+        if best.examples_per_second < CLOSE_RATIO * contrast.examples_per_second:
+            reasons.append(f"{best.name} and {contrast.name} are within {CLOSE_RATIO - 1:.0%}, inside this "
+                           "model's error: measure both on the cluster before deciding")
+    if "parameter_server" not in predictions:
+        reasons.append("parameter_server was not considered: no ps task (give --ps 1 or more to compare it)")
+    reasons += _variant_hints(best, predictions)
+    reasons += _caveats(recommended, predictions, cluster)
+    return Advice(recommended, best.name, predictions, tuple(reasons))
+
+
+def _variant_hints(best: Prediction, predictions: dict[str, Prediction]) -> list[str]:
+    hints = []
+    plain = predictions["horovod"]
+    if best.name == "horovod_fp16":
+        gain = best.examples_per_second / plain.examples_per_second
+        hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): half the bytes "
+                     f"on the wire, {gain:.2f}x plain horovod; gradients are rounded to float16 for the "
+                     "allreduce")
+    elif best.name == "horovod_hierarchical":
+        hints.append(f"set HOROVOD_HIERARCHICAL_ALLREDUCE=1: "
+                     f"{best.examples_per_second / plain.examples_per_second:.2f}x the flat ring (fewer "
+                     "latency-bound steps across hosts)")
+    return hints
+
+
+def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Cluster) -> list[str]:
+    caveats = []
+    ps = predictions.get("parameter_server")
+    if recommended == "parameter_server":
+        caveats.append("asynchronous updates: each worker's gradients apply to weights others have moved "
+                       "since, so reaching a target accuracy can take more epochs than synchronous training; "
+                       "more examples/s is not necessarily less time to accuracy: check time to accuracy on "
+                       "your model")
+        caveats.append("fault tolerance agrees: a parameter-server job goes on when a worker is lost "
+                       "(losing a ps task or the chief stops it)")
+    elif ps is not None:
+        caveats.append(f"if the job must survive losing a worker, fault tolerance argues the other way: "
+                       f"parameter_server goes on without it (at {_fmt(ps.examples_per_second)}); a plain "
+                       f"allreduce job stops, elastic Horovod (tfdist launch --backend horovod --elastic) "
+                       f"goes on after re-forming its ring")
+    else:
+        caveats.append("a plain allreduce job stops when a worker is lost; elastic Horovod (tfdist launch "
+                       "--backend horovod --elastic) goes on after re-forming its ring")
+    mwms = predictions["multi_worker_mirrored"]
+    if recommended == "horovod" and cluster.workers > 1:
+        caveats.append(f"multi_worker_mirrored runs the same ring through TensorFlow's gRPC collectives "
+                       f"({_fmt(mwms.examples_per_second)} with assumed overheads): the choice when Horovod "
+                       "is not installed")
+    return caveats

@@ -1,0 +1,152 @@
+"""Link rates and counts as people write them: ``50mbit``, ``10gbps``, ``1.5GB/s``, ``23.8M``.
+
+Rates are returned in **bytes per second**. The rules:
+
+* bits: ``bit``, ``bits``, ``bit/s``, ``bps``, ``b/s`` after an optional prefix, any case for the
+  prefix (``50mbit``, ``1Gbit``, ``10gbps``, ``25 Gb/s``); ``gbps`` is gigabits, as in "10 Gbps
+  Ethernet" (note: ``tc`` reads ``gbps`` as gigabytes; tfdist does not);
+* bytes: a capital ``B``: ``B/s``, ``Bps``, ``byte/s``, ``bytes/s`` (``1.5GB/s``, ``100MBps``);
+* prefixes: ``k m g t`` (powers of 1000) and ``ki mi gi ti`` (powers of 1024), any case;
+* a number alone is refused (is ``50`` bits or bytes, per second or per millisecond?), and so are
+  ``BPS``-style all-capital units, zero, negative, infinite and absurd (> 100 Tbit/s) rates.
+
+    >>> parse_rate("1gbit")
+    125000000.0
+    >>> format_rate(125e6)
+    '1 Gbit/s'
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from tfdist.advise.errors import AdviseError
+from tfdist.errors import with_fix
+
+#: The fastest rate accepted, in bytes/s (100 Tbit/s): above it the input is a typo.
+MAX_RATE = 100e12 / 8
+#: The largest parameter count accepted (10**13: ten times the largest published models).
+MAX_COUNT = 10**13
+_MAX_TEXT = 64
+
+_PREFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+             "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_RATE = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<base>[A-Za-z/]+)\s*")
+_BIT_BASES = {"bit", "bits", "bit/s", "bits/s"}  # compared in lower case
+_BIT_EXACT = {"bps", "b/s"}  # a lower-case b: bits
+_BYTE_EXACT = {"Bps", "B/s"}  # a capital B: bytes
+_BYTE_BASES = {"byte/s", "bytes/s"}  # compared in lower case
+_COUNT = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMgGbBtT]?)\s*")
+_COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
+RATE_EXAMPLES = "50mbit, 1gbit, 25gbit, 10gbps (bits/s) or 1.5GB/s, 100MB/s (bytes/s)"
+
+
+def _shown(text: object) -> str:
+    text = str(text)
+    return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "...")
+
+
+def _subject(field: str, text: object) -> str:
+    """How a message names the value: ``--bandwidth '50'``, or ``'50'`` alone when the caller (click)
+    names the option itself."""
+    return f"{field} {_shown(text)}" if field else _shown(text)
+
+
+def parse_rate(text: str, field: str = "--bandwidth") -> float:
+    """``text`` as a link rate in bytes per second (see the module docstring for the units).
+
+    Raises :class:`AdviseError` naming ``field`` (left out of the message when empty) and the accepted
+    units.
+    """
+    if not isinstance(text, str):
+        raise AdviseError(with_fix(f"{field or 'a rate'} must be text such as '1gbit', got "
+                                   f"{type(text).__name__}", f"write a rate with its unit: {RATE_EXAMPLES}"),
+                          field)
+    if len(text) > _MAX_TEXT:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is too long for a rate",
+                                   f"write a rate with its unit: {RATE_EXAMPLES}"), field)
+    stripped = text.strip()
+    if re.fullmatch(_NUMBER, stripped) or re.fullmatch(r"[+-]" + _NUMBER, stripped):
+        raise AdviseError(with_fix(f"{_subject(field, text)} has no unit",
+                                   f"add one: {stripped}mbit (megabits/s), {stripped}gbit (gigabits/s) or "
+                                   f"{stripped}MB/s (megabytes/s); accepted: {RATE_EXAMPLES}"), field)
+    match = _RATE.fullmatch(text)
+    if match is None:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is not a rate",
+                                   f"write a positive number and a unit: {RATE_EXAMPLES}"), field)
+    base = match["base"]
+    if base.lower() in _BIT_BASES or base in _BIT_EXACT:
+        bits_per_unit = 1.0
+    elif base in _BYTE_EXACT or base.lower() in _BYTE_BASES:
+        bits_per_unit = 8.0
+    elif base.lower() in ("bps", "b/s"):
+        raise AdviseError(with_fix(f"{_subject(field, text)}: {base!r} does not say bits or bytes",
+                                   f"write {match['number']}{match['prefix'].lower()}bit for bits/s or "
+                                   f"{match['number']}{match['prefix'].upper()}B/s for bytes/s"), field)
+    else:
+        raise AdviseError(with_fix(f"{_subject(field, text)}: unknown unit {base!r}",
+                                   f"use one of: {RATE_EXAMPLES}"), field)
+    value = float(match["number"]) * _PREFIXES[match["prefix"].lower()] * bits_per_unit / 8
+    if not value > 0:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is not a positive rate",
+                                   "give the link's rate, e.g. 1gbit; a cut link cannot be modelled"), field)
+    if not math.isfinite(value) or value > MAX_RATE:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is above 100 Tbit/s",
+                                   "check the unit: e.g. 100gbit, not 100tbit"), field)
+    return value
+
+
+def parse_count(text: str | int, field: str = "--params") -> int:
+    """A whole count such as ``669706``, ``5,824,522``, ``23.8M``, ``1.2B`` (k, M, G or B, T: powers
+    of 1000), rounded to the nearest integer; must be at least 1."""
+    if isinstance(text, bool):
+        raise AdviseError(with_fix(f"{field or 'a count'} must be a count, got {text!r}", "pass e.g. 23.8M"),
+                          field)
+    if isinstance(text, int):
+        value = float(text)
+    else:
+        raw = str(text)
+        if len(raw) > _MAX_TEXT:
+            raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a count",
+                                       "write e.g. 23.8M or 23800000"), field)
+        cleaned = raw.replace(",", "").replace("_", "")
+        match = _COUNT.fullmatch(cleaned)
+        if match is None:
+            raise AdviseError(with_fix(f"{_subject(field, raw)} is not a count",
+                                       "write a number with an optional k, M, G/B or T: 669706, 23.8M, 1.2B"),
+                              field)
+        value = float(match["number"]) * _COUNT_SUFFIXES[match["suffix"].lower()]
+    if not math.isfinite(value) or value > MAX_COUNT:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is above {MAX_COUNT:.0e}",
+                                   "check the suffix: M is millions, B billions"), field)
+    count = round(value)
+    if count < 1:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is below 1", "give the model's parameter count, "
+                                   "e.g. 669706 (model.count_params())"), field)
+    return count
+
+
+def format_rate(bytes_per_second: float) -> str:
+    """A rate for people, in bits/s with an SI prefix: ``'1 Gbit/s'``, ``'50 Mbit/s'``."""
+    bits = bytes_per_second * 8
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bits >= scale:
+            return f"{_number(bits / scale)} {prefix}bit/s"
+    return f"{_number(bits)} bit/s"
+
+
+def format_bytes(count: float) -> str:
+    """A size for people, with an SI prefix: ``'2.7 MB'``, ``'552 MB'``."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{_number(count / scale)} {prefix}B"
+    return f"{_number(count)} B"
+
+
+def _number(value: float) -> str:
+    """Three significant figures without a trailing ``.0``: 1, 2.5, 23.3, 552."""
+    text = f"{value:.3g}"
+    if "e" in text:  # 1000 after rounding
+        text = f"{value:.0f}"
+    return text
