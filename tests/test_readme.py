@@ -49,6 +49,7 @@ _COVERED_ELSEWHERE = {
     "import tfdist  # before tensorflow; replaces": "tests/examples/test_examples.py (every line is in the port)",
     'strategy = tfdist.make_strategy("parameter_server", shards=2)':
         "tests/strategies/test_parameter_server.py (shards=2 and min_shard_bytes runs)",
+    "from tfdist.testing.netlab import Lab": "tests/multihost/test_lab.py (shape, limit_cpu, popen, cut, restore)",
 }
 
 
@@ -105,3 +106,31 @@ def test_the_quoted_unknown_strategy_message_is_the_real_one():
     with pytest.raises(UnknownStrategyError) as info:
         tfdist.make_strategy("horovd")
     assert str(info.value) == " ".join(quoted.split())
+
+
+def test_every_several_hosts_command_is_one_the_lab_tests_run():
+    """tests/multihost reads its launch options from the README's Several hosts block: each line
+    there must be found by exactly one of their lookups (an edited README line fails this first)."""
+    from support import readme_launch_options
+
+    used = {"--hosts h1:1,h2:1,h3:1 --workers 2 --ps 1": "test_launch_hosts.py",
+            "--backend multi_worker_mirrored": "test_launch_hosts.py",
+            "--backend horovod --hosts": "test_horovod_hosts.py", "--elastic": "test_horovod_hosts.py"}
+    for containing, module in used.items():
+        assert containing in (REPO / "tests" / "multihost" / module).read_text(), (containing, module)
+        assert readme_launch_options(containing)
+    section = README.split("\n## Several hosts\n", 1)[1]
+    block = re.search(r"^```console\n(.*?)^```", section, flags=re.S | re.M).group(1)
+    lines = [line for line in block.splitlines() if line.startswith("tfdist launch ")]
+    assert len(lines) == len(used), lines
+
+
+def test_the_advise_commands_run():
+    section = README.split("\n## Which strategy? `tfdist advise`\n", 1)[1]
+    block = re.search(r"^```console\n(.*?)^```", section, flags=re.S | re.M).group(1)
+    commands = [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    assert len(commands) == 2
+    for command in commands:
+        result = CliRunner().invoke(cli, command[1:])
+        assert result.exit_code == 0, result.output
+        assert "Recommended: " in result.output or '"recommended"' in result.output
