@@ -112,3 +112,11 @@ def test_advise_imports_no_tensorflow():
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_help_does_not_offer_the_probe_that_is_not_there_yet():
+    from click.testing import CliRunner
+
+    from tfdist.cli.advise import advise
+
+    assert "--probe" not in CliRunner().invoke(advise, ["--help"]).output

@@ -109,7 +109,7 @@ class SpeedsType(click.ParamType):
               help="One-way network latency per message, ms.")
 @click.option("--overlap", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of communication hidden behind compute (0: none; Horovod on GPUs: about 0.5).")
-@click.option("--probe", is_flag=True, help="Not yet: measure links and step times on --hosts instead.")
+@click.option("--probe", is_flag=True, hidden=True)  # not yet: refused with the way round it
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
            step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
