@@ -374,6 +374,7 @@ def test_venv_tfdist_runs_horovodrun_without_the_venv_on_path_and_takes_it_down_
     (["--backend", "horovod", "--elastic", "--hosts", "a:1,b:1", "--", "python"], "--elastic needs --min-np"),
     (["--backend", "horovod", "--max-np", "2", "--", "python"], "--max-np needs --elastic"),
     (["--elastic", "--", "python"], "--elastic do(es) not apply to --backend parameter_server"),
+    (["--network-interface", "eth0", "--", "python"], "--network-interface do(es) not apply to --backend"),
     (["--hosts", "a:2,a:1", "--", "python"], "--hosts lists host 'a' twice"),
     (["--hosts", "a:1,b:1", "--workers", "2", "--", "python"],
      "needs 3 slots (2 worker + 1 ps) but --hosts gives 2; fix: "),
@@ -385,10 +386,14 @@ def test_host_options_are_checked_before_anything_starts(args, message):
 
 
 def test_horovod_with_hosts_passes_them_and_ssh_options_to_horovodrun(tmp_path, monkeypatch):
+    """... and puts tfdist's ssh wrapper first on horovodrun's PATH (host keys checked, keepalives,
+    ranks supervised), in a directory removed afterwards."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     horovodrun = bin_dir / "horovodrun"
-    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n")
+    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n"
+                          f"command -v ssh > {tmp_path / 'ssh'}\n"
+                          f"grep -c tfdist.launch.ssh_wrapper \"$(command -v ssh)\" >> {tmp_path / 'ssh'}\n")
     horovodrun.chmod(0o755)
     key = tmp_path / "key"
     key.write_text("")
@@ -397,8 +402,29 @@ def test_horovod_with_hosts_passes_them_and_ssh_options_to_horovodrun(tmp_path, 
                                          "--ssh-identity-file", str(key), "--", "/bin/echo", "t.py"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "args").read_text() == f"-np 3 -H a:2,b:1 -p 2222 -i {key} --gloo /bin/echo t.py\n"
+    ssh, wrapper_lines = (tmp_path / "ssh").read_text().split()
+    assert Path(ssh).name == "ssh" and Path(ssh).parent.name == "bin" and wrapper_lines == "1", \
+        "horovodrun must find tfdist's ssh wrapper first on its PATH"
+    assert not Path(ssh).exists() and not Path(ssh).parent.parent.exists(), "the wrapper's directory is removed"
+    assert "tfdist launch: horovodrun exited with code 0" in result.output
     result = CliRunner().invoke(launch, ["--backend", "horovod", "--hosts", "a:1", "-np", "2", "--", "/bin/echo"])
     assert result.exit_code == 2 and "-np 2 needs 2 slots but --hosts a:1 gives 1" in result.output
+
+
+def test_horovod_without_hosts_runs_horovodrun_directly(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    horovodrun = bin_dir / "horovodrun"
+    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\necho \"$PATH\" >> {tmp_path / 'args'}\n")
+    horovodrun.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 0, result.output
+    args, path = (tmp_path / "args").read_text().splitlines()
+    assert args == "-np 2 -H localhost:2 --gloo /bin/echo t.py" and path == os.environ["PATH"]
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--network-interface", "eth1", "--", "/bin/echo"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "args").read_text().splitlines()[0] == "--network-interface eth1 -np 2 -H localhost:2 --gloo /bin/echo"
 
 
 def test_hosts_on_this_machine_run_through_the_supervisor_with_prefixed_lines_and_no_leftovers(tmp_path):
@@ -451,7 +477,26 @@ def test_elastic_horovod_gets_a_discovery_script_that_is_removed_afterwards(tmp_
     assert result.exit_code == 5, result.output
     args, *discovered = record.read_text().splitlines()
     assert "--min-np 1 --max-np 2 --host-discovery-script " in args and args.endswith("/bin/echo t.py")
+    assert "-np 1 --min-np 1" in args, "the job starts with --min-np ranks unless -np says more"
+    assert "--network-interface" not in args
     assert discovered == ["present"]  # the discovery script existed while horovodrun ran
     script = Path(args.split("--host-discovery-script ")[1].split()[0])
     assert not script.exists() and not script.parent.exists()  # the workdir is removed afterwards
     assert "tfdist launch: horovodrun exited with code 5" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-np", "3", "--min-np", "1"], ("-np 3 needs 3 slots but --hosts a:1,b:1 gives 2; fix: add slots to --hosts, "
+                                     "or drop -np (it defaults to --min-np 1)")),
+    (["-np", "2", "--min-np", "1", "--max-np", "1"], "-np 2 is outside --min-np 1 .. --max-np 1"),
+])
+def test_elastic_horovod_refuses_a_start_size_it_would_wait_for_forever(tmp_path, monkeypatch, args, message):
+    """Horovod waits for -np slots before training: more than --hosts has would wait 600 s, then fail."""
+    horovodrun = tmp_path / "horovodrun"
+    horovodrun.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\n")
+    horovodrun.chmod(0o755)
+    monkeypatch.setattr("tfdist.launch.plan.find_horovodrun", lambda *a, **k: str(horovodrun))
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "--elastic", "--hosts", "a:1,b:1", *args, "--",
+                                         "/bin/echo"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and not (tmp_path / "ran").exists()

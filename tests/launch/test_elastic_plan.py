@@ -15,7 +15,7 @@ from tfdist.launch.elastic import (
     BLACKLIST_COOLDOWN,
     DISCOVERY_SCRIPT,
     elastic_horovodrun_command,
-    parse_hosts,
+    with_ssh_wrapper,
     write_discovery_script,
 )
 from tfdist.launch.plan import LaunchError
@@ -40,16 +40,25 @@ def test_the_argv_names_every_elastic_option_and_ends_with_the_command(tmp_path)
     assert argv[cooldown + 1:cooldown + 3] == [str(n) for n in BLACKLIST_COOLDOWN]
     assert argv[-len(COMMAND):] == COMMAND
     assert "-H" not in argv  # the discovery script, not a fixed host list, says where ranks run
+    assert "--network-interface" not in argv
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:2", min_np=1, max_np=3, np=None, workdir=tmp_path,
+                                      horovodrun="horovodrun", network_interface="eth0")
+    assert _flag(argv, "--network-interface") == "eth0" and argv[-len(COMMAND):] == COMMAND
 
 
-def test_defaults_start_with_every_slot_up_to_max_np_and_leave_ssh_options_out(tmp_path):
+def test_the_job_starts_with_min_np_ranks_by_default_and_leaves_ssh_options_out(tmp_path):
+    """Horovod waits until -np slots are up: a default of every slot would wait (600 s, then fail)
+    whenever a host is down at the start, which elastic mode exists to survive."""
     argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1,h3:2", min_np=2, max_np=None, np=None, workdir=tmp_path,
                                       horovodrun="horovodrun")
-    assert _flag(argv, "-np") == "4" and "--max-np" not in argv
+    assert _flag(argv, "-np") == "2" and "--max-np" not in argv
     assert "-p" not in argv and "-i" not in argv
     argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1,h3:2", min_np=1, max_np=2, np=None, workdir=tmp_path,
                                       horovodrun="horovodrun", blacklist_cooldown=None)
-    assert _flag(argv, "-np") == "2" and "--blacklist-cooldown-range" not in argv
+    assert _flag(argv, "-np") == "1" and "--blacklist-cooldown-range" not in argv
+    argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1,h3:2", min_np=1, max_np=None, np=4, workdir=tmp_path,
+                                      horovodrun="horovodrun")
+    assert _flag(argv, "-np") == "4"  # every slot, when asked
 
 
 def test_horovodrun_is_found_like_the_static_launcher_finds_it(tmp_path):
@@ -59,8 +68,12 @@ def test_horovodrun_is_found_like_the_static_launcher_finds_it(tmp_path):
     assert argv[2] == (find_horovodrun() or "horovodrun")
 
 
-def test_horovodrun_finds_an_ssh_with_keepalives_first_on_its_path(tmp_path):
-    """Without keepalives horovodrun's ssh to a host whose link died waits forever, and so does the job."""
+def test_horovodrun_finds_the_tfdist_ssh_wrapper_first_on_its_path(tmp_path):
+    """Without keepalives horovodrun's ssh to a host whose link died waits forever, and so does the
+    job; Horovod's own ssh options skip the host key check. The wrapper (tfdist.launch.ssh_wrapper,
+    tested in tests/launch/test_ssh_wrapper.py) fixes both: here, that horovodrun finds it first."""
+    from tfdist.launch.ssh_wrapper import WRAPPER_OPTIONS, real_ssh
+
     fake_bin = tmp_path / "usr-bin"
     fake_bin.mkdir()
     fake_ssh = fake_bin / "ssh"
@@ -68,12 +81,28 @@ def test_horovodrun_finds_an_ssh_with_keepalives_first_on_its_path(tmp_path):
     fake_ssh.chmod(0o755)
     argv = elastic_horovodrun_command(COMMAND, "h1:1,h2:1", min_np=1, max_np=2, np=None, workdir=tmp_path / "w",
                                       horovodrun="horovodrun", path=str(fake_bin))
+    assert argv[0] == "env"
     path = argv[1].removeprefix("PATH=")
     assert path.split(os.pathsep) == [str(tmp_path / "w" / "bin"), str(fake_bin)]
     found = shutil.which("ssh", path=path)
-    result = subprocess.run([found, "-p", "2222", "h2", "true"], capture_output=True, text=True, timeout=30, check=False)
-    assert result.stdout.split() == ["-o", "ServerAliveInterval=3", "-o", "ServerAliveCountMax=3",
-                                     "-p", "2222", "h2", "true"]
+    assert found == str(tmp_path / "w" / "bin" / "ssh")
+    assert real_ssh(path) == str(fake_ssh), "the wrapper must find the real ssh behind itself"
+    assert {"StrictHostKeyChecking=yes", "BatchMode=yes", "ServerAliveInterval=3"} <= set(WRAPPER_OPTIONS)
+    result = subprocess.run([found, "-o", "StrictHostKeyChecking=no", "h2", "-p", "2222", "true"],
+                            capture_output=True, text=True, timeout=60, check=False,
+                            env={**os.environ, "PATH": path})
+    words = result.stdout.split()
+    assert words[:len(WRAPPER_OPTIONS)] == list(WRAPPER_OPTIONS), result.stdout + result.stderr
+    assert words.index("StrictHostKeyChecking=yes") < words.index("StrictHostKeyChecking=no"), \
+        "ssh keeps the first value of an option: the wrapper's must come first"
+    assert "tfdist.launch.remote_task" in result.stdout and "--shell" in result.stdout
+
+
+def test_the_static_horovod_command_gets_the_same_wrapper(tmp_path):
+    argv = with_ssh_wrapper(["horovodrun", "-np", "2", "-H", "h1:1,h2:1"], tmp_path, path=os.environ["PATH"])
+    assert argv[:2] == ["env", f"PATH={tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"]
+    assert argv[2:] == ["horovodrun", "-np", "2", "-H", "h1:1,h2:1"]
+    assert (tmp_path / "bin" / "ssh").stat().st_mode & 0o111
 
 
 def test_no_ssh_is_refused_with_the_package_to_install(tmp_path):
@@ -83,14 +112,16 @@ def test_no_ssh_is_refused_with_the_package_to_install(tmp_path):
 
 
 @pytest.mark.parametrize("hosts, min_np, max_np, np, message", [
-    ("h1:1,,h2:1", 1, 2, None, "'' is not HOST or HOST:SLOTS"),
-    ("h1:x", 1, 2, None, "'h1:x' is not HOST or HOST:SLOTS"),
-    ("h1:0", 1, 2, None, "'h1:0' is not HOST or HOST:SLOTS"),
-    ("h1:1,h1:2", 1, 2, None, "names 'h1' twice"),
+    ("h1:1,,h2:1", 1, 2, None, "has an empty entry"),
+    ("h1:x", 1, 2, None, "'h1:x' has slots 'x'"),
+    ("h1:0", 1, 2, None, "'h1:0' has 0 slots"),
+    ("h1:1,h1:2", 1, 2, None, "lists host 'h1' twice"),
+    ("-oProxyCommand=x:1", 1, 1, None, "'-oProxyCommand=x' is not a valid DNS name"),  # never an ssh option
     ("h1:1,h2:1", 0, 2, None, "--min-np is 0"),
     ("h1:1,h2:1", 2, 1, None, "--max-np is 1, below --min-np 2"),
     ("h1:1,h2:1", 3, None, None, "--min-np 3 needs more slots than --hosts 'h1:1,h2:1' has (2)"),
     ("h1:1,h2:1", 1, 2, 3, "-np 3 is outside --min-np 1 .. --max-np 2"),
+    ("h1:1,h2:1", 1, None, 3, "-np 3 needs 3 slots but --hosts 'h1:1,h2:1' has 2"),
 ])
 def test_bad_requests_name_the_option_and_the_fix(tmp_path, hosts, min_np, max_np, np, message):
     with pytest.raises(LaunchError) as info:
@@ -106,8 +137,12 @@ def test_no_command_is_refused(tmp_path):
         elastic_horovodrun_command([], "h1:1,h2:1", min_np=1, max_np=2, np=None, workdir=tmp_path)
 
 
-def test_hosts_parse_with_one_slot_by_default():
-    assert parse_hosts("h1:2, h2 ,h3:1") == [("h1", 2), ("h2", 1), ("h3", 1)]
+def test_hosts_parse_like_every_other_hosts_option(tmp_path):
+    """One parser for --hosts (tfdist.launch.hosts): spaces and a missing :SLOTS as everywhere."""
+    argv = elastic_horovodrun_command(COMMAND, "h1:2, h2 ,h3:1", min_np=1, max_np=None, np=None, workdir=tmp_path,
+                                      horovodrun="horovodrun")
+    assert "[('h1', 2), ('h2', 1), ('h3', 1)]" in (tmp_path / DISCOVERY_SCRIPT).read_text()
+    assert _flag(argv, "-np") == "1"
 
 
 def _run(script: Path) -> subprocess.CompletedProcess:

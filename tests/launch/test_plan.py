@@ -100,3 +100,51 @@ def test_host_cluster_tasks_carry_their_tf_config_and_spec_on_stdin_not_on_the_c
     assert decode_spec(unbound[0].stdin)["bind"] is None
     with pytest.raises(LaunchError, match="no free port left for ps:0 on h3"):
         plan_host_cluster(["p"], placements, {"h1": [1, 2], "h2": [3], "h3": []}, {}, "/")
+
+
+@pytest.mark.parametrize("user, expected", [
+    (None, "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"),
+    ("grpc.max_receive_message_length=-1",
+     "grpc.max_receive_message_length=-1,grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"),
+    ("grpc.keepalive_time_ms=30000,grpc.http2.max_pings_without_data=0",  # the user's value wins
+     "grpc.keepalive_time_ms=30000,grpc.http2.max_pings_without_data=0,grpc.keepalive_timeout_ms=10000"),
+    ("grpc.keepalive_time_ms=1,grpc.keepalive_timeout_ms=2",
+     "grpc.keepalive_time_ms=1,grpc.keepalive_timeout_ms=2"),
+])
+def test_keepalive_is_merged_into_the_users_grpc_options_not_dropped(user, expected):
+    from tfdist.cluster.tf_config import grpc_task_env, merge_grpc_options
+
+    assert merge_grpc_options(user) == expected
+    base = {} if user is None else {"TF_GRPC_DEFAULT_OPTIONS": user}
+    assert grpc_task_env(base) == {"GRPC_FAIL_FAST": "use_caller", "TF_GRPC_DEFAULT_OPTIONS": expected}
+    _, tasks = plan_local_cluster(["x"], 1, 1, [1, 2, 3], base_env=base)
+    assert {t.env["TF_GRPC_DEFAULT_OPTIONS"] for t in tasks} == {expected}
+
+
+def test_a_host_cluster_keeps_the_users_grpc_options():
+    from tfdist.launch.hosts import parse_hosts, place_tasks
+    from tfdist.launch.plan import plan_host_cluster
+    from tfdist.launch.remote_task import decode_spec
+
+    placements = place_tasks(parse_hosts("h1:1,h2:1"), workers=1, ps=1)
+    base = {"TF_GRPC_DEFAULT_OPTIONS": "grpc.max_send_message_length=-1"}
+    _, tasks = plan_host_cluster(["p"], placements, {"h1": [1, 2], "h2": [3]}, base, "/")
+    for task in tasks:
+        assert decode_spec(task.stdin)["env"]["TF_GRPC_DEFAULT_OPTIONS"] == (
+            "grpc.max_send_message_length=-1,grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000")
+
+
+def test_a_task_on_the_launchers_own_host_gets_the_same_filtered_environment():
+    from tfdist.launch.hosts import parse_hosts, place_tasks
+    from tfdist.launch.plan import plan_host_cluster
+
+    placements = place_tasks(parse_hosts("h1:1,h2:1"), workers=1, ps=1)
+    base = {"PATH": "/bin", "HOSTNAME": "login", "SSH_AUTH_SOCK": "/agent", "TF_CONFIG": "{}", "X": "1"}
+    _, tasks = plan_host_cluster(["p"], placements, {"h1": [1, 2], "h2": [3]}, base, "/", local_hosts={"h1"})
+    local = [task for task in tasks if not task.ssh]
+    remote = [task for task in tasks if task.ssh]
+    assert local and remote
+    for task in local:  # the supervisor merges its own env under the spec's: it must hold nothing filtered
+        assert task.env == {"PATH": "/bin", "X": "1"}
+    for task in remote:
+        assert task.env == base  # ssh needs SSH_AUTH_SOCK

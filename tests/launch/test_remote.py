@@ -91,6 +91,50 @@ def test_preflight_returns_free_ports_and_errors_as_data():
     assert "does not resolve" in preflight(1, "no-such-host.invalid", shim=False)["error"]
 
 
+def test_preflight_checks_the_working_directory_and_the_command_with_a_fix(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n")
+    ok = preflight(1, None, shim=False, cwd=str(tmp_path), command="./train.sh", path="/bin")
+    assert ok["error"] is not None and "is not executable" in ok["error"] and ok["error"].endswith(
+        f"fix: chmod +x {tmp_path}/train.sh")
+    script.chmod(0o755)
+    for command, path in [("./train.sh", "/nowhere"), (sys.executable, "/nowhere"),
+                          ("python-for-test", str(tmp_path))]:
+        if command == "python-for-test":
+            (tmp_path / command).symlink_to(sys.executable)
+        answer = preflight(1, None, shim=False, cwd=str(tmp_path), command=command, path=path)
+        assert answer["error"] is None and len(answer["ports"]) == 1, (command, answer)
+    for cwd, command, path, message in [
+        (str(tmp_path / "missing"), "true", "/bin:/usr/bin",
+         f"the working directory {tmp_path}/missing does"),
+        (str(tmp_path), "no-such-command", "/bin:/usr/bin",
+         "the command 'no-such-command' is not found on PATH"),
+        (str(tmp_path), "./missing.sh", "/bin", f"the command './missing.sh' does not exist in {tmp_path}"),
+    ]:
+        error = preflight(1, None, shim=False, cwd=cwd, command=command, path=path)["error"]
+        assert error is not None and error.startswith(message) and "; fix: " in error, error
+
+
+def test_every_preflight_error_ends_with_a_fix(monkeypatch):
+    from tfdist.cluster import spec
+
+    def broken(count, host):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(spec, "free_ports", broken)
+    error = preflight(1, None, shim=False)["error"]
+    assert "Too many open files" in error and "; fix: " in error
+
+
+def test_the_launcher_asks_each_host_about_the_directory_and_the_command():
+    from tfdist.launch.remote import preflight_arguments
+
+    assert preflight_arguments(2, "h2", True, "/w", "python", "/v/bin:/bin") == [
+        "--preflight", "2", "--host", "h2", "--shim", "--cwd", "/w", "--command", "python",
+        "--path", "/v/bin:/bin"]
+    assert preflight_arguments(1, "h2", False) == ["--preflight", "1", "--host", "h2"]
+
+
 @pytest.mark.parametrize("code, output, message", [
     (255, "ssh: connect to host h2 port 22: Connection refused", "ssh to h2 failed (ssh: connect to host h2"),
     (127, "bash: /venv/bin/python: No such file or directory", "/venv/bin/python does not exist on h2"),
@@ -179,6 +223,7 @@ def test_a_bad_spec_or_a_missing_directory_is_one_clear_line(tmp_path):
                                  capture_output=True, timeout=60, env=subprocess_env())
         assert process.returncode == 2
         assert process.stderr.startswith(b"tfdist remote task on ") and message in process.stderr
+        assert b"; fix: " in process.stderr
 
 
 def test_preflight_prints_one_json_line():

@@ -5,11 +5,17 @@
 * elastic: the cut host's rank is dropped and training goes on on h1, every epoch once; the host
   rejoins when its link comes back.
 
+* SIGTERM to `tfdist launch --backend horovod --hosts` mid-training leaves nothing on any host;
+* after every test, nothing of the job is left on any host (checked before the lab closes, which
+  would kill it anyway).
+
 Each fault test prints the time from the fault to the job's reaction.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,11 +28,45 @@ from support import REPO, SCRIPTS, readme_launch_options, subprocess_env
 from tfdist.launch.plan import find_horovodrun
 
 JOB_TIMEOUT = 600  # a hung job fails the test instead of hanging the suite
+#: seconds the hosts get to be empty after a job ends: a rank's supervisor stops it at once on EOF,
+#: or after missed heartbeats (~8 s) when its link was cut; generous for a loaded machine
+LEFTOVER_TIMEOUT = 60
+
+
+def _task_processes(lab, host: str) -> list[str]:
+    """The command lines of every process on ``host`` but its sshd (as in test_launch_hosts.py)."""
+    found = []
+    for pid in lab.pids(host):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue  # exited meanwhile
+        if "[listener]" not in cmdline and not cmdline.startswith(("/usr/sbin/sshd", "sshd:")):
+            found.append(f"{pid}: {cmdline[:160]}")
+    return found
+
+
+def assert_nothing_left(lab, timeout: float = LEFTOVER_TIMEOUT, hosts: tuple[str, ...] | None = None) -> float:
+    """Only sshd is left on every host (or on ``hosts``) within ``timeout`` s; the seconds it took."""
+    start = time.monotonic()
+    while True:
+        left = {host: _task_processes(lab, host) for host in hosts or lab.hosts}
+        if not any(left.values()) or time.monotonic() - start > timeout:
+            break
+        time.sleep(0.5)
+    assert not any(left.values()), f"processes left on the hosts {timeout:.0f} s after the job: {left}"
+    return time.monotonic() - start
 
 
 @pytest.fixture
 def lab(make_lab):
-    return make_lab(["h0", "h1", "h2"])
+    """h0 (the launcher's host), h1, h2; after the test, nothing of the job may be left on any host
+    (before make_lab closes the lab, which kills everything)."""
+    lab = make_lab(["h0", "h1", "h2"])
+    yield lab
+    for host in lab.hosts:  # a test that failed with a host still cut: let its sshd sessions end
+        lab.restore(host)
+    assert_nothing_left(lab)
 
 
 def _ssh(lab) -> list[str]:
@@ -64,6 +104,18 @@ def _wait_for(predicate, process: subprocess.Popen, log: Path, what: str, timeou
     pytest.fail(f"no {what} within {timeout:.0f} s:\n{_tail(log)}")
 
 
+def _wait_gone(lab, host: str, marker: str, timeout: float = LEFTOVER_TIMEOUT) -> float:
+    """When no process on ``host`` has ``marker`` in its command line any more (time.time())."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [line for line in _task_processes(lab, host) if marker in line]
+        if not left:
+            return time.time()
+        if time.monotonic() > deadline:
+            pytest.fail(f"still running on {host} {timeout:.0f} s later: {left}")
+        time.sleep(0.5)
+
+
 def _finish(process: subprocess.Popen, log: Path, timeout: float = JOB_TIMEOUT) -> int:
     try:
         return process.wait(timeout=timeout)
@@ -93,12 +145,20 @@ def test_ranks_on_two_hosts_start_different_end_identical_and_equal_one_process(
         assert error <= 1e-5, f"relative error {error:.2e}"
 
 
-def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab, tmp_path):
+@pytest.mark.parametrize("launcher", ["horovodrun", "tfdist-launch"])
+def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab, tmp_path, launcher):
     """Without elastic, a lost rank must end the job (Gloo's timeout fails the surviving rank's
-    collective; horovodrun then stops the others), never hang it."""
+    collective; horovodrun then stops the others), never hang it; started with horovodrun itself,
+    or with `tfdist launch --backend horovod --hosts` (tfdist's ssh wrapper: the rank on the cut
+    host misses its heartbeats and is stopped there too)."""
     log = tmp_path / "job.log"
-    argv = [find_horovodrun(), "-np", "2", "-H", "h1:1,h2:1", *_ssh(lab), "--gloo", sys.executable,
-            str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--static", "--epochs", "200", "--epoch-seconds", "1"]
+    script = [sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--static", "--epochs", "200",
+              "--epoch-seconds", "1"]
+    if launcher == "horovodrun":
+        argv = [find_horovodrun(), "-np", "2", "-H", "h1:1,h2:1", *_ssh(lab), "--gloo", *script]
+    else:
+        argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "--hosts", "h1:1,h2:1",
+                "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--", *script]
     process = _start(lab, argv, log)
     epochs = tmp_path / "epochs.jsonl"
     _wait_for(lambda: any(r["host"] == "h2" for r in _records(epochs)), process, log, "an epoch on h2")
@@ -106,9 +166,16 @@ def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab,
     lab.cut("h2")
     code = _finish(process, log)
     reaction = time.time() - cut
-    print(f"\nhorovod (static) rank host cut -> job ended with {code} after {reaction:.1f} s")
+    print(f"\nhorovod (static, {launcher}) rank host cut -> job ended with {code} after {reaction:.1f} s")
     assert code != 0, _tail(log)
     assert max(r["epoch"] for r in _records(epochs)) < 199, "the job must end early, not finish"
+    # h2 is still cut off: its rank must end there by itself (under tfdist launch its supervisor misses
+    # the heartbeats; under horovodrun alone, its collective fails when its peer is gone)
+    gone = assert_nothing_left(lab, hosts=("h0", "h1"))
+    rank_gone = _wait_gone(lab, "h2", str(tmp_path))
+    print(f"horovod (static): nothing left on h0/h1 {gone:.1f} s after the job ended; the rank on the cut h2 "
+          f"gone {rank_gone - cut:.1f} s after the cut (first checked when the job had ended)")
+    lab.restore("h2")
 
 
 def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path):
@@ -151,3 +218,26 @@ def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path)
     on_rank0 = [r["epoch"] for r in _records(epochs) if r["rank"] == 0]
     assert sorted(on_rank0) == list(range(epochs_total)), "rank 0 finished every epoch exactly once"
     assert result["history"]["loss"][-1] < result["history"]["loss"][0]
+
+
+def test_sigterm_to_the_horovod_launcher_leaves_nothing_on_any_host(lab, tmp_path):
+    """horovodrun stops its local ssh clients on SIGINT; Horovod's ssh runs without a pty, so a rank
+    that never prints (--quiet) would go on training on h1 and h2. tfdist's ssh wrapper runs each
+    rank under a supervisor that stops it when its session ends."""
+    log = tmp_path / "job.log"
+    argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "--hosts", "h1:1,h2:1",
+            "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--",
+            sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--static", "--quiet",
+            "--epochs", "500", "--epoch-seconds", "1"]
+    process = _start(lab, argv, log)
+    epochs = tmp_path / "epochs.jsonl"
+    _wait_for(lambda: {r["host"] for r in _records(epochs)} >= {"h1", "h2"}, process, log, "an epoch on h1 and h2")
+    stopped = time.time()
+    os.kill(process.pid, signal.SIGTERM)
+    code = _finish(process, log, timeout=120)
+    exited = time.time()
+    assert code == 130, _tail(log)
+    gone = assert_nothing_left(lab)
+    print(f"\nhorovod --hosts: SIGTERM -> launcher exited {code} after {exited - stopped:.1f} s, "
+          f"nothing left on any host {gone:.1f} s after that")
+    assert max(r["epoch"] for r in _records(epochs)) < 499

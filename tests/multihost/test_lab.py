@@ -162,8 +162,16 @@ def test_shaping_limits_both_directions_of_a_link(make_lab):
           f"20 Mbit/s {shaped_in:.2f} / {shaped_out:.2f} s")
     assert shaped_in > 0.8 * at_rate and shaped_out > 0.8 * at_rate
     assert shaped_in > 2 * free_in and shaped_out > 2 * free_out
-    lab.shape("h1", rate_mbit=None)  # lifted: back to the unshaped speed (well under the shaped time)
-    assert transfer_seconds(lab, "h0", "h1", size, 5005) < shaped_in / 2
+    lab.shape("h1", rate_mbit=None)  # lifted: faster than the shaping could ever allow
+    # Compared with the rate's own time, not with a measurement a loaded machine can stretch: a shaped
+    # transfer never takes less than 0.8 x at_rate (asserted above). Load only slows a transfer for a
+    # while, shaping for good, so the best of three attempts counts.
+    lifted = []
+    for port in (5005, 5006, 5007):
+        lifted.append(transfer_seconds(lab, "h0", "h1", size, port))
+        if lifted[-1] < 0.5 * at_rate:
+            break
+    assert min(lifted) < 0.5 * at_rate, lifted
 
 
 def test_a_cpu_quota_slows_everything_on_the_host_including_ssh_sessions(make_lab):

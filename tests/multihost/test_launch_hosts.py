@@ -82,24 +82,30 @@ class Launch:
         return at
 
 
-def _task_processes(lab, host: str) -> list[str]:
-    """The command lines of every process on ``host`` but its sshd listener."""
+def _task_processes(lab, host: str, sessions: bool = True) -> list[str]:
+    """The command lines of every process on ``host`` but its sshd listener (and, unless
+    ``sessions``, but sshd's per-connection processes: on a host whose link is cut, stock sshd keeps
+    those until TCP gives up, which is sshd's business; the tasks must be gone regardless)."""
     found = []
     for pid in lab.pids(host):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
         except OSError:
             continue  # exited meanwhile
-        if "[listener]" not in cmdline and not cmdline.startswith("/usr/sbin/sshd"):  # the host's sshd
-            found.append(f"{pid}: {cmdline[:160]}")
+        if "[listener]" in cmdline or cmdline.startswith("/usr/sbin/sshd"):  # the host's sshd
+            continue
+        if not sessions and cmdline.startswith(("sshd:", "sshd-session:")):
+            continue
+        found.append(f"{pid}: {cmdline[:160]}")
     return found
 
 
-def assert_nothing_left(lab, timeout: float = 60) -> None:
-    """Only sshd is left on every host (a cut host's sshd needs its ClientAlive time to notice)."""
+def assert_nothing_left(lab, timeout: float = 60, cut: tuple[str, ...] = ()) -> None:
+    """Only sshd is left on every host; on the ``cut`` hosts (still cut) sshd's sessions may linger,
+    as they do on a stock host (no ClientAliveInterval), but nothing else."""
     deadline = time.monotonic() + timeout
     while True:
-        left = {host: _task_processes(lab, host) for host in lab.hosts}
+        left = {host: _task_processes(lab, host, sessions=host not in cut) for host in lab.hosts}
         if not any(left.values()) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -180,23 +186,38 @@ def test_multi_worker_mirrored_across_two_hosts(make_lab, tmp_path):
 
 
 def test_a_worker_hosts_link_cut_mid_training_does_not_stop_the_job(make_lab, tmp_path):
+    """h2 stays cut to the end, and its sshd (stock: no ClientAlive keepalives) never ends the
+    session: worker:1 is stopped by its supervisor, which misses the launcher's heartbeats."""
     lab = make_lab(["h0", "h1", "h2", "h3"])
     job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)))
     await_epochs(tmp_path, job, 1)
+    assert _task_processes(lab, "h2", sessions=False)  # worker:1 and its supervisor run there
     lab.cut("h2")  # worker:1's host: neither the chief nor the ps
     cut = time.monotonic()
     done_before = len(epochs(tmp_path))
-    await_epochs(tmp_path, job, done_before + 1, timeout=JOB_TIMEOUT)
-    resumed = time.monotonic()
+    gone = resumed = None
+    while gone is None or resumed is None:  # both watched at once, each time taken when first seen
+        now = time.monotonic()
+        if resumed is None and len(epochs(tmp_path)) > done_before:
+            resumed = now
+        if gone is None and not _task_processes(lab, "h2", sessions=False):
+            gone = now  # while h2 is still cut: nothing but the missed heartbeats can have done it
+        if now - cut > 120 and gone is None:
+            left = _task_processes(lab, "h2", sessions=False)
+            pytest.fail(f"tasks still on h2 120 s after its link was cut: {left}")
+        if (job.process.poll() is not None or now - cut > JOB_TIMEOUT) and resumed is None:
+            pytest.fail(f"no epoch finished after the cut:\n{job.tail()}")
+        time.sleep(0.2)
     code = job.wait()
     ended = time.monotonic()
-    print(f"REACTION worker host cut: next epoch finished {resumed - cut:.1f} s after the cut, "
-          f"the job ended {ended - cut:.1f} s after it (exit {code})")
+    print(f"REACTION worker host cut: h2's tasks gone {gone - cut:.1f} s after the cut, the next epoch "
+          f"finished by {resumed - cut:.1f} s after it, the job ended {ended - cut:.1f} s after it "
+          f"(exit {code})")
     assert code == 0, job.tail()
     losses = [loss for _, loss in epochs(tmp_path)]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3]
     assert losses[-1] < losses[0]
-    assert_nothing_left(lab)  # h2's tasks too: its sshd sees the launcher's session die
+    assert_nothing_left(lab, cut=("h2",))
 
 
 def test_the_ps_hosts_link_cut_fails_the_chief_with_the_clear_error(make_lab, tmp_path):
@@ -215,7 +236,7 @@ def test_the_ps_hosts_link_cut_fails_the_chief_with_the_clear_error(make_lab, tm
     assert error is not None, job.tail()
     assert "fix: restart the whole cluster" in job.output
     assert ended - cut < 300, "the job took minutes to give up after losing its ps"  # only a hang breaks this
-    assert_nothing_left(lab)
+    assert_nothing_left(lab, cut=("h3",))  # the ps's supervisor stopped it: no heartbeats came
 
 
 # A task that only sleeps, after saying where it runs (no TensorFlow: these tests are about processes).
@@ -251,3 +272,49 @@ def test_an_unreachable_host_stops_the_launch_before_anything_starts(make_lab):
     assert "fix: make `ssh h2 true` work without a password" in job.output
     assert " up " not in job.output  # not even the tasks of the reachable host
     assert_nothing_left(lab, timeout=30)
+
+
+def test_the_ssh_wrapper_runs_a_command_on_the_host_and_a_cut_link_stops_it(make_lab, tmp_path):
+    """horovodrun's ssh (tfdist.launch.ssh_wrapper), called as horovodrun calls ssh: the command runs
+    on the host under the supervisor, its output and exit code come back, and when the link is cut
+    the command is gone within a bounded time while the host is still cut (missed heartbeats)."""
+    from tfdist.launch.ssh_wrapper import install
+
+    lab = make_lab(["h0", "h1"])
+    env = subprocess_env(PATH=f"{install(tmp_path)}:/usr/bin:/bin")
+    # horovodrun runs `ssh ... HOST -p P -i K 'COMMAND'` through a shell (safe_shell_exec)
+    horovod_ssh = (f"ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no h1 -p {lab.ssh_port} "
+                   f"-i {lab.identity_file}")
+    done = lab.run("h0", ["sh", "-c", f"{horovod_ssh} 'cd /tmp > /dev/null 2>&1 ; hostname; exit 3'"],
+                   env=env, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (3, "h1"), done.stderr
+    # SIGTERM (what horovodrun sends its ssh commands on Ctrl-C): the remote command is stopped too
+    stopped = lab.popen("h0", ["sh", "-c", f"exec {horovod_ssh} 'echo started; exec sleep 600'"], env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert stopped.stdout.readline().strip() == "started"
+        stopped.send_signal(signal.SIGTERM)
+        assert stopped.wait(timeout=60) == 128 + signal.SIGTERM  # the command's own end, through ssh
+        assert_nothing_left(lab, timeout=30)
+    finally:
+        stopped.kill()
+        stopped.wait()
+    sleeper = lab.popen("h0", ["sh", "-c", f"exec {horovod_ssh} 'echo started; exec sleep 600'"], env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline().strip() == "started"
+        assert any("sleep 600" in line for line in _task_processes(lab, "h1", sessions=False))
+        lab.cut("h1")
+        cut = time.monotonic()
+        while _task_processes(lab, "h1", sessions=False):
+            assert time.monotonic() - cut < 120, _task_processes(lab, "h1", sessions=False)
+            time.sleep(0.2)
+        gone = time.monotonic()
+        code = sleeper.wait(timeout=120)  # the wrapper's ssh gives up on the silent server (255)
+        print(f"REACTION ssh wrapper: the command on the cut host gone {gone - cut:.1f} s after the cut, "
+              f"the wrapper exited {time.monotonic() - cut:.1f} s after it with {code}")
+        assert code == 255
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert_nothing_left(lab, cut=("h1",))

@@ -8,6 +8,7 @@ script that reads a file (tests/scripts/hvd_elastic.py records every epoch with 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,10 @@ from support import REPO, SCRIPTS, subprocess_env
 from tfdist.errors import TfdistError
 from tfdist.strategies.elastic import (
     CommitState,
+    ElasticFitError,
     _refuse_backup,
     _remainder,
+    _run_elastic,
     remaining_batches,
     steps_per_epoch,
 )
@@ -67,6 +70,153 @@ def test_backup_and_restore_is_refused_with_elastic(tmp_path):
     _refuse_backup([tf.keras.callbacks.History()])  # anything else passes
 
 
+# --- the elastic loop: errors it must not swallow -----------------------------------------------------
+class _LoopState:
+    """What Horovod's run loop calls on a state, counted."""
+
+    def __init__(self, epoch: int = 0):
+        self.epoch = epoch
+        self.calls: list[str] = []
+
+    def sync(self):
+        self.calls.append("sync")
+
+    def restore(self):
+        self.calls.append("restore")
+
+    def on_reset(self):
+        self.calls.append("on_reset")
+
+
+@pytest.fixture
+def elastic_loop(monkeypatch):
+    """horovod.tensorflow.elastic with its notification manager and reset stubbed: no driver, no hvd.init."""
+    import horovod.common.elastic as common_elastic
+    import horovod.tensorflow.elastic as hvd_elastic
+
+    class Notifications:
+        def init(self):
+            pass
+
+        def register_listener(self, state):
+            pass
+
+        def remove_listener(self, state):
+            pass
+
+    monkeypatch.setattr(common_elastic, "notification_manager", Notifications())
+    resets: list[int] = []
+    monkeypatch.setattr(hvd_elastic, "_reset", lambda: resets.append(1))
+    return hvd_elastic, resets
+
+
+def test_a_non_horovod_unknown_error_fails_the_fit_instead_of_ending_it_quietly(elastic_loop):
+    """Horovod's run wrapper swallows an UnknownError that names no Horovod op (run returns None):
+    fit must raise, not return a History with epochs missing."""
+    hvd_elastic, resets = elastic_loop
+
+    def attempt(state):
+        raise tf.errors.UnknownError(None, None, "a py_function in the input pipeline failed")
+
+    with pytest.raises(ElasticFitError, match="elastic fit failed at epoch 0 with UnknownError: a py_function"
+                                              ".*; fix: ") as info:
+        _run_elastic(hvd_elastic, attempt, _LoopState(), epochs=3)
+    assert isinstance(info.value, TfdistError) and isinstance(info.value.__cause__, tf.errors.UnknownError)
+    assert resets == []
+
+
+def test_a_failed_horovod_op_of_any_error_type_restores_and_resets(elastic_loop):
+    hvd_elastic, resets = elastic_loop
+    errors = [tf.errors.UnknownError(None, None, "HorovodAlltoall failed: connection closed"),
+              tf.errors.InternalError(None, None, "HorovodAllreduce: Horovod has been shut down")]
+
+    def attempt(state):
+        if errors:
+            raise errors.pop(0)
+        state.epoch = 3
+
+    state = _LoopState()
+    _run_elastic(hvd_elastic, attempt, state, epochs=3)
+    assert state.calls == ["sync", "restore", "on_reset", "sync", "restore", "on_reset", "sync"]
+    assert len(resets) == 2
+
+
+def test_other_errors_pass_through_unchanged(elastic_loop):
+    hvd_elastic, _ = elastic_loop
+
+    def attempt(state):
+        raise tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [16,1] vs. [16,2]")
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
+        _run_elastic(hvd_elastic, attempt, _LoopState(), epochs=1)
+
+
+def test_a_loop_that_returns_with_epochs_missing_is_an_error(elastic_loop):
+    hvd_elastic, _ = elastic_loop
+
+    def attempt(state):
+        state.epoch = 2  # e.g. Horovod's wrapper swallowed an error after two committed epochs
+
+    with pytest.raises(ElasticFitError, match="returned after 2 of 5 epochs.*; fix: "):
+        _run_elastic(hvd_elastic, attempt, _LoopState(), epochs=5)
+    _run_elastic(hvd_elastic, lambda state: setattr(state, "epoch", 5), _LoopState(), epochs=5)
+
+
+# --- the learning rate an elastic job rescales --------------------------------------------------------
+class _FakeHvd:
+    """The few horovod.tensorflow names HorovodStrategy.optimizer uses, at a given size, no hvd.init."""
+
+    def __init__(self, size: int):
+        import horovod.tensorflow as hvd
+
+        self._size = size
+        self.Compression, self.Average, self.Sum = hvd.Compression, hvd.Average, hvd.Sum
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
+
+
+@pytest.fixture
+def keras_horovod(monkeypatch):
+    """Importing horovod.tensorflow.keras sets KMP_* variables: undone after the test."""
+    for name in ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        monkeypatch.delenv(name)
+    import horovod.tensorflow.keras  # noqa: F401
+
+
+def _strategy(size: int, **options) -> HorovodStrategy:
+    from tfdist.strategies.base import DistributedStrategy
+
+    strategy = HorovodStrategy.__new__(HorovodStrategy)
+    DistributedStrategy.__init__(strategy, HorovodOptions(**options))
+    strategy._hvd = _FakeHvd(size)
+    return strategy
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_elastic_records_the_size_the_rate_was_scaled_for_even_at_one_rank(size, keras_horovod):
+    """At one rank the factor is 1, but a host that joins later must still double the rate."""
+    from tfdist.strategies.horovod import SCALED_FOR
+
+    wrapped = _strategy(size, elastic=True).optimizer(tf.keras.optimizers.SGD(0.05))
+    assert getattr(wrapped, SCALED_FOR, None) == size
+    assert float(wrapped.learning_rate.numpy()) == pytest.approx(0.05 * size)
+    unscaled = _strategy(size, elastic=True).optimizer(tf.keras.optimizers.SGD(0.05), scale_lr=False)
+    assert getattr(unscaled, SCALED_FOR, None) is None
+    static = _strategy(1).optimizer(tf.keras.optimizers.SGD(0.05))
+    assert getattr(static, SCALED_FOR, None) is None  # not elastic: nothing rescales it
+
+
+def test_an_elastic_schedule_is_refused_even_at_one_rank(keras_horovod):
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
+    with pytest.raises(TfdistError, match="cannot rescale a LearningRateSchedule.*; fix: pass scale_lr=False"):
+        _strategy(1, elastic=True).optimizer(tf.keras.optimizers.SGD(schedule))
+
+
 # --- resuming a half-done epoch ----------------------------------------------------------------------
 @pytest.mark.parametrize("done, then, now, left", [
     (0, 8, 16, 16),    # nothing committed mid-epoch: the whole epoch
@@ -89,7 +239,9 @@ def test_steps_per_epoch_of_arrays_datasets_and_explicit_steps():
         steps_per_epoch(tf.data.Dataset.range(10).repeat(), {})
 
 
-def test_the_rest_of_an_epoch_is_the_examples_not_yet_seen():
+def test_the_rest_of_an_epoch_is_its_remaining_share_of_batches():
+    """Unshuffled finite inputs skip the batches already run (so, unshuffled, the unseen examples);
+    other inputs run their next `left` batches. Not exactly-once data with shuffling: see the module."""
     x, y = np.arange(10, dtype="float32")[:, None], np.arange(10, dtype="float32")
     weights = np.ones(10, "float32")
     rx, ry, kwargs = _remainder(x, y, {"batch_size": 4, "sample_weight": weights}, done=1, left=2)
@@ -167,17 +319,23 @@ def test_during_the_warm_up_the_committed_rate_is_its_target():
 
 
 # --- real elastic jobs on this host -------------------------------------------------------------------
-def _elastic_job(tmp_path: Path, *script_args: str, cooldown: tuple[int, int] = (2, 10),
+def _elastic_job(tmp_path: Path, *script_args: str, cooldown: tuple[int, int] = (2, 10), start: int = 2,
                  timeout: float = 400) -> tuple[subprocess.CompletedProcess, list[dict], dict]:
+    """An elastic job on `localhost` and `127.0.0.1`; with ``start=1`` the discovery lists only
+    `localhost` until the script's ``--add-at`` restores the full list."""
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("localhost:1\n127.0.0.1:1\n")
+    if start == 1:
+        hosts.with_name("hosts.txt.all").write_text(hosts.read_text())
+        hosts.write_text("localhost:1\n")
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
     discover.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
     launcher = shutil.which("horovodrun", path=str(Path(sys.executable).parent)) or "horovodrun"
-    command = [launcher, "--gloo", "-np", "2", "--min-np", "1", "--max-np", "2",
+    nic = ["--network-interface", "lo"] if start == 1 else []  # else Horovod waits for 2 hosts to start
+    command = [launcher, "--gloo", "-np", str(start), "--min-np", "1", "--max-np", "2", *nic,
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", *map(str, cooldown),
                sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(out), "--hosts-file", str(hosts), *script_args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=REPO,
@@ -215,7 +373,9 @@ def test_a_lost_rank_is_survived_and_its_host_rejoins(tmp_path):
 @pytest.mark.horovod
 def test_hosts_removed_and_added_resume_mid_epoch_from_a_batch_commit(tmp_path):
     """The discovery list drops 127.0.0.1 after epoch 1 and restores it after epoch 4; commits
-    every 3 batches, so the job re-forms part-way through an epoch and runs only its rest."""
+    every 3 batches, so the job re-forms part-way through an epoch and runs only its rest. (The
+    script waits in the next epoch's first batch until Horovod reports the change, so it lands on
+    the batch commit at batch 3, not on an epoch end.)"""
     epochs = 8
     result, records, final = _elastic_job(tmp_path, "--remove-at", "1", "--add-at", "4", "--commit-every", "3",
                                           "--epochs", str(epochs), "--epoch-seconds", "2")
@@ -225,3 +385,15 @@ def test_hosts_removed_and_added_resume_mid_epoch_from_a_batch_commit(tmp_path):
     partial = [r for r in records if r["rank"] == 0 and r["steps"] != full[r["size"]]]
     assert partial, "a host change at a batch commit resumes the epoch part-way"
     assert all(0 < r["steps"] < full[r["size"]] for r in partial)
+
+
+@pytest.mark.horovod
+def test_a_job_that_starts_alone_scales_the_rate_when_a_host_joins(tmp_path):
+    """One host listed at the start (Horovod starts every slot it finds, whatever -np says): the rate
+    is scaled for one rank (a factor of 1), and must still double when the second host joins after
+    epoch 1 (the lr check in _check_every_epoch_once)."""
+    epochs = 5
+    result, records, final = _elastic_job(tmp_path, "--epochs", str(epochs), "--epoch-seconds", "2",
+                                          "--add-at", "1", start=1)
+    _check_every_epoch_once(result, records, final, epochs)
+    assert final["sizes"][0] == 1 and final["sizes"][-1] == 2, final["sizes"]

@@ -130,6 +130,19 @@ def test_take_role_serves_then_exits_through_the_injected_exit(monkeypatch):
     assert started == ["worker"] and codes == [0]
 
 
+def test_a_task_keeps_the_users_grpc_options_and_gets_keepalive_merged_in(monkeypatch):
+    from tfdist import lifecycle
+
+    monkeypatch.setattr(tf.distribute, "Server", lambda *args, **kwargs: None)
+    monkeypatch.setattr(lifecycle, "wait_for_chief_to_finish", lambda *args: True)
+    user = {"GRPC_FAIL_FAST": "false", "TF_GRPC_DEFAULT_OPTIONS": "grpc.keepalive_time_ms=60000,grpc.x=1"}
+    with mock.patch.dict(os.environ, user, clear=True):
+        _bare_strategy().take_role(exit=lambda code: None)
+        assert os.environ["GRPC_FAIL_FAST"] == "false"  # the user's explicit choice
+        assert os.environ["TF_GRPC_DEFAULT_OPTIONS"] == (
+            "grpc.keepalive_time_ms=60000,grpc.x=1,grpc.keepalive_timeout_ms=10000")
+
+
 def _listening_socket():
     import socket
 

@@ -19,13 +19,14 @@ _BACKEND_OPTIONS = {
     "parameter_server": {"workers", "ps", "evaluator", "bind_all", "task_timeout", "chief_host", "ps_hosts",
                          *_SSH},
     "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
-    "horovod": {"num_proc", "elastic", "min_np", "max_np", *_SSH},
+    "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
 }
 _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
           "chief_host": "--chief-host",
           "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
-          "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np"}
+          "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
+          "network_interface": "--network-interface"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
@@ -82,6 +83,9 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
               help="horovod --elastic: the fewest ranks to go on with.")
 @click.option("--max-np", type=click.IntRange(min=1),
               help="horovod --elastic: the most ranks to scale up to.")
+@click.option("--network-interface", metavar="IFACE",
+              help="horovod: horovodrun's --network-interface, the interface the ranks talk over (e.g. "
+                   "eth0). With --elastic, without it Horovod waits for two hosts at the start.")
 @click.option("--bind-all", is_flag=True,
               help="Let TensorFlow's servers listen on every interface (its default) instead of only "
                    "on their host's address (127.0.0.1 without --hosts). The gRPC runtime has no "
@@ -97,7 +101,8 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
            hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
-           bind_all: bool, grace: float, task_timeout: float, command: tuple[str, ...]) -> None:
+           network_interface: str | None, bind_all: bool, grace: float, task_timeout: float,
+           command: tuple[str, ...]) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
@@ -147,7 +152,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
                                        "`make setup` and use .venv/bin/tfdist, or install Horovod with "
                                        "TensorFlow and Gloo")
             raise SystemExit(_run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np,
-                                          horovodrun, grace, run_command))
+                                          horovodrun, grace, run_command, network_interface))
         shim = None if bind_all or hosts else shim_library()
         if hosts:
             peers = backend == "multi_worker_mirrored"
@@ -186,8 +191,11 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
 
 def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
                  ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: str,
-                 grace: float, run_command) -> int:
-    """horovodrun (elastic or not) with -H/-p/-i; -np defaults to the total slots of --hosts."""
+                 grace: float, run_command, network_interface: str | None = None) -> int:
+    """horovodrun (elastic or not) with -H/-p/-i. -np defaults to the total slots of --hosts
+    (elastic: to --min-np). With --hosts, horovodrun's ssh is tfdist's wrapper
+    (``tfdist.launch.ssh_wrapper``: host keys checked, keepalives, every rank supervised so it
+    stops with the launcher), installed in a temporary directory removed afterwards."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -197,27 +205,30 @@ def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, ho
     np_given = _given(ctx, "num_proc")
     if hosts:
         slots = total_slots(parse_hosts(hosts))
-        if not np_given:
+        if not np_given and not elastic:
             num_proc = slots
-        elif num_proc > slots and not elastic:
+        elif np_given and num_proc > slots:
+            default = f"--min-np {min_np}" if elastic else f"the {slots} slots"
             raise click.UsageError(f"-np {num_proc} needs {num_proc} slots but --hosts {hosts} gives "
-                                   f"{slots}; fix: add slots to --hosts, or drop -np (it defaults to the "
-                                   f"{slots} slots)")
-    if not elastic:
+                                   f"{slots}; fix: add slots to --hosts, or drop -np (it defaults to "
+                                   f"{default})")
+    nic = [] if network_interface is None else ["--network-interface", network_interface]
+    if not hosts:
         argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
                                   ssh_identity_file=ssh.identity_file)
-        return run_command(argv, grace=grace)
-    try:
-        from tfdist.launch.elastic import elastic_horovodrun_command
-    except ImportError:
-        raise click.UsageError("this tfdist has no elastic Horovod launcher (tfdist.launch.elastic); fix: "
-                               "update tfdist, or drop --elastic") from None
+        return run_command([argv[0], *nic, *argv[1:]], grace=grace)
+    from tfdist.launch.elastic import elastic_horovodrun_command, with_ssh_wrapper
 
-    workdir = Path(tempfile.mkdtemp(prefix="tfdist-elastic-"))
+    workdir = Path(tempfile.mkdtemp(prefix="tfdist-horovod-"))
     try:
-        argv = elastic_horovodrun_command(command, hosts, min_np, max_np, num_proc if np_given else None,
-                                          workdir, ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
-                                          horovodrun=horovodrun)
+        if elastic:
+            argv = elastic_horovodrun_command(command, hosts, min_np, max_np, num_proc if np_given else None,
+                                              workdir, ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
+                                              horovodrun=horovodrun, network_interface=network_interface)
+        else:
+            static = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
+                                        ssh_identity_file=ssh.identity_file)
+            argv = with_ssh_wrapper([static[0], *nic, *static[1:]], workdir)
         return run_command(argv, grace=grace, name="horovodrun")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -35,6 +35,33 @@ GRPC_KEEPALIVE = "grpc.keepalive_time_ms=10000,grpc.keepalive_timeout_ms=10000"
 _TASK_FIX = "write the task as TYPE:INDEX, e.g. 'worker:1', with TYPE one of " + ", ".join(TASK_TYPES)
 
 
+def merge_grpc_options(current: str | None, defaults: str = GRPC_KEEPALIVE) -> str:
+    """``current`` (a TF_GRPC_DEFAULT_OPTIONS value, ``name=value,name=value``) with every option of
+    ``defaults`` added that it does not set itself: the user's own options and values win, and
+    nothing of theirs is dropped.
+
+    >>> merge_grpc_options("grpc.max_receive_message_length=-1,grpc.keepalive_time_ms=30000")
+    'grpc.max_receive_message_length=-1,grpc.keepalive_time_ms=30000,grpc.keepalive_timeout_ms=10000'
+    """
+    entries = [entry for entry in (current or "").split(",") if entry.strip()]
+    names = {entry.split("=", 1)[0].strip() for entry in entries}
+    entries += [entry for entry in defaults.split(",") if entry.split("=", 1)[0].strip() not in names]
+    return ",".join(entries)
+
+
+def grpc_task_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The gRPC variables a task of a parameter-server cluster needs, given its environment
+    ``environ``: ``GRPC_FAIL_FAST=use_caller`` unless set, and the keepalive options merged into
+    TF_GRPC_DEFAULT_OPTIONS (``merge_grpc_options``). Set by the launcher for every task and by the
+    tasks themselves (``tfdist.strategies.parameter_server``) before their first channel.
+
+    >>> grpc_task_env({"GRPC_FAIL_FAST": "true"})["GRPC_FAIL_FAST"]
+    'true'
+    """
+    return {GRPC_FAIL_FAST_ENV: environ.get(GRPC_FAIL_FAST_ENV, "use_caller"),
+            GRPC_OPTIONS_ENV: merge_grpc_options(environ.get(GRPC_OPTIONS_ENV))}
+
+
 def task_name(task_type: str, index: int) -> str:
     """The ``"type:index"`` key used by :func:`all_tf_configs` and the CLI's ``--task``."""
     return f"{task_type}:{index}"

@@ -21,9 +21,18 @@ one that prints each host of ``--hosts`` whose ssh port accepts a TCP connection
 Horovod's driver waits for every rank it started to report before it re-forms the job, and it
 learns that a rank on a host whose link died only when that rank's ``ssh`` session ends. An ssh
 client with no keepalives waits for a dead link forever, so the job would hang instead of going on
-with the hosts it has. The argv therefore runs ``horovodrun`` with ``WORKDIR/bin`` first on PATH,
-where an ``ssh`` wrapper adds ``-o ServerAliveInterval=SSH_ALIVE_INTERVAL -o
-ServerAliveCountMax=SSH_ALIVE_COUNT``: a session over a dead link ends within about 10 s.
+with the hosts it has. The argv therefore runs ``horovodrun`` with ``WORKDIR/bin`` first on PATH
+(``with_ssh_wrapper``), where ``tfdist.launch.ssh_wrapper`` puts an ``ssh`` that adds keepalives
+(a session over a dead link ends within about 10 s), checks host keys (Horovod's own ssh command
+says ``StrictHostKeyChecking=no``: every host must be in known_hosts) and runs each rank under
+tfdist's supervisor, which stops it when the session ends or its heartbeats stop. The non-elastic
+``tfdist launch --backend horovod --hosts`` uses the same wrapper.
+
+Horovod's driver waits (up to ``HOROVOD_ELASTIC_TIMEOUT``, 600 s) until the discovery script
+lists ``-np`` slots, so ``-np`` defaults to ``--min-np`` here: a start size above what is up would
+wait instead of training. It then starts a rank on every slot it finds (up to ``--max-np``), and
+hosts found later join. Without ``--network-interface`` it also waits for two hosts at the start
+(to find the interface they share); with it, a job may start on one host.
 
 A host the driver saw fail (its rank exited non-zero, or its ssh session died with its link) is
 blacklisted; ``--blacklist-cooldown-range`` lets it back after a cool-down, so a host whose link
@@ -32,7 +41,6 @@ comes back rejoins the job (``BLACKLIST_COOLDOWN`` seconds by default, doubling 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import stat
 import sys
@@ -40,12 +48,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfdist.errors import with_fix
+from tfdist.launch.hosts import parse_hosts
 from tfdist.launch.plan import LaunchError, find_horovodrun
 
 DISCOVERY_SCRIPT = "discover_hosts.py"
 PROBE_TIMEOUT = 1.0  # seconds per TCP probe; Horovod polls the script every second
 DEFAULT_SSH_PORT = 22
-SSH_ALIVE_INTERVAL, SSH_ALIVE_COUNT = 3, 3  # an ssh session over a dead link ends after ~9-12 s
 #: (min, max) seconds a failed host stays out before it may rejoin (Horovod doubles it per failure).
 BLACKLIST_COOLDOWN = (2, 60)
 
@@ -80,22 +88,6 @@ sys.stdout.write("".join(f"{{host}}:{{slots}}\\n" for host, slots in HOSTS if up
 '''
 
 
-def parse_hosts(hosts: str) -> list[tuple[str, int]]:
-    """``"h1:2,h2:1"`` as ``[("h1", 2), ("h2", 1)]``; a host without ``:slots`` has one slot."""
-    parsed: list[tuple[str, int]] = []
-    for item in (hosts or "").split(","):
-        name, _, slots = item.strip().partition(":")
-        if not name or (slots and not slots.isdigit()) or (slots and int(slots) < 1) or any(
-                c.isspace() for c in name):
-            raise LaunchError(with_fix(f"--hosts {hosts!r}: {item.strip()!r} is not HOST or HOST:SLOTS",
-                                       "pass e.g. --hosts h1:1,h2:1 (slots: processes per host, 1 or more)"))
-        if name in (seen[0] for seen in parsed):
-            raise LaunchError(with_fix(f"--hosts {hosts!r} names {name!r} twice",
-                                       f"name each host once, with its slots: {name}:N"))
-        parsed.append((name, int(slots) if slots else 1))
-    return parsed
-
-
 def write_discovery_script(workdir: Path, hosts: Sequence[tuple[str, int]], ssh_port: int,
                            python: str | None = None, timeout: float = PROBE_TIMEOUT) -> Path:
     """Write the executable discovery script into ``workdir`` and return its path."""
@@ -110,39 +102,41 @@ def write_discovery_script(workdir: Path, hosts: Sequence[tuple[str, int]], ssh_
     return path
 
 
-def write_ssh_wrapper(workdir: Path, ssh: str) -> Path:
-    """``WORKDIR/bin/ssh``: ``ssh`` with keepalives (see the module docstring); returns its directory."""
-    bindir = Path(workdir) / "bin"
-    bindir.mkdir(parents=True, exist_ok=True)
-    wrapper = bindir / "ssh"
-    partial = bindir / "ssh.tmp"
-    partial.write_text("#!/bin/sh\n# written by tfdist (tfdist.launch.elastic): a dead link ends the session\n"
-                       f"exec {shlex.quote(ssh)} -o ServerAliveInterval={SSH_ALIVE_INTERVAL} "
-                       f"-o ServerAliveCountMax={SSH_ALIVE_COUNT} \"$@\"\n")
-    partial.chmod(0o755)
-    os.replace(partial, wrapper)
-    return bindir
+def with_ssh_wrapper(argv: Sequence[str], workdir: Path, path: str | None = None) -> list[str]:
+    """``argv`` (a horovodrun command) run with ``tfdist.launch.ssh_wrapper``'s ``ssh`` first on its
+    PATH: ``env PATH=WORKDIR/bin:PATH ARGV``. ``path`` is the PATH it would otherwise get (default:
+    this process's), where the real ``ssh`` must be."""
+    from tfdist.launch.ssh_wrapper import install
+
+    path = os.environ.get("PATH", os.defpath) if path is None else path
+    if shutil.which("ssh", path=path) is None:
+        raise LaunchError(with_fix(f"no `ssh` on PATH ({path}); horovodrun starts every rank over ssh",
+                                   "install openssh-client (Debian: apt-get install openssh-client)"))
+    bindir = install(Path(workdir))
+    return ["env", f"PATH={bindir}{os.pathsep}{path}", *argv]
 
 
 def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, max_np: int | None,
                                np: int | None, workdir: Path, ssh_port: int | None = None,
                                ssh_identity_file: str | None = None, horovodrun: str | None = None,
                                blacklist_cooldown: tuple[int, int] | None = BLACKLIST_COOLDOWN,
-                               path: str | None = None) -> list[str]:
+                               path: str | None = None, network_interface: str | None = None) -> list[str]:
     """The ``horovodrun`` argv of an elastic Gloo job over ``hosts`` (``"h1:1,h2:1"``), after
     writing its host discovery script into ``workdir``.
 
-    ``np`` (start size) defaults to ``max_np`` if given, else every slot of ``hosts``; training goes
-    on while at least ``min_np`` ranks remain. ``blacklist_cooldown`` (see the module docstring)
-    is passed as ``--blacklist-cooldown-range``; ``None`` keeps Horovod's default (a failed host
-    never comes back). ``path`` is the PATH horovodrun would otherwise get (default: this
-    process's); the argv starts with ``env PATH=WORKDIR/bin:PATH`` for the ssh wrapper.
+    ``np`` (start size) defaults to ``min_np``: Horovod waits until ``np`` slots are up before it
+    trains (see the module docstring); it may not exceed the slots of ``hosts`` or ``max_np``.
+    Training goes on while at least ``min_np`` ranks remain. ``blacklist_cooldown`` (see the
+    module docstring) is passed as ``--blacklist-cooldown-range``; ``None`` keeps Horovod's default
+    (a failed host never comes back). ``path`` is the PATH horovodrun would otherwise get
+    (default: this process's); the argv starts with ``env PATH=WORKDIR/bin:PATH`` for the ssh
+    wrapper (``with_ssh_wrapper``). ``network_interface`` is horovodrun's ``--network-interface``.
     """
     if not command:
         raise LaunchError(with_fix("no command to launch",
                                    "`tfdist launch --backend horovod --elastic --min-np 1 --hosts h1:1,h2:1 "
                                    "-- python train.py`"))
-    parsed = parse_hosts(hosts)
+    parsed = [(entry.host, entry.slots) for entry in parse_hosts(hosts)]
     slots = sum(count for _, count in parsed)
     if isinstance(min_np, bool) or not isinstance(min_np, int) or min_np < 1:
         raise LaunchError(with_fix(f"--min-np is {min_np!r}", "pass --min-np 1 or more"))
@@ -152,19 +146,19 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
     if min_np > slots:
         raise LaunchError(with_fix(f"--min-np {min_np} needs more slots than --hosts {hosts!r} has ({slots})",
                                    f"pass --min-np {slots} or less, or add hosts"))
-    start = np if np is not None else min(max_np or slots, slots)
+    start = min_np if np is None else np
     if isinstance(start, bool) or not isinstance(start, int) or not min_np <= start <= (max_np or start):
         raise LaunchError(with_fix(f"-np {np!r} is outside --min-np {min_np} .. --max-np {max_np}",
-                                   "pass -np between them, or leave it out (the job starts with as many as fit)"))
+                                   f"pass -np between them, or leave it out (the job starts with --min-np "
+                                   f"{min_np} ranks and grows as hosts are found)"))
+    if start > slots:
+        raise LaunchError(with_fix(f"-np {start} needs {start} slots but --hosts {hosts!r} has {slots} (Horovod "
+                                   "would wait for slots that never come)",
+                                   f"pass -np {slots} or less, or leave it out (it defaults to --min-np {min_np})"))
     port = DEFAULT_SSH_PORT if ssh_port is None else int(ssh_port)
-    path = os.environ.get("PATH", os.defpath) if path is None else path
-    ssh = shutil.which("ssh", path=path)
-    if ssh is None:
-        raise LaunchError(with_fix(f"no `ssh` on PATH ({path}); horovodrun starts every rank over ssh",
-                                   "install openssh-client (Debian: apt-get install openssh-client)"))
+    launcher = horovodrun or find_horovodrun() or "horovodrun"
+    argv = with_ssh_wrapper([launcher, "--gloo", "-np", str(start), "--min-np", str(min_np)], Path(workdir), path)
     script = write_discovery_script(Path(workdir), parsed, port)
-    bindir = write_ssh_wrapper(Path(workdir), ssh)
-    argv = ["env", f"PATH={bindir}{os.pathsep}{path}", horovodrun or find_horovodrun() or "horovodrun", "--gloo", "-np", str(start), "--min-np", str(min_np)]
     if max_np is not None:
         argv += ["--max-np", str(max_np)]
     argv += ["--host-discovery-script", str(script)]
@@ -175,4 +169,6 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
         argv += ["-p", str(port)]
     if ssh_identity_file is not None:
         argv += ["-i", str(ssh_identity_file)]
+    if network_interface is not None:
+        argv += ["--network-interface", network_interface]
     return [*argv, *command]

@@ -14,18 +14,19 @@ not processes the task starts (horovodrun passes it on to its ranks by itself).
 
 Tasks on ``--hosts`` (``tfdist.launch.plan.plan_host_cluster``) run the same way: the local
 process is the ``ssh`` client (or, for this machine, the supervisor itself), whose stdin gets the
-task's specification and then stays open. Teardown first closes those stdins, which makes each
-host's supervisor (``tfdist.launch.remote_task``) stop its task (TERM, grace, KILL), waits the
-grace period plus ``SUPERVISOR_MARGIN``, then signals the local process groups as above. A
-launcher killed with SIGKILL takes its ssh clients along (the parent-death signal), and each
-host's sshd then closes the session, which the supervisor sees as the same EOF. Output lines are
-prefixed ``[worker:1@h2]``; an ssh client's exit code 255 is reported as a failed or dropped
-connection.
+task's specification, then a heartbeat every ``HEARTBEAT_SECONDS`` (``tfdist.launch.processes``;
+non-blocking writes, so a cut link never blocks the launcher). Teardown first closes those stdins,
+which makes each host's supervisor (``tfdist.launch.remote_task``) stop its task (TERM, grace,
+KILL), waits the grace period plus ``SUPERVISOR_MARGIN``, then signals the local process groups
+as above. A launcher killed with SIGKILL takes its ssh clients along (the parent-death signal),
+and the supervisor sees EOF; when the launcher's host vanishes or its link is cut, nothing
+reaches the supervisor any more, and it stops its task after ``MISSED_HEARTBEATS`` silent
+intervals (stock sshd would keep such a session for hours). Output lines are prefixed
+``[worker:1@h2]``; an ssh client's exit code 255 is reported as a failed or dropped connection.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -36,14 +37,13 @@ from typing import IO, Callable, Sequence
 
 from tfdist.launch.plan import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
+from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, start_group, terminate
 from tfdist.lifecycle import reachable
 
 GRACE_SECONDS = 5.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 SUPERVISOR_MARGIN = 5.0  # s beyond the grace for a remote supervisor to stop its task and exit
-SSH_EXIT_FAILED = 255
 
 __all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run_local_cluster"]
 
@@ -70,24 +70,6 @@ class _SignalGuard:
             signal.signal(sig, handler)
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGTERM when this thread exits (Linux only).
-
-    Everything it needs is looked up here, before the fork: the child only calls ``prctl``.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent, sigterm = os.getpid(), int(signal.SIGTERM)
-
-    def set_pdeathsig() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigterm, 0, 0, 0)
-        if os.getppid() != parent:  # the launcher died between fork and prctl
-            os._exit(128 + sigterm)
-
-    return set_pdeathsig
-
-
 def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
            stdin: bytes | None = None) -> subprocess.Popen:
     """Start one task; with ``stdin``, write it to the task's stdin and keep that pipe open (a
@@ -96,11 +78,9 @@ def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
         raise LaunchError("tasks must be started from the main thread, since their parent-death signal "
                           "fires when the thread that started them exits; fix: call run_local_cluster "
                           "or run_command from the main thread")
-    process = subprocess.Popen(list(command), env=env, start_new_session=True,
-                               stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                               stdout=subprocess.PIPE if capture else None,
-                               stderr=subprocess.STDOUT if capture else None,
-                               preexec_fn=_die_with_parent())
+    process = start_group(command, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.STDOUT if capture else None)
     if stdin is not None:
         try:
             process.stdin.write(stdin)  # one short line: fits the pipe's buffer, never blocks
@@ -141,26 +121,6 @@ def _listening(address: str) -> bool:
     return reachable(address, timeout=0.2)
 
 
-def _terminate(processes: Sequence[subprocess.Popen], grace: float,
-               first: signal.Signals = signal.SIGTERM) -> list[subprocess.Popen]:
-    """Send ``first`` to every live process group, SIGKILL what is left after ``grace`` seconds;
-    the processes that needed the SIGKILL."""
-    for process in processes:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, first)
-    deadline = time.monotonic() + grace
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    stubborn = [process for process in processes if process.poll() is None]
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # the group may hold grandchildren
-        process.wait()
-    return stubborn
-
-
 def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: _SignalGuard,
            report: Callable[[str], None], poll: float = 0.1,
            probe: Callable[[str], bool] = _listening) -> int | None:
@@ -170,7 +130,9 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
     tasks = {task.name: task for task, _ in started}
     unserved = {task.name: task.address for task, _ in started if task.name in policy.probe and task.address}
     next_probe = 0.0
+    beat = Heartbeat(process.stdin for _, process in started)  # the supervisors' stdins (see the docstring)
     while not guard.stopped:
+        beat.tick()
         now = time.monotonic()
         if unserved and now >= next_probe:
             for name, address in list(unserved.items()):
@@ -232,7 +194,7 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
             guard.quiet()
             live = [task.name for task, process in started if process.poll() is None]
             _close_stdins([process for _, process in started], grace + SUPERVISOR_MARGIN)
-            stubborn = _terminate([process for _, process in started], grace)
+            stubborn = terminate([process for _, process in started], grace)
             if live:
                 report(f"stopped {', '.join(live)}")
             for task, process in started:
@@ -265,5 +227,5 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
                 time.sleep(0.1)
         finally:
             guard.quiet()
-            _terminate([process], grace, first=signal.SIGINT)
+            terminate([process], grace, first=signal.SIGINT)
     return 130 if code is None else code

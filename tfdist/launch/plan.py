@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from tfdist.cluster import Address, ClusterSpec, local_cluster, tf_config_for
-from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
-from tfdist.cluster.tf_config import GRPC_KEEPALIVE, GRPC_OPTIONS_ENV
-from tfdist.cluster.tf_config import TF_CONFIG_ENV
+from tfdist.cluster.tf_config import TF_CONFIG_ENV, grpc_task_env
 from tfdist.errors import TfdistError
 
 if TYPE_CHECKING:
@@ -87,15 +85,23 @@ def plan_worker_cluster(command: Sequence[str], workers: int, ports: Sequence[in
     return spec, _task_processes(spec, command, base_env, bind_shim)
 
 
+def task_env(spec: ClusterSpec, task_type: str, index: int, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one task of ``spec``, on this machine or on a host: ``base_env`` plus its
+    TF_CONFIG and the gRPC variables (``tfdist.cluster.tf_config.grpc_task_env``: fail fast, and
+    keepalive options merged into any the user set). ``base_env`` is not changed."""
+    env = dict(base_env)
+    env[TF_CONFIG_ENV] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
+    env.update(grpc_task_env(env))
+    return env
+
+
 def _task_processes(spec: ClusterSpec, command: Sequence[str], base_env: Mapping[str, str],
                     bind_shim: Path | None) -> list[TaskProcess]:
     from tfdist.launch.bind import exact_bind_env
 
     processes = []
     for task_type, index in spec.tasks():
-        env = dict(base_env)
-        env[TF_CONFIG_ENV] = json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":"))
-        env.setdefault(GRPC_FAIL_FAST, "use_caller")
+        env = task_env(spec, task_type, index, base_env)
         address = spec.address_of(task_type, index)
         if bind_shim is not None:
             env.update(exact_bind_env(address.host, [address.port], bind_shim, base_env))
@@ -114,9 +120,10 @@ def plan_host_cluster(command: Sequence[str], placements: Sequence[Placement],
     ``ports[host]`` are free ports on that host (the preflight's), taken in task order. TF_CONFIG
     names the hosts as ``--hosts`` does. Every task gets ``base_env`` minus the launcher's
     host-specific variables (``tfdist.launch.remote.forwarded_env``), its TF_CONFIG,
-    ``GRPC_FAIL_FAST=use_caller`` and gRPC keepalive pings (``GRPC_KEEPALIVE``); with ``bind``
-    the supervisor adds the bind shim's variables on the host. The ssh client itself runs with
-    ``base_env``.
+    ``GRPC_FAIL_FAST=use_caller`` and gRPC keepalive pings (``task_env``); with ``bind`` the
+    supervisor adds the bind shim's variables on the host. The ssh client itself runs with
+    ``base_env``; a supervisor on one of ``local_hosts`` with the forwarded variables only (the
+    task then gets the same environment as on any other host).
     """
     from tfdist.launch.remote import SshOptions, TaskSpec, forwarded_env, supervisor_command
 
@@ -135,19 +142,17 @@ def plan_host_cluster(command: Sequence[str], placements: Sequence[Placement],
     forwarded = forwarded_env(base_env)
     processes = []
     for placement in placements:
-        env = dict(forwarded)
-        env[TF_CONFIG_ENV] = json.dumps(tf_config_for(spec, placement.task_type, placement.index),
-                                        separators=(",", ":"))
-        env.setdefault(GRPC_FAIL_FAST, "use_caller")
-        env.setdefault(GRPC_OPTIONS_ENV, GRPC_KEEPALIVE)
+        env = task_env(spec, placement.task_type, placement.index, forwarded)
         address = spec.address_of(placement.task_type, placement.index)
         bind_to = (address.host, address.port) if bind else None
         task = TaskSpec(placement.name, tuple(command), cwd, env, bind_to, grace)
         local = placement.host in local_hosts
+        # The ssh client needs the launcher's own variables (SSH_AUTH_SOCK); a supervisor on this very
+        # host gets only what is forwarded, like one that sshd starts, so its task's env is the same.
         processes.append(TaskProcess(placement.task_type, placement.index,
                                      tuple(supervisor_command(placement.host, local, options, python)),
-                                     dict(base_env), str(address), host=placement.host, stdin=task.encode(),
-                                     ssh=not local))
+                                     dict(forwarded if local else base_env), str(address),
+                                     host=placement.host, stdin=task.encode(), ssh=not local))
     return spec, processes
 
 

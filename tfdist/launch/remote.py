@@ -3,8 +3,9 @@ specifications and the per-host preflight. Everything but ``run_preflight`` is p
 
 Each task runs as ``ssh [-p P] [-i KEY] -o BatchMode=yes ... HOST <python> -m
 tfdist.launch.remote_task``, with its specification (``TaskSpec``) written to the ssh client's
-stdin as one JSON line; ``tfdist.launch.remote_task`` on the host starts the task and stops it
-when that stdin ends. A host that is this very machine (its name resolves to an address of this
+stdin as one JSON line, then a heartbeat every few seconds; ``tfdist.launch.remote_task`` on the
+host starts the task and stops it when that stdin ends or the heartbeats stop (a cut link, a
+vanished launcher host). A host that is this very machine (its name resolves to an address of this
 machine) runs the same supervisor without ssh, as ``horovodrun`` does.
 
 ``<python>`` is this interpreter's path: every host needs the same venv at the same path.
@@ -22,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from tfdist.launch.plan import LaunchError
+from tfdist.launch.processes import SSH_EXIT_FAILED
 
 if TYPE_CHECKING:
     from tfdist.cluster import ClusterSpec
     from tfdist.launch.plan import TaskProcess
 
 SUPERVISOR = "tfdist.launch.remote_task"
-SSH_EXIT_FAILED = 255  # what ssh exits with when it cannot connect or the connection drops
 SERVER_ALIVE_INTERVAL = 5  # s; the ssh client gives up after interval x count silent seconds
 SERVER_ALIVE_COUNT = 3
 CONNECT_TIMEOUT = 15  # s
@@ -130,16 +131,33 @@ def describe_failure(host: str, returncode: int, output: str, python: str) -> st
     return f"checking {host} failed with exit code {returncode} ({tail}); fix: run it by hand to see why"
 
 
+def preflight_arguments(count: int, host: str, shim: bool, cwd: str | None = None,
+                        command: str | None = None, path: str | None = None) -> list[str]:
+    """The supervisor's ``--preflight`` arguments for ``host``: free ports, the bind address, the
+    shim, and that the working directory and the task's command (on ``path``, the PATH the tasks
+    get) exist there."""
+    extra = ["--preflight", str(count), "--host", host, *(["--shim"] if shim else [])]
+    if cwd is not None:
+        extra += ["--cwd", cwd]
+    if command is not None:
+        extra += ["--command", command]
+    if path is not None:
+        extra += ["--path", path]
+    return extra
+
+
 def run_preflight(hosts: Mapping[str, int], options: SshOptions, shim: bool,
                   local_hosts: Collection[str] = (), python: str | None = None,
-                  timeout: float = PREFLIGHT_TIMEOUT) -> dict[str, dict[str, Any]]:
+                  timeout: float = PREFLIGHT_TIMEOUT, cwd: str | None = None, command: str | None = None,
+                  path: str | None = None) -> dict[str, dict[str, Any]]:
     """On every host at once: ``{host: {"ports": [...], "address": ...}}`` with ``hosts[host]`` free
-    ports. Raises ``RemoteLaunchError`` listing every host that failed, with the fix (nothing has
-    been started then)."""
+    ports, after checking there the working directory ``cwd`` and that ``command`` (a task's
+    argv[0]) is found on ``path``. Raises ``RemoteLaunchError`` listing every host that failed,
+    with the fix (nothing has been started then)."""
     python = python or sys.executable
 
     def check(host: str) -> tuple[str, dict[str, Any] | str]:
-        extra = ["--preflight", str(hosts[host]), "--host", host, *(["--shim"] if shim else [])]
+        extra = preflight_arguments(hosts[host], host, shim, cwd, command, path)
         argv = supervisor_command(host, host in local_hosts, options, python, extra)
         try:
             result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -190,7 +208,8 @@ def prepare_host_cluster(command: Sequence[str], hosts: str, workers: int, ps: i
                              chief_host=chief_host, ps_hosts=ps_hosts)
     counts = Counter(placement.host for placement in placements)
     local = {host for host in counts if is_local_host(host)}
-    answers = run_preflight(counts, options, shim=bind, local_hosts=local)
+    answers = run_preflight(counts, options, shim=bind, local_hosts=local, cwd=cwd,
+                            command=command[0] if command else None, path=forwarded_env(environ).get("PATH"))
     ports = {host: answers[host]["ports"] for host in counts}
     return plan_host_cluster(command, placements, ports, environ, cwd, options, bind=bind, grace=grace,
                              local_hosts=local)

@@ -10,13 +10,17 @@ command line, so TF_CONFIG stays out of ``ps`` and nothing needs shell quoting. 
   address only;
 * starts the task in a new session (its own process group) with the parent-death signal, its
   output going straight to the supervisor's stdout and stderr (the ssh channel);
-* keeps reading stdin. EOF means the launcher stopped, died or lost the connection (sshd closes
-  the channel when the client goes away or stops answering its keepalives): the supervisor sends
-  SIGTERM to the task's process group, SIGKILL ``grace`` seconds later, and exits. SIGTERM,
-  SIGHUP or SIGINT to the supervisor do the same;
-* when the task exits by itself, exits with its code (128+N for a signal N), after killing
-  whatever the task left in its group.
+* keeps reading stdin, where the launcher writes a heartbeat every ``HEARTBEAT_SECONDS``
+  (``tfdist.launch.processes``). EOF means the launcher stopped, died, or its ssh client went
+  away; ``HEARTBEAT_TIMEOUT`` seconds without a byte mean the link or the launcher's host is gone
+  (sshd itself may never notice: stock OpenSSH sends no ClientAlive keepalives). Either way the
+  supervisor sends SIGTERM to the task's process group, SIGKILL ``grace`` seconds later, and
+  exits. SIGTERM, SIGHUP or SIGINT to the supervisor do the same;
+* when the task exits by itself, exits with its code (128+N for a signal N), after stopping
+  whatever the task left in its group (TERM, the same grace, KILL).
 
+``--shell COMMAND`` supervises ``sh -c COMMAND`` the same way (no spec; the ssh wrapper that
+horovodrun uses, ``tfdist.launch.ssh_wrapper``, runs Horovod's remote commands so).
 ``--preflight N`` instead checks this host before anything starts and prints one JSON line:
 ``{"ports": [N free ports], "address": ..., "error": null}`` (see ``preflight``).
 
@@ -25,22 +29,23 @@ This module imports nothing heavy (no TensorFlow): it starts in a fraction of a 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Callable, Mapping
+import time
+from typing import IO, Any, Callable, Mapping, Sequence
 
-from tfdist.errors import TfdistError
+from tfdist.errors import TfdistError, with_fix
+from tfdist.launch.processes import HEARTBEAT_SECONDS, MISSED_HEARTBEATS, start_group, stop_group
 
 SPEC_FIELDS = ("name", "argv", "cwd", "env", "bind", "grace")
 EXIT_BAD_SPEC = 2  # the supervisor could not start the task (the message is on stderr)
-_PR_SET_PDEATHSIG = 1
+HEARTBEAT_TIMEOUT = HEARTBEAT_SECONDS * MISSED_HEARTBEATS  # s without a byte on stdin: the launcher is gone
 
 
 class RemoteTaskError(TfdistError, RuntimeError):
@@ -115,75 +120,135 @@ def task_environment(spec: Mapping[str, Any], environ: Mapping[str, str]) -> dic
     return env
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+class _StdinWatch:
+    """Reads the supervisor's stdin in a daemon thread: the time of the last byte (a heartbeat or
+    anything else) and whether EOF came. Raw reads: a daemon thread blocked here holds no lock of
+    Python's buffered stdin, so the interpreter can exit under it."""
 
+    def __init__(self, fd: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._fd, self._clock = fd, clock
+        self.last = clock()
+        self.eof = threading.Event()
+        threading.Thread(target=self._read, name="tfdist-stdin", daemon=True).start()
 
-def _stop(process: subprocess.Popen, grace: float) -> None:
-    """SIGTERM to the task's group, SIGKILL to what is left after ``grace`` seconds."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=grace)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)  # the group may hold grandchildren
-    process.wait()
-
-
-def _wait_for_eof(fd: int, stopped: threading.Event) -> None:
-    """Read ``fd`` until EOF (or an error), then set ``stopped``. Raw reads: a daemon thread blocked
-    here holds no lock of Python's buffered stdin, so the interpreter can exit under it."""
-    try:
-        while os.read(fd, 65536):
+    def _read(self) -> None:
+        try:
+            while os.read(self._fd, 65536):
+                self.last = self._clock()
+        except OSError:
             pass
-    except OSError:
-        pass
-    stopped.set()
+        self.eof.set()
+
+    def silent_for(self) -> float:
+        return self._clock() - self.last
 
 
-def supervise(stdin: IO[bytes], environ: Mapping[str, str], stderr: IO[str] = sys.stderr) -> int:
-    """Read the spec, run the task until it exits or stdin ends; the exit code to leave with."""
-    try:
-        spec = decode_spec(stdin.readline())
-        env = task_environment(spec, environ)
-        os.chdir(spec["cwd"])
-    except (RemoteTaskError, TfdistError, OSError) as exc:
-        print(f"tfdist remote task on {socket.gethostname()}: {exc}", file=stderr, flush=True)
-        return EXIT_BAD_SPEC
+def run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: float, stdin_fd: int,
+                   silence: float = HEARTBEAT_TIMEOUT, stderr: IO[str] = sys.stderr) -> int:
+    """Run ``argv`` in its own process group until it exits, ``stdin_fd`` ends, ``silence`` seconds
+    pass without a byte on it (missed heartbeats), or SIGTERM/SIGHUP/SIGINT arrives; then TERM,
+    ``grace``, KILL of its group. The exit code to leave with (128+N for a signal N, 127 when it
+    cannot start)."""
     stopped = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         stopped.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
-        process = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=_die_with_parent)
-    except OSError as exc:
+        try:
+            process = start_group(argv, env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            _say(stderr, with_fix(f"cannot start {argv[0]!r} ({exc})", "install it at the same path on "
+                                  "every host, or check the command and the working directory"))
+            return 127
+        watch = _StdinWatch(stdin_fd)
+        while process.poll() is None and not stopped.is_set():
+            if watch.eof.is_set():
+                break
+            if watch.silent_for() > silence:
+                _say(stderr, f"no heartbeat from the launcher for {watch.silent_for():.0f} s (the link or "
+                     "the launcher is gone); stopping the task")
+                break
+            stopped.wait(0.2)
+        stop_group(process, grace)
+    finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        print(f"tfdist remote task on {socket.gethostname()}: cannot start {spec['argv'][0]!r} ({exc}); fix: "
-              "install it at the same path on every host", file=stderr, flush=True)
-        return 127
-    threading.Thread(target=_wait_for_eof, args=(stdin.fileno(), stopped), name="tfdist-stdin",
-                     daemon=True).start()
-    while process.poll() is None and not stopped.is_set():
-        stopped.wait(0.2)
-    _stop(process, float(spec["grace"]))
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
     code = process.returncode
     return 128 - code if code < 0 else code
 
 
-def preflight(count: int, host: str | None, shim: bool) -> dict[str, Any]:
+def _say(stderr: IO[str], message: str) -> None:
+    print(f"tfdist remote task on {socket.gethostname()}: {message}", file=stderr, flush=True)
+
+
+def supervise(stdin: IO[bytes], environ: Mapping[str, str], stderr: IO[str] = sys.stderr,
+              silence: float = HEARTBEAT_TIMEOUT) -> int:
+    """Read the spec, run the task until it exits, stdin ends or heartbeats stop; the exit code."""
+    try:
+        spec = decode_spec(stdin.readline())
+        env = task_environment(spec, environ)
+    except TfdistError as exc:
+        _say(stderr, str(exc))
+        return EXIT_BAD_SPEC
+    except OSError as exc:
+        _say(stderr, with_fix(f"cannot prepare the task ({exc})", "run `python -m tfdist.launch.remote_task "
+                              "--preflight 1 --shim` on this host to see why"))
+        return EXIT_BAD_SPEC
+    try:
+        os.chdir(spec["cwd"])
+    except OSError as exc:
+        _say(stderr, with_fix(f"cannot enter the working directory ({exc})", "create it on this host, or "
+                              "start the launcher from a directory that exists on every host"))
+        return EXIT_BAD_SPEC
+    return run_supervised(spec["argv"], env, float(spec["grace"]), stdin.fileno(), silence, stderr)
+
+
+def supervise_shell(command: str, stdin: IO[bytes], grace: float, silence: float = HEARTBEAT_TIMEOUT,
+                    stderr: IO[str] = sys.stderr) -> int:
+    """``sh -c COMMAND`` under the same supervision as a spec'd task (``--shell``, used by the ssh
+    wrapper of horovodrun): this host's environment, the current directory."""
+    return run_supervised(["sh", "-c", command], None, grace, stdin.fileno(), silence, stderr)
+
+
+def command_problem(command: str, cwd: str, path: str | None) -> str | None:
+    """Why ``command`` (a task's argv[0]) would not start from ``cwd`` with ``PATH=path``, or None."""
+    if os.sep in command:
+        target = os.path.normpath(os.path.join(cwd, command))
+        if not os.path.isfile(target):
+            return with_fix(f"the command {command!r} does not exist in {cwd}", "install it at the same path "
+                            "on every host (or give the command as a name found on PATH)")
+        if not os.access(target, os.X_OK):
+            return with_fix(f"the command {command!r} is not executable", f"chmod +x {target}")
+        return None
+    if shutil.which(command, path=path) is None:
+        return with_fix(f"the command {command!r} is not found on PATH ({path})", "install it on every host "
+                        "in a directory on the launcher's PATH (tasks get the launcher's PATH), or give its "
+                        "full path")
+    return None
+
+
+def preflight(count: int, host: str | None, shim: bool, cwd: str | None = None, command: str | None = None,
+              path: str | None = None) -> dict[str, Any]:
     """Check this host for the launcher: ``count`` free ports (any interface), the address ``host``
-    binds to, and the bind shim built here (when ``shim``). Errors come back in ``error``."""
+    binds to, the bind shim built here (when ``shim``), the working directory ``cwd`` and the task's
+    ``command`` (found on ``path``, the PATH tasks get). Errors come back in ``error``, each ending
+    with its fix."""
     from tfdist.cluster.spec import free_ports
 
     result: dict[str, Any] = {"ports": [], "address": None, "error": None, "python": sys.executable}
     try:
+        if cwd is not None and not os.path.isdir(cwd):
+            result["error"] = with_fix(f"the working directory {cwd} does not exist",
+                                       "create it on every host, or start the launcher from a directory "
+                                       "that exists on every host (tasks start in the launcher's)")
+            return result
+        if command is not None:
+            problem = command_problem(command, cwd or os.getcwd(), path)
+            if problem:
+                result["error"] = problem
+                return result
         if host is not None:
             result["address"] = bind_address(host)
         if shim:
@@ -191,8 +256,11 @@ def preflight(count: int, host: str | None, shim: bool) -> dict[str, Any]:
 
             shim_library()
         result["ports"] = free_ports(count, host="0.0.0.0")
-    except (TfdistError, OSError) as exc:
+    except TfdistError as exc:
         result["error"] = str(exc)
+    except OSError as exc:
+        result["error"] = with_fix(f"checking this host failed ({exc})", "run `python -m "
+                                   "tfdist.launch.remote_task --preflight 1` on it to see why")
     return result
 
 
@@ -202,11 +270,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preflight", type=int, metavar="N", help="print N free ports and checks as JSON")
     parser.add_argument("--host", help="with --preflight: the host name whose address the tasks bind")
     parser.add_argument("--shim", action="store_true", help="with --preflight: build the bind shim")
+    parser.add_argument("--cwd", help="with --preflight: the working directory the tasks need")
+    parser.add_argument("--command", help="with --preflight: the task's command (argv[0])")
+    parser.add_argument("--path", help="with --preflight: the PATH the tasks get")
+    parser.add_argument("--shell", metavar="COMMAND",
+                        help="run `sh -c COMMAND` under supervision (heartbeats on stdin; for horovodrun)")
+    parser.add_argument("--grace", type=float, default=5.0,
+                        help="with --shell: seconds between TERM and KILL")
+    parser.add_argument("--heartbeat-timeout", type=float, default=HEARTBEAT_TIMEOUT,
+                        help="seconds without a byte on stdin after which the task is stopped")
     args = parser.parse_args(argv)
     if args.preflight is not None:
-        print(json.dumps(preflight(args.preflight, args.host, args.shim)), flush=True)
+        print(json.dumps(preflight(args.preflight, args.host, args.shim, args.cwd, args.command, args.path)),
+              flush=True)
         return 0
-    return supervise(sys.stdin.buffer, os.environ)
+    if args.shell is not None:
+        return supervise_shell(args.shell, sys.stdin.buffer, args.grace, args.heartbeat_timeout)
+    return supervise(sys.stdin.buffer, os.environ, silence=args.heartbeat_timeout)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,15 @@ Horovod's elastic mode lets hosts leave and join a running job. Its own Keras ca
   that a batch-level commit left half done (its remaining share of batches), then runs the
   remaining epochs with ``initial_epoch`` set, so every epoch is committed exactly once.
 
+What a resumed half epoch trains on: the remaining *share of batches*, not necessarily the
+examples the first part did not see. Epochs are counted exactly; data is exactly-once only for a
+finite, unshuffled input (numpy arrays with ``shuffle=False``, or a dataset that does not
+reshuffle): then the rest of the epoch is the tail of the (new) shard. With ``shuffle=True``
+(Keras' default for arrays), a reshuffling dataset, a ``Sequence`` or a repeated dataset, it is
+as many batches drawn the usual way, so some examples may be seen twice and others not at all in
+that epoch. Batch commits also reshard mid-epoch, so only epoch-level commits (the default) keep
+each epoch an ordinary pass over the data.
+
 ``fit`` returns a ``History`` of the committed epochs (every epoch once), with
 ``history.params["elastic_sizes"]``: the ranks that ran each epoch.
 
@@ -36,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from tfdist.errors import ArgumentValueError, with_fix
+from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 
 if TYPE_CHECKING:
@@ -87,17 +96,21 @@ def steps_per_epoch(x: Any, kwargs: dict) -> int:
 
 
 def _remainder(x: Any, y: Any, kwargs: dict, done: int, left: int) -> tuple[Any, Any, dict]:
-    """``fit`` arguments for the last ``left`` batches of an epoch whose first ``done`` ran."""
+    """``fit`` arguments for the remaining ``left`` batches of an epoch whose first ``done`` ran.
+
+    Finite inputs without ``steps_per_epoch`` skip the first ``done`` batches of this shard (the
+    unseen ones only if the input is not shuffled: see the module docstring); other inputs run
+    their next ``left`` batches."""
     kwargs = dict(kwargs)
     if inputs.is_dataset(x) and not kwargs.get("steps_per_epoch"):
-        return x.skip(done), y, kwargs  # finite and batched: the batches not yet seen
+        return x.skip(done), y, kwargs  # finite and batched: the epoch's last `left` batches
     if x is not None and not inputs.is_dataset(x) and inputs.is_array_input(x) and not kwargs.get("steps_per_epoch"):
         start = done * int(kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE)
         cut = (lambda s: None if s is None else tf.nest.map_structure(lambda a: a[start:], s))
         if kwargs.get("sample_weight") is not None:
             kwargs["sample_weight"] = cut(kwargs["sample_weight"])
         return cut(x), cut(y), kwargs
-    kwargs["steps_per_epoch"] = left  # a repeated dataset or a Sequence: the next `left` batches
+    kwargs["steps_per_epoch"] = left  # a repeated dataset or a Sequence: its next `left` batches
     return x, y, kwargs
 
 
@@ -202,26 +215,45 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
         if state.epoch < epochs:
             last["history"] = model.fit(run_x, run_y, initial_epoch=state.epoch, epochs=epochs, **run_kwargs)
 
-    _run_elastic(hvd_elastic, attempt)(state)
+    _run_elastic(hvd_elastic, attempt, state, epochs)
     return _history(model, state, initial_epoch, last.get("history"))
 
 
-def _run_elastic(hvd_elastic: Any, attempt: Any) -> Any:
-    """``hvd_elastic.run(attempt)``, also turning a failed Horovod op that TensorFlow reports as
-    another error type than ``UnknownError`` (e.g. from an eager allreduce in a callback) into the
-    ``HorovodInternalError`` that makes Horovod restore and reset."""
+class ElasticFitError(TfdistError, RuntimeError):
+    """An elastic ``fit`` that failed in a way Horovod's elastic loop does not recover from."""
+
+
+def _run_elastic(hvd_elastic: Any, attempt: Any, state: Any, epochs: int) -> None:
+    """``hvd_elastic.run(attempt)(state)``, then a check that every epoch was committed.
+
+    Horovod's ``run`` wrapper catches every ``tf.errors.UnknownError``: those of its allreduce,
+    allgather and broadcast become a reset, and *any other* is swallowed (``run`` returns None
+    as if training had finished). So here a failed Horovod op of any error type (e.g. an eager
+    allreduce in a callback) becomes the ``HorovodInternalError`` that makes Horovod restore and
+    reset, and every other ``UnknownError`` becomes an ``ElasticFitError`` that Horovod passes on.
+    Should ``run`` still return early, the epoch check turns the silent success into an error.
+    """
     from horovod.common.exceptions import HorovodInternalError
 
     def guarded(state: Any) -> Any:
         try:
             return attempt(state)
         except tf.errors.OpError as error:
-            if not isinstance(error, tf.errors.UnknownError) and any(
-                    marker in (error.message or "") for marker in _HOROVOD_OP_MARKERS):
+            if any(marker in (error.message or "") for marker in _HOROVOD_OP_MARKERS):
                 raise HorovodInternalError(error) from error
+            if isinstance(error, tf.errors.UnknownError):  # Horovod's wrapper would swallow it
+                raise ElasticFitError(with_fix(
+                    f"elastic fit failed at epoch {state.epoch} with {type(error).__name__}: {error.message}",
+                    "fix the error above (it is not a lost rank, so the elastic loop cannot recover from "
+                    "it); the last committed state is lost with this process")) from error
             raise
 
-    return hvd_elastic.run(guarded)
+    hvd_elastic.run(guarded)(state)
+    if state.epoch < epochs:
+        raise ElasticFitError(with_fix(
+            f"elastic fit returned after {state.epoch} of {epochs} epochs (Horovod's elastic loop ended "
+            "without an error reaching tfdist)",
+            "look for an earlier error in this rank's output; rerun the job"))
 
 
 def _history(model: Any, state: Any, initial_epoch: int, last: Any) -> Any:

@@ -9,9 +9,9 @@ import tensorflow as tf
 
 from tfdist import upstream
 from tfdist.environments import HorovodRunEnvironment
-from tfdist.errors import ArgumentValueError, TfdistError, with_fix
+from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
-from tfdist.strategies.base import _SCALED_MARK, DistributedStrategy
+from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.registry import STRATEGIES
 
@@ -151,14 +151,31 @@ class HorovodStrategy(DistributedStrategy):
 
         hvd = self._hvd
         compression = hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none
-        wrapped = DistributedOptimizer(
+        return DistributedOptimizer(
             optimizer,
             compression=compression,
             backward_passes_per_step=self.options.backward_passes_per_step,
             average_aggregated_gradients=True,
             op=hvd.Average if self.options.average_gradients else hvd.Sum,
         )
-        if getattr(optimizer, _SCALED_MARK, False):  # the elastic fit rescales it when the size changes
+
+    def optimizer(self, optimizer: Any, scale_lr: bool | None = None) -> Any:
+        """As ``DistributedStrategy.optimizer``; with ``elastic`` it also records the size the rate
+        was scaled for (``SCALED_FOR``), even at one rank where the factor is 1: the elastic fit
+        rescales the rate from that record when hosts join or leave, so a job that starts alone
+        must have it too."""
+        scale = self.options.scale_lr if scale_lr is None else scale_lr
+        if self.options.elastic and scale and self.lr_scale == 1.0:
+            from tfdist.callbacks.learning_rate import uses_schedule
+
+            if isinstance(optimizer, tf.keras.optimizers.Optimizer) and uses_schedule(optimizer):
+                raise ArgumentTypeError(with_fix(
+                    "cannot rescale a LearningRateSchedule by the number of replicas, which elastic=True does "
+                    "whenever hosts join or leave (this job starts with one rank)",
+                    "pass scale_lr=False and scale the schedule yourself, or use a float learning rate"))
+        scaled = scale and (self.lr_scale != 1.0 or self.options.elastic)
+        wrapped = super().optimizer(optimizer, scale_lr)
+        if scaled:
             setattr(wrapped, SCALED_FOR, self.size)
         return wrapped
 

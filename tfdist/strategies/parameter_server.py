@@ -26,8 +26,7 @@ import tensorflow as tf
 
 from tfdist import lifecycle, upstream
 from tfdist.cluster import TFConfig
-from tfdist.cluster.tf_config import GRPC_FAIL_FAST_ENV as GRPC_FAIL_FAST
-from tfdist.cluster.tf_config import GRPC_KEEPALIVE, GRPC_OPTIONS_ENV
+from tfdist.cluster.tf_config import grpc_task_env
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
@@ -180,9 +179,9 @@ def _require_ps_job(role: TFConfig, coordinator_outside: bool = False) -> TFConf
 def _fail_fast_grpc() -> None:
     """TensorFlow's requirement for parameter-server fault tolerance, and keepalive pings so that a
     task behind a cut link is noticed in seconds, not TCP's minutes; set in the processes that join
-    the cluster (the launcher sets them too) before their first gRPC channel."""
-    os.environ.setdefault(GRPC_FAIL_FAST, "use_caller")
-    os.environ.setdefault(GRPC_OPTIONS_ENV, GRPC_KEEPALIVE)
+    the cluster (the launcher sets them too) before their first gRPC channel. Options the user set
+    in TF_GRPC_DEFAULT_OPTIONS are kept; the keepalive ones are added unless set there."""
+    os.environ.update(grpc_task_env(os.environ))
 
 
 def _partitioner(options: ParameterServerOptions, num_ps: int) -> Any:

@@ -150,7 +150,11 @@ def hosts_file(addresses: Mapping[str, str]) -> str:
 
 
 def sshd_config(address: str, port: int, lab_dir: Path, host: str) -> str:
-    """The sshd configuration of one host: its own address only, the lab's key, no passwords."""
+    """The sshd configuration of one host: its own address only, the lab's key, no passwords.
+
+    No ClientAliveInterval: like stock OpenSSH, sshd never notices a cut link by itself, so a
+    session (and what runs in it) outlives a vanished launcher unless tfdist stops it (the
+    supervisor's heartbeats, ``tfdist.launch.processes``)."""
     return "\n".join([
         f"ListenAddress {address}",
         f"Port {port}",
@@ -167,9 +171,6 @@ def sshd_config(address: str, port: int, lab_dir: Path, host: str) -> str:
         "PrintMotd no",
         "MaxStartups 100:30:200",
         "MaxSessions 100",
-        # A cut link ends a session after 2 s x 3 unanswered probes, as on a real host with keepalives.
-        "ClientAliveInterval 2",
-        "ClientAliveCountMax 3",
         "Subsystem sftp internal-sftp",
     ]) + "\n"
 

@@ -1,0 +1,198 @@
+"""tfdist.launch.processes and the supervision built on it (tfdist.launch.remote_task), run locally:
+heartbeats that never block, a supervisor that stops its task when the heartbeats stop (shell mode
+and spec mode), and the grace period kept when a task exits by itself."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support import subprocess_env
+from tfdist.launch.processes import (
+    HEARTBEAT,
+    Heartbeat,
+    group_alive,
+    start_group,
+    stop_group,
+    write_nonblocking,
+)
+from tfdist.launch.remote import TaskSpec
+
+# prints its group and a grandchild's pid, then sleeps: the supervisor must stop both
+_TASK = ("import os, subprocess, sys, time; "
+         "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+         "print('pgid', os.getpgid(0), 'child', c.pid, flush=True); time.sleep(600)")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[1].split()[0] == "Z"
+
+
+def _wait_gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(_gone(pid) for pid in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _beat_for(process: subprocess.Popen, seconds: float, interval: float = 0.3) -> None:
+    beat = Heartbeat([process.stdin], interval=interval)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        beat.tick()
+        assert process.poll() is None, "the supervisor stopped while heartbeats were coming"
+        time.sleep(0.05)
+
+
+def _check_heartbeats_keep_it_and_silence_stops_it(process: subprocess.Popen, silence: float) -> None:
+    words = process.stdout.readline().decode().split()
+    seen = dict(zip(words[::2], words[1::2]))
+    pids = [int(seen["pgid"]), int(seen["child"])]
+    try:
+        _beat_for(process, 3 * silence)  # well past the timeout: the heartbeats keep the task
+        assert not _gone(pids[0]) and not _gone(pids[1])
+        start = time.monotonic()  # now the launcher goes silent, stdin stays open (a cut link)
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
+        assert time.monotonic() - start >= silence * 0.9
+        assert _wait_gone(pids, 10), "the task's group outlived the supervisor"
+        assert b"no heartbeat from the launcher" in process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+        _kill(pids)
+
+
+def test_shell_mode_stops_the_group_when_heartbeats_stop():
+    process = subprocess.Popen([sys.executable, "-m", "tfdist.launch.remote_task", "--shell",
+                                f"{sys.executable} -c \"{_TASK}\"", "--grace", "1",
+                                "--heartbeat-timeout", "2"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=subprocess_env())
+    _check_heartbeats_keep_it_and_silence_stops_it(process, 2.0)
+
+
+def test_spec_mode_stops_the_task_when_heartbeats_stop(tmp_path):
+    spec = TaskSpec("worker:0", (sys.executable, "-c", _TASK), str(tmp_path), {}, None, 1.0)
+    process = subprocess.Popen([sys.executable, "-m", "tfdist.launch.remote_task",
+                                "--heartbeat-timeout", "2"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=subprocess_env())
+    process.stdin.write(spec.encode())
+    process.stdin.flush()
+    _check_heartbeats_keep_it_and_silence_stops_it(process, 2.0)
+
+
+def test_shell_mode_exits_with_the_commands_code_and_keeps_its_output():
+    process = subprocess.Popen([sys.executable, "-m", "tfdist.launch.remote_task", "--shell",
+                                "echo out; echo err >&2; exit 5"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        assert process.wait(timeout=60) == 5
+        assert process.stdout.read() == b"out\n" and process.stderr.read() == b"err\n"
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+
+
+def test_a_task_that_exits_by_itself_leaves_its_group_the_grace_period(tmp_path):
+    # the leader exits at once; what it left in its group traps TERM and needs a moment to clean up
+    marker = tmp_path / "cleaned"
+    script = (f"trap 'sleep 0.5; echo done > {marker}; exit 0' TERM; "
+              "echo ready; while :; do sleep 0.1; done")
+    leader = f"sh -c \"{script}\" & sleep 1"
+    process = start_group(["sh", "-c", leader])
+    try:
+        process.wait(timeout=30)
+        assert group_alive(process.pid)
+        assert stop_group(process, grace=10) is False
+        assert marker.read_text() == "done\n"
+        assert not group_alive(process.pid)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_stop_group_kills_what_ignores_term():
+    process = start_group(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+    time.sleep(0.3)
+    start = time.monotonic()
+    assert stop_group(process, grace=0.5) is True
+    assert process.returncode == -signal.SIGKILL
+    assert time.monotonic() - start < 30
+    deadline = time.monotonic() + 10  # the killed `sleep` may be a zombie for a moment
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(process.pid)
+
+
+def test_heartbeats_never_block_on_a_full_or_broken_pipe():
+    read_end, write_end = os.pipe()
+    pipe = os.fdopen(write_end, "wb", buffering=0)
+    clock = [0.0]
+    beat = Heartbeat([pipe], interval=2.0, clock=lambda: clock[0])
+    beat.tick()  # not yet: the first heartbeat is due one interval after the start
+    clock[0] = 2.0
+    beat.tick()
+    assert os.read(read_end, 10) == HEARTBEAT
+    while write_nonblocking(pipe, b"x" * 4096):  # fill the pipe: a cut link stops the ssh client reading
+        pass
+    start = time.monotonic()
+    for _ in range(5):
+        clock[0] += 2.0
+        beat.tick()
+    assert time.monotonic() - start < 5  # returned at once instead of blocking forever
+    os.close(read_end)
+    clock[0] += 2.0
+    beat.tick()  # broken pipe: ignored
+    pipe.close()
+    beat.tick()  # closed: ignored
+
+
+def test_heartbeat_writes_only_once_per_interval():
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "wb", buffering=0) as pipe:
+        clock = [10.0]
+        beat = Heartbeat([pipe], interval=2.0, clock=lambda: clock[0])
+        for now in (10.5, 12.0, 12.5, 13.9, 14.0):
+            clock[0] = now
+            beat.tick()
+    with os.fdopen(read_end, "rb") as reader:
+        assert reader.read() == HEARTBEAT * 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_a_started_group_dies_with_its_parent(tmp_path):
+    # a parent that starts a sleeper with start_group and is then SIGKILLed
+    code = ("import sys, time; from tfdist.launch.processes import start_group; "
+            "p = start_group(['sleep', '600']); print(p.pid, flush=True); time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=subprocess_env())
+    child = int(parent.stdout.readline())
+    try:
+        parent.kill()
+        parent.wait()
+        assert _wait_gone([child], 20)
+    finally:
+        _kill([child])
+        parent.stdout.close()

@@ -1,0 +1,151 @@
+"""Starting and stopping process groups: the one place that sets the parent-death signal and runs
+TERM, grace, KILL. Used by the launcher (``tfdist.launch.local``), the supervisor of a task on its
+host (``tfdist.launch.remote_task``) and the ssh wrapper for horovodrun (``tfdist.launch.ssh_wrapper``).
+
+Each process starts in a new session (its own process group, so signals reach what it starts as
+well) with the parent-death signal SIGTERM on Linux (``prctl(PR_SET_PDEATHSIG)``). The kernel
+sends that signal when the *thread* that forked the child exits, so callers fork from a thread
+that lives as long as the child (the main thread). It reaches the child itself, not processes the
+child starts.
+
+Heartbeats: a launcher that holds a supervisor's stdin writes ``HEARTBEAT`` to it every
+``HEARTBEAT_SECONDS`` (``Heartbeat``), with non-blocking writes: a full pipe (a cut link) or a
+closed one never blocks the launcher. The supervisor stops its task after
+``MISSED_HEARTBEATS`` silent intervals, so a task never outlives a launcher that vanished, even
+on a host whose sshd sends no keepalives (the OpenSSH default).
+
+No TensorFlow here, nothing heavy: the supervisor imports this on every task start.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import IO, Any, Callable, Iterable, Sequence
+
+HEARTBEAT = b"\n"
+HEARTBEAT_SECONDS = 2.0  # how often a launcher writes a heartbeat to each supervisor's stdin
+MISSED_HEARTBEATS = 4  # silent intervals after which a supervisor stops its task
+SSH_EXIT_FAILED = 255  # what ssh exits with when it cannot connect or the connection drops
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+__all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "Heartbeat",
+           "die_with_parent", "group_alive", "start_group", "stop_group", "terminate"]
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when the forking thread exits (Linux only);
+    the child exits at once if its parent already died between the fork and ``prctl``.
+
+    Everything it needs is looked up here, before the fork: the child only calls ``prctl``.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent, signum = os.getpid(), int(sig)
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl
+            os._exit(128 + signum)
+
+    return set_pdeathsig
+
+
+def start_group(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, ...)`` in a new session with the parent-death signal."""
+    return subprocess.Popen(list(argv), start_new_session=True, preexec_fn=die_with_parent(), **popen_kwargs)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in the process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def terminate(processes: Sequence[subprocess.Popen], grace: float,
+              first: signal.Signals = signal.SIGTERM) -> list[subprocess.Popen]:
+    """Send ``first`` to the group of every live process, SIGKILL every group after ``grace`` seconds
+    (the groups may hold grandchildren); the processes that needed the SIGKILL."""
+    for process in processes:
+        if process.poll() is None:
+            _signal_group(process.pid, first)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    stubborn = [process for process in processes if process.poll() is None]
+    for process in processes:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait()
+    return stubborn
+
+
+def stop_group(process: subprocess.Popen, grace: float, poll: float = 0.05) -> bool:
+    """Stop ``process`` and everything in its group: SIGTERM to the group, SIGKILL to what is left
+    after ``grace`` seconds. Also when the leader already exited: what it left in its group gets the
+    same grace. Whether anything needed the SIGKILL."""
+    _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace)
+    while group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(poll)
+    stubborn = process.poll() is None or group_alive(process.pid)
+    _signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+    return stubborn
+
+
+class Heartbeat:
+    """Writes ``HEARTBEAT`` to pipes every ``interval`` seconds without ever blocking.
+
+        beat = Heartbeat([process.stdin for process in supervisors])
+        while running:
+            beat.tick()          # writes when an interval has passed; cheap otherwise
+            time.sleep(0.1)
+    """
+
+    def __init__(self, pipes: Iterable[IO[bytes]], interval: float = HEARTBEAT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.pipes = [pipe for pipe in pipes if pipe is not None]
+        self.interval = interval
+        self._clock = clock
+        self._next = clock() + interval
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError, ValueError):
+                os.set_blocking(pipe.fileno(), False)
+
+    def tick(self) -> None:
+        """Write one heartbeat to every open pipe if an interval has passed since the last one."""
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        for pipe in self.pipes:
+            write_nonblocking(pipe, HEARTBEAT)
+
+
+def write_nonblocking(pipe: IO[bytes], data: bytes) -> bool:
+    """Write ``data`` to ``pipe`` if it fits now; a full, closed or broken pipe is skipped.
+    Whether it was written."""
+    try:
+        if pipe.closed:
+            return False
+        return os.write(pipe.fileno(), data) == len(data)
+    except (BlockingIOError, BrokenPipeError, ValueError, OSError):
+        return False
