@@ -56,3 +56,30 @@ def readme_launch_options(containing: str) -> tuple[str, ...]:
         raise AssertionError(f"the README's Several hosts block has {len(found)} launch lines with {containing!r}")
     words = shlex.split(found[0])
     return tuple(words[2:words.index("--")])
+
+
+def assert_nothing_left(lab, timeout: float = 60, cut: tuple[str, ...] = (),
+                        hosts: tuple[str, ...] | None = None) -> float:
+    """Within ``timeout`` s only sshd is left on every lab host (or on ``hosts``); on the ``cut``
+    hosts (still cut) sshd's own sessions may linger, as on a stock host, but nothing else. The
+    seconds it took; fails naming what is left. Call it before the lab closes (closing kills all)."""
+    import time
+
+    start = time.monotonic()
+    while True:
+        left = {host: lab.task_processes(host, sessions=host not in cut) for host in hosts or lab.hosts}
+        if not any(left.values()) or time.monotonic() - start > timeout:
+            break
+        time.sleep(0.5)
+    assert not any(left.values()), f"processes left on the hosts {timeout:.0f} s after the job: {left}"
+    return time.monotonic() - start
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie counts: this machine's init may not reap orphans)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[1].split()[0] == "Z"

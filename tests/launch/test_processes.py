@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from support import subprocess_env
+from support import process_gone, subprocess_env
 from tfdist.launch.processes import (
     HEARTBEAT,
     Heartbeat,
@@ -28,19 +28,10 @@ _TASK = ("import os, subprocess, sys, time; "
          "print('pgid', os.getpgid(0), 'child', c.pid, flush=True); time.sleep(600)")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[1].split()[0] == "Z"
-
-
 def _wait_gone(pids: list[int], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(_gone(pid) for pid in pids):
+        if all(process_gone(pid) for pid in pids):
             return True
         time.sleep(0.1)
     return False
@@ -69,7 +60,7 @@ def _check_heartbeats_keep_it_and_silence_stops_it(process: subprocess.Popen, si
     pids = [int(seen["pgid"]), int(seen["child"])]
     try:
         _beat_for(process, 3 * silence)  # well past the timeout: the heartbeats keep the task
-        assert not _gone(pids[0]) and not _gone(pids[1])
+        assert not process_gone(pids[0]) and not process_gone(pids[1])
         start = time.monotonic()  # now the launcher goes silent, stdin stays open (a cut link)
         assert process.wait(timeout=60) == 128 + signal.SIGTERM
         assert time.monotonic() - start >= silence * 0.9

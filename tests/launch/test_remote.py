@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from support import subprocess_env
+from support import process_gone, subprocess_env
 from tfdist.launch.remote import (
     SshOptions,
     TaskSpec,
@@ -165,15 +165,6 @@ def _supervisor(spec: TaskSpec) -> tuple[subprocess.Popen, dict[str, str]]:
     return process, dict(zip(words[::2], words[1::2]))
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(")")[1].split()[0] == "Z"
-
-
 def test_the_supervisor_stops_the_whole_task_group_when_its_stdin_ends(tmp_path):
     spec = TaskSpec("worker:0", (sys.executable, "-c", _TASK), str(tmp_path), {"X": "from-spec"}, None, 2.0)
     process, seen = _supervisor(spec)
@@ -185,9 +176,10 @@ def test_the_supervisor_stops_the_whole_task_group_when_its_stdin_ends(tmp_path)
         assert process.wait(timeout=30) == 128 + signal.SIGTERM
         assert time.monotonic() - start < 20  # SIGTERM ended it; no hang
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (_gone(int(seen["pid"])) and _gone(int(seen["child"]))):
+        pids = (int(seen["pid"]), int(seen["child"]))
+        while time.monotonic() < deadline and not all(process_gone(pid) for pid in pids):
             time.sleep(0.1)
-        assert _gone(int(seen["pid"])) and _gone(int(seen["child"])), "the task's group outlived it"
+        assert all(process_gone(pid) for pid in pids), "the task's group outlived it"
     finally:
         process.kill()
         process.wait()

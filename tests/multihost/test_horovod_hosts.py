@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO, SCRIPTS, readme_launch_options, subprocess_env
+from support import REPO, SCRIPTS, assert_nothing_left, readme_launch_options, subprocess_env
 
 from tfdist.launch.plan import find_horovodrun
 
@@ -31,31 +31,6 @@ JOB_TIMEOUT = 600  # a hung job fails the test instead of hanging the suite
 #: seconds the hosts get to be empty after a job ends: a rank's supervisor stops it at once on EOF,
 #: or after missed heartbeats (~8 s) when its link was cut; generous for a loaded machine
 LEFTOVER_TIMEOUT = 60
-
-
-def _task_processes(lab, host: str) -> list[str]:
-    """The command lines of every process on ``host`` but its sshd (as in test_launch_hosts.py)."""
-    found = []
-    for pid in lab.pids(host):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except OSError:
-            continue  # exited meanwhile
-        if "[listener]" not in cmdline and not cmdline.startswith(("/usr/sbin/sshd", "sshd:")):
-            found.append(f"{pid}: {cmdline[:160]}")
-    return found
-
-
-def assert_nothing_left(lab, timeout: float = LEFTOVER_TIMEOUT, hosts: tuple[str, ...] | None = None) -> float:
-    """Only sshd is left on every host (or on ``hosts``) within ``timeout`` s; the seconds it took."""
-    start = time.monotonic()
-    while True:
-        left = {host: _task_processes(lab, host) for host in hosts or lab.hosts}
-        if not any(left.values()) or time.monotonic() - start > timeout:
-            break
-        time.sleep(0.5)
-    assert not any(left.values()), f"processes left on the hosts {timeout:.0f} s after the job: {left}"
-    return time.monotonic() - start
 
 
 @pytest.fixture
@@ -66,7 +41,7 @@ def lab(make_lab):
     yield lab
     for host in lab.hosts:  # a test that failed with a host still cut: let its sshd sessions end
         lab.restore(host)
-    assert_nothing_left(lab)
+    assert_nothing_left(lab, LEFTOVER_TIMEOUT)
 
 
 def _ssh(lab) -> list[str]:
@@ -108,7 +83,7 @@ def _wait_gone(lab, host: str, marker: str, timeout: float = LEFTOVER_TIMEOUT) -
     """When no process on ``host`` has ``marker`` in its command line any more (time.time())."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [line for line in _task_processes(lab, host) if marker in line]
+        left = [line for line in lab.task_processes(host) if marker in line]
         if not left:
             return time.time()
         if time.monotonic() > deadline:
@@ -171,7 +146,7 @@ def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab,
     assert max(r["epoch"] for r in _records(epochs)) < 199, "the job must end early, not finish"
     # h2 is still cut off: its rank must end there by itself (under tfdist launch its supervisor misses
     # the heartbeats; under horovodrun alone, its collective fails when its peer is gone)
-    gone = assert_nothing_left(lab, hosts=("h0", "h1"))
+    gone = assert_nothing_left(lab, LEFTOVER_TIMEOUT, hosts=("h0", "h1"))
     rank_gone = _wait_gone(lab, "h2", str(tmp_path))
     print(f"horovod (static): nothing left on h0/h1 {gone:.1f} s after the job ended; the rank on the cut h2 "
           f"gone {rank_gone - cut:.1f} s after the cut (first checked when the job had ended)")
@@ -237,7 +212,7 @@ def test_sigterm_to_the_horovod_launcher_leaves_nothing_on_any_host(lab, tmp_pat
     code = _finish(process, log, timeout=120)
     exited = time.time()
     assert code == 130, _tail(log)
-    gone = assert_nothing_left(lab)
+    gone = assert_nothing_left(lab, LEFTOVER_TIMEOUT)
     print(f"\nhorovod --hosts: SIGTERM -> launcher exited {code} after {exited - stopped:.1f} s, "
           f"nothing left on any host {gone:.1f} s after that")
     assert max(r["epoch"] for r in _records(epochs)) < 499

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import REPO, SCRIPTS, readme_launch_options, subprocess_env
+from support import REPO, SCRIPTS, assert_nothing_left, readme_launch_options, subprocess_env
 
 PS_LAYOUT = readme_launch_options("--hosts h1:1,h2:1,h3:1 --workers 2 --ps 1")  # the README's command
 JOB_TIMEOUT = 420.0  # s: a launcher still running then has hung
@@ -80,36 +80,6 @@ class Launch:
             pytest.fail(f"no line matching {pattern!r} (launcher exit code {self.process.poll()}):\n"
                         f"{self.tail()}")
         return at
-
-
-def _task_processes(lab, host: str, sessions: bool = True) -> list[str]:
-    """The command lines of every process on ``host`` but its sshd listener (and, unless
-    ``sessions``, but sshd's per-connection processes: on a host whose link is cut, stock sshd keeps
-    those until TCP gives up, which is sshd's business; the tasks must be gone regardless)."""
-    found = []
-    for pid in lab.pids(host):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except OSError:
-            continue  # exited meanwhile
-        if "[listener]" in cmdline or cmdline.startswith("/usr/sbin/sshd"):  # the host's sshd
-            continue
-        if not sessions and cmdline.startswith(("sshd:", "sshd-session:")):
-            continue
-        found.append(f"{pid}: {cmdline[:160]}")
-    return found
-
-
-def assert_nothing_left(lab, timeout: float = 60, cut: tuple[str, ...] = ()) -> None:
-    """Only sshd is left on every host; on the ``cut`` hosts (still cut) sshd's sessions may linger,
-    as they do on a stock host (no ClientAliveInterval), but nothing else."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {host: _task_processes(lab, host, sessions=host not in cut) for host in lab.hosts}
-        if not any(left.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert not any(left.values()), f"processes left on the hosts: {left}"
 
 
 def epochs(outdir: Path) -> list[tuple[int, float]]:
@@ -191,7 +161,7 @@ def test_a_worker_hosts_link_cut_mid_training_does_not_stop_the_job(make_lab, tm
     lab = make_lab(["h0", "h1", "h2", "h3"])
     job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)))
     await_epochs(tmp_path, job, 1)
-    assert _task_processes(lab, "h2", sessions=False)  # worker:1 and its supervisor run there
+    assert lab.task_processes("h2", sessions=False)  # worker:1 and its supervisor run there
     lab.cut("h2")  # worker:1's host: neither the chief nor the ps
     cut = time.monotonic()
     done_before = len(epochs(tmp_path))
@@ -200,10 +170,10 @@ def test_a_worker_hosts_link_cut_mid_training_does_not_stop_the_job(make_lab, tm
         now = time.monotonic()
         if resumed is None and len(epochs(tmp_path)) > done_before:
             resumed = now
-        if gone is None and not _task_processes(lab, "h2", sessions=False):
+        if gone is None and not lab.task_processes("h2", sessions=False):
             gone = now  # while h2 is still cut: nothing but the missed heartbeats can have done it
         if now - cut > 120 and gone is None:
-            left = _task_processes(lab, "h2", sessions=False)
+            left = lab.task_processes("h2", sessions=False)
             pytest.fail(f"tasks still on h2 120 s after its link was cut: {left}")
         if (job.process.poll() is not None or now - cut > JOB_TIMEOUT) and resumed is None:
             pytest.fail(f"no epoch finished after the cut:\n{job.tail()}")
@@ -256,7 +226,7 @@ def test_stopping_or_killing_the_launcher_stops_every_remote_task(make_lab, how)
     for pattern in (r"^\[chief:0@h1\] +up chief 0 on h1$", r"^\[worker:0@h1\] +up worker 0 on h1$",
                     r"^\[worker:1@h2\] +up worker 1 on h2$", r"^\[ps:0@h3\] +up ps 0 on h3$"):
         job.await_line(pattern, timeout=120)  # each task runs on its own host (its hostname says so)
-    assert all(_task_processes(lab, host) for host in ("h1", "h2", "h3"))
+    assert all(lab.task_processes(host) for host in ("h1", "h2", "h3"))
     job.process.send_signal(how)
     code = job.wait(timeout=120)
     assert code == (130 if how == signal.SIGTERM else -signal.SIGKILL), job.tail()
@@ -303,11 +273,11 @@ def test_the_ssh_wrapper_runs_a_command_on_the_host_and_a_cut_link_stops_it(make
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert sleeper.stdout.readline().strip() == "started"
-        assert any("sleep 600" in line for line in _task_processes(lab, "h1", sessions=False))
+        assert any("sleep 600" in line for line in lab.task_processes("h1", sessions=False))
         lab.cut("h1")
         cut = time.monotonic()
-        while _task_processes(lab, "h1", sessions=False):
-            assert time.monotonic() - cut < 120, _task_processes(lab, "h1", sessions=False)
+        while lab.task_processes("h1", sessions=False):
+            assert time.monotonic() - cut < 120, lab.task_processes("h1", sessions=False)
             time.sleep(0.2)
         gone = time.monotonic()
         code = sleeper.wait(timeout=120)  # the wrapper's ssh gives up on the silent server (255)

@@ -174,6 +174,23 @@ class Lab:
         """Every process in ``host``'s network namespace (its sshd included)."""
         return labsweep.netns_pids(self.namespace(host))
 
+    def task_processes(self, host: str, sessions: bool = True) -> list[str]:
+        """``"PID: COMMAND LINE"`` of every process on ``host`` but its sshd listener; with
+        ``sessions=False`` also without sshd's per-connection processes (on a host whose link is cut,
+        a stock sshd keeps those until TCP gives up). Empty: nothing of a job is left there."""
+        found = []
+        for pid in self.pids(host):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue  # exited meanwhile
+            if "[listener]" in cmdline or cmdline.startswith("/usr/sbin/sshd"):  # the host's sshd
+                continue
+            if not sessions and cmdline.startswith(("sshd:", "sshd-session:")):
+                continue
+            found.append(f"{pid}: {cmdline[:160]}")
+        return found
+
     def sshd_pid(self, host: str) -> int:
         """The pid of ``host``'s sshd: ``set(lab.pids(h)) - {lab.sshd_pid(h)}`` is what else runs there."""
         return self._sshds[self._check_host(host)].pid
