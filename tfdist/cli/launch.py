@@ -107,7 +107,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
 
     \b
     tfdist launch --workers 2 --ps 1 -- python examples/classifier.py
-    tfdist launch --hosts h1:1,h2:1,h3:2 --workers 2 --ps 1 -- python train.py
+    tfdist launch --hosts h1:1,h2:1,h3:1 --workers 2 --ps 1 -- python train.py
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
     tfdist launch --backend horovod -np 2 -- python examples/classifier.py
     tfdist launch --backend horovod --hosts h1:1,h2:1 -- python train.py
@@ -126,9 +126,9 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     the same script. A slot runs one worker, ps or evaluator; the chief (the coordinator, which
     runs no steps) takes none. Placement: the chief on --chief-host (default the first host), the ps tasks
     on --ps-hosts (default the last host, then the one before), the workers in the remaining
-    slots in host order, the evaluator in the next free slot. A lost ssh connection stops the
-    task on its host; gRPC keepalive pings (TF_GRPC_DEFAULT_OPTIONS) let the tasks notice a cut
-    link within about 20 s.
+    slots in host order, the evaluator in the next free slot. A task stops when its ssh session
+    ends or the launcher's heartbeat (every 2 s) is missing for 8 s; gRPC keepalive pings
+    (TF_GRPC_DEFAULT_OPTIONS) let the tasks notice a cut link within about 20 s.
     """
     import shutil
 

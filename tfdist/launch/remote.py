@@ -194,7 +194,7 @@ def prepare_host_cluster(command: Sequence[str], hosts: str, workers: int, ps: i
     """Parse ``--hosts``, place the tasks, check every host that gets one (free ports, the venv,
     the bind shim) and plan the tasks; nothing is started. ``chief=False``: peer workers only.
 
-        spec, tasks = prepare_host_cluster(["python", "train.py"], "h1:1,h2:1,h3:2", workers=2, ps=1,
+        spec, tasks = prepare_host_cluster(["python", "train.py"], "h1:1,h2:1,h3:1", workers=2, ps=1,
                                            environ=os.environ, cwd=os.getcwd())
     """
     from collections import Counter
