@@ -20,6 +20,7 @@ from tfdist.launch.processes import (
     stop_group,
     write_nonblocking,
 )
+from tfdist.launch import processes
 from tfdist.launch.remote import TaskSpec
 
 # prints its group and a grandchild's pid, then sleeps: the supervisor must stop both
@@ -187,3 +188,20 @@ def test_a_started_group_dies_with_its_parent(tmp_path):
     finally:
         _kill([child])
         parent.stdout.close()
+
+
+def test_stop_signals_only_set_the_flag_and_restore_the_handlers():
+    before = {sig: signal.getsignal(sig) for sig in processes.STOP_SIGNALS}
+    with processes.StopSignals() as guard:
+        assert not guard.stopped.is_set()
+        os.kill(os.getpid(), signal.SIGTERM)  # would end pytest without the guard
+        assert guard.stopped.wait(5)
+        guard.quiet()
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored during teardown
+    assert {sig: signal.getsignal(sig) for sig in processes.STOP_SIGNALS} == before
+
+
+def test_close_stdins_ends_a_supervisor_that_waits_on_its_stdin():
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    processes.close_stdins([process], wait=30)
+    assert process.poll() == 0

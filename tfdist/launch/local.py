@@ -26,7 +26,6 @@ intervals (stock sshd would keep such a session for hours). Output lines are pre
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -37,37 +36,14 @@ from typing import IO, Callable, Sequence
 
 from tfdist.launch.plan import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
-from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, start_group, terminate
+from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, StopSignals, close_stdins, start_group, terminate
 from tfdist.lifecycle import reachable
 
 GRACE_SECONDS = 5.0
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 SUPERVISOR_MARGIN = 5.0  # s beyond the grace for a remote supervisor to stop its task and exit
 
 __all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run_local_cluster"]
-
-
-class _SignalGuard:
-    """Inside ``with``: a stop signal sets ``stopped``. ``quiet()`` ignores them (for teardown,
-    which must finish); leaving the block restores the previous handlers."""
-
-    def __enter__(self) -> "_SignalGuard":
-        self.stopped = False
-
-        def stop(signum, frame):  # noqa: ARG001
-            self.stopped = True
-
-        self._previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
-        return self
-
-    def quiet(self) -> None:
-        for sig in _STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-
-    def __exit__(self, *exc_info) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
@@ -90,19 +66,6 @@ def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
     return process
 
 
-def _close_stdins(processes: Sequence[subprocess.Popen], wait: float) -> None:
-    """Close every open stdin (the supervisors stop their tasks: TERM, grace, KILL) and give them
-    ``wait`` seconds to exit by themselves."""
-    piped = [process for process in processes if process.stdin is not None and not process.stdin.closed]
-    for process in piped:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-    deadline = time.monotonic() + wait
-    for process in piped:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-
-
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
     for line in iter(stream.readline, b""):
         with lock:
@@ -121,7 +84,7 @@ def _listening(address: str) -> bool:
     return reachable(address, timeout=0.2)
 
 
-def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: _SignalGuard,
+def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: StopSignals,
            report: Callable[[str], None], poll: float = 0.1,
            probe: Callable[[str], bool] = _listening) -> int | None:
     """Report every exit to ``policy`` (and print its lines) until it ends the job: its exit code;
@@ -131,7 +94,7 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
     unserved = {task.name: task.address for task, _ in started if task.name in policy.probe and task.address}
     next_probe = 0.0
     beat = Heartbeat(process.stdin for _, process in started)  # the supervisors' stdins (see the docstring)
-    while not guard.stopped:
+    while not guard.stopped.is_set():
         beat.tick()
         now = time.monotonic()
         if unserved and now >= next_probe:
@@ -177,10 +140,10 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
     pumps: list[threading.Thread] = []
     width = max(len(t.label) for t in tasks)
     code: int | None = None
-    with _SignalGuard() as guard:
+    with StopSignals() as guard:
         try:
             for task in tasks:  # every fork before the first thread (see the module docstring)
-                if guard.stopped:
+                if guard.stopped.is_set():
                     break
                 started.append((task, _start(task.command, dict(task.env), capture=True, stdin=task.stdin)))
             for task, process in started:
@@ -188,12 +151,12 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
                 pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
                 pump.start()
                 pumps.append(pump)
-            if not guard.stopped:
+            if not guard.stopped.is_set():
                 code = _watch(started, policy, guard, report)
         finally:
             guard.quiet()
             live = [task.name for task, process in started if process.poll() is None]
-            _close_stdins([process for _, process in started], grace + SUPERVISOR_MARGIN)
+            close_stdins([process for _, process in started], grace + SUPERVISOR_MARGIN)
             stubborn = terminate([process for _, process in started], grace)
             if live:
                 report(f"stopped {', '.join(live)}")
@@ -216,10 +179,10 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
     report = report or report_to_stderr
     name = name or os.path.basename(command[0])
     code: int | None = None
-    with _SignalGuard() as guard:
+    with StopSignals() as guard:
         process = _start(command, None, capture=False)
         try:
-            while not guard.stopped:
+            while not guard.stopped.is_set():
                 if process.poll() is not None:
                     report(describe_exit(name, process.returncode))
                     code = exit_code(process.returncode)

@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import IO, Any, Callable, Iterable, Sequence
 
@@ -31,10 +32,36 @@ HEARTBEAT = b"\n"
 HEARTBEAT_SECONDS = 2.0  # how often a launcher writes a heartbeat to each supervisor's stdin
 MISSED_HEARTBEATS = 4  # silent intervals after which a supervisor stops its task
 SSH_EXIT_FAILED = 255  # what ssh exits with when it cannot connect or the connection drops
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-__all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "Heartbeat",
-           "die_with_parent", "group_alive", "start_group", "stop_group", "terminate"]
+__all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "STOP_SIGNALS", "Heartbeat",
+           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "start_group", "stop_group",
+           "terminate"]
+
+
+class StopSignals:
+    """Inside ``with``: SIGINT, SIGTERM or SIGHUP only sets ``stopped`` (an Event: a loop polls or waits on
+    it), so a stop is handled where the caller chooses; ``quiet()`` ignores them (for a teardown that must
+    finish); leaving the block restores the previous handlers. Main thread only (Python's rule for
+    signal handlers)."""
+
+    def __enter__(self) -> StopSignals:
+        self.stopped = threading.Event()
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        return self
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopped.set()
+
+    def quiet(self) -> None:
+        """Ignore further stop signals until the block ends."""
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
@@ -93,6 +120,19 @@ def terminate(processes: Sequence[subprocess.Popen], grace: float,
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()
     return stubborn
+
+
+def close_stdins(processes: Sequence[subprocess.Popen], wait: float) -> None:
+    """Close every open stdin (a supervisor stops its task when its stdin ends: TERM, grace, KILL) and
+    give the processes ``wait`` seconds to exit by themselves."""
+    piped = [process for process in processes if process.stdin is not None and not process.stdin.closed]
+    for process in piped:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+    deadline = time.monotonic() + wait
+    for process in piped:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def stop_group(process: subprocess.Popen, grace: float, poll: float = 0.05) -> bool:

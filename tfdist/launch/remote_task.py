@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import time
 from typing import IO, Any, Callable, Mapping, Sequence
 
 from tfdist.errors import TfdistError, with_fix
-from tfdist.launch.processes import HEARTBEAT_SECONDS, MISSED_HEARTBEATS, start_group, stop_group
+from tfdist.launch.processes import HEARTBEAT_SECONDS, MISSED_HEARTBEATS, StopSignals, start_group, stop_group
 
 SPEC_FIELDS = ("name", "argv", "cwd", "env", "bind", "grace")
 EXIT_BAD_SPEC = 2  # the supervisor could not start the task (the message is on stderr)
@@ -149,13 +148,7 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: fl
     pass without a byte on it (missed heartbeats), or SIGTERM/SIGHUP/SIGINT arrives; then TERM,
     ``grace``, KILL of its group. The exit code to leave with (128+N for a signal N, 127 when it
     cannot start)."""
-    stopped = threading.Event()
-
-    def on_signal(signum, frame):
-        stopped.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    try:
+    with StopSignals() as guard:
         try:
             process = start_group(argv, env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
         except OSError as exc:
@@ -163,18 +156,15 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: fl
                                   "every host, or check the command and the working directory"))
             return 127
         watch = _StdinWatch(stdin_fd)
-        while process.poll() is None and not stopped.is_set():
+        while process.poll() is None and not guard.stopped.is_set():
             if watch.eof.is_set():
                 break
             if watch.silent_for() > silence:
                 _say(stderr, f"no heartbeat from the launcher for {watch.silent_for():.0f} s (the link or "
                      "the launcher is gone); stopping the task")
                 break
-            stopped.wait(0.2)
+            guard.stopped.wait(0.2)
         stop_group(process, grace)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     code = process.returncode
     return 128 - code if code < 0 else code
 

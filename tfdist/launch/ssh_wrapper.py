@@ -28,14 +28,11 @@ supervisor then sees EOF, or on a cut link misses the heartbeats. Nothing here i
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -44,7 +41,10 @@ from tfdist.launch.processes import (
     HEARTBEAT_SECONDS,
     SSH_EXIT_FAILED,
     Heartbeat,
+    StopSignals,
+    close_stdins,
     start_group,
+    terminate,
 )
 
 SERVER_ALIVE_INTERVAL = 3  # s
@@ -157,35 +157,20 @@ def real_ssh(path: str | None = None) -> str:
 
 def run(argv: Sequence[str], ssh: str, heartbeat: float = HEARTBEAT_SECONDS,
         stop_seconds: float = STOP_SECONDS) -> int:
-    """Run the rewritten ssh command, feed it heartbeats, pass stop signals on; ssh's exit code."""
-    stopped = threading.Event()
+    """Run the rewritten ssh command, feed it heartbeats, pass stop signals on; ssh's exit code.
 
-    def on_signal(signum, frame):
-        stopped.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    try:
+    A stop signal closes ssh's stdin (the supervisor on the host stops the command), then ssh gets
+    ``stop_seconds`` to exit before its group is terminated."""
+    with StopSignals() as guard:
         process = start_group(rewrite(argv, ssh), stdin=subprocess.PIPE)
         beat = Heartbeat([process.stdin], interval=heartbeat)
-        while process.poll() is None and not stopped.is_set():
+        while process.poll() is None and not guard.stopped.is_set():
             beat.tick()
-            stopped.wait(0.1)
-        if process.poll() is None:  # a stop signal: the supervisor stops the command when stdin ends
-            with contextlib.suppress(OSError):
-                process.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=stop_seconds)
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=2)
-                if process.poll() is None:
-                    process.kill()
+            guard.stopped.wait(0.1)
+        if process.poll() is None:
+            close_stdins([process], stop_seconds)
+            terminate([process], grace=2.0)
         process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     code = process.returncode
     return 128 - code if code < 0 else code
 
