@@ -309,14 +309,21 @@ def test_bind_all_says_the_servers_listen_on_every_interface(tmp_path):
     assert "127.0.0.1" not in banner
 
 
-def test_horovodrun_is_found_beside_the_interpreter_without_the_venv_on_path(tmp_path, monkeypatch):
-    """`.venv/bin/tfdist launch --backend horovod` without `source .venv/bin/activate`."""
+def _fake_horovodrun(tmp_path: Path, body: str, monkeypatch) -> Path:
+    """A shell script named horovodrun in ``tmp_path/venv/bin``, found beside ``sys.executable`` (patched
+    to that directory's python) as `make setup`'s venv would have it; ``body`` follows the shebang."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     horovodrun = bin_dir / "horovodrun"
-    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\nexit 7\n")
+    horovodrun.write_text("#!/bin/sh\n" + body)
     horovodrun.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    return horovodrun
+
+
+def test_horovodrun_is_found_beside_the_interpreter_without_the_venv_on_path(tmp_path, monkeypatch):
+    """`.venv/bin/tfdist launch --backend horovod` without `source .venv/bin/activate`."""
+    _fake_horovodrun(tmp_path, f"echo \"$@\" > {tmp_path / 'args'}\nexit 7\n", monkeypatch)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "train.py"])
     assert result.exit_code == 7, result.output
@@ -388,16 +395,12 @@ def test_host_options_are_checked_before_anything_starts(args, message):
 def test_horovod_with_hosts_passes_them_and_ssh_options_to_horovodrun(tmp_path, monkeypatch):
     """... and puts tfdist's ssh wrapper first on horovodrun's PATH (host keys checked, keepalives,
     ranks supervised), in a directory removed afterwards."""
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    horovodrun = bin_dir / "horovodrun"
-    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\n"
-                          f"command -v ssh > {tmp_path / 'ssh'}\n"
-                          f"grep -c tfdist.launch.ssh_wrapper \"$(command -v ssh)\" >> {tmp_path / 'ssh'}\n")
-    horovodrun.chmod(0o755)
+    _fake_horovodrun(tmp_path, f"echo \"$@\" > {tmp_path / 'args'}\n"
+                                f"command -v ssh > {tmp_path / 'ssh'}\n"
+                                f"grep -c tfdist.launch.ssh_wrapper \"$(command -v ssh)\" >> {tmp_path / 'ssh'}\n",
+                     monkeypatch)
     key = tmp_path / "key"
     key.write_text("")
-    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     result = CliRunner().invoke(launch, ["--backend", "horovod", "--hosts", "a:2,b:1", "--ssh-port", "2222",
                                          "--ssh-identity-file", str(key), "--", "/bin/echo", "t.py"])
     assert result.exit_code == 0, result.output
@@ -412,12 +415,8 @@ def test_horovod_with_hosts_passes_them_and_ssh_options_to_horovodrun(tmp_path, 
 
 
 def test_horovod_without_hosts_runs_horovodrun_directly(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    horovodrun = bin_dir / "horovodrun"
-    horovodrun.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\necho \"$PATH\" >> {tmp_path / 'args'}\n")
-    horovodrun.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    _fake_horovodrun(tmp_path, f"echo \"$@\" > {tmp_path / 'args'}\necho \"$PATH\" >> {tmp_path / 'args'}\n",
+                     monkeypatch)
     result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "t.py"])
     assert result.exit_code == 0, result.output
     args, path = (tmp_path / "args").read_text().splitlines()
@@ -456,20 +455,15 @@ def test_an_unreachable_host_stops_the_launch_before_anything_starts(tmp_path):
 
 
 def test_elastic_horovod_gets_a_discovery_script_that_is_removed_afterwards(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    horovodrun = bin_dir / "horovodrun"
     record = tmp_path / "args"
-    horovodrun.write_text("#!/bin/sh\n"
-                          f"echo \"$@\" > {record}\n"
-                          "while [ $# -gt 0 ]; do\n"
-                          "  if [ \"$1\" = --host-discovery-script ] && [ -x \"$2\" ]; then\n"
-                          f"    echo present >> {record}\n"
-                          "  fi\n"
-                          "  shift\n"
-                          "done\n"
-                          "exit 5\n")
-    horovodrun.chmod(0o755)
+    horovodrun = _fake_horovodrun(tmp_path, f"echo \"$@\" > {record}\n"
+                                            "while [ $# -gt 0 ]; do\n"
+                                            "  if [ \"$1\" = --host-discovery-script ] && [ -x \"$2\" ]; then\n"
+                                            f"    echo present >> {record}\n"
+                                            "  fi\n"
+                                            "  shift\n"
+                                            "done\n"
+                                            "exit 5\n", monkeypatch)
     monkeypatch.setattr("tfdist.launch.plan.find_horovodrun", lambda *a, **k: str(horovodrun))
     result = CliRunner().invoke(launch, ["--backend", "horovod", "--elastic", "--min-np", "1", "--max-np", "2",
                                          "--hosts", "localhost:1,no-such-host.invalid:1", "--ssh-port", "2222",
