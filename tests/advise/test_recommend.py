@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.advise import Cluster, Workload, advise, parse_rate
+from tfdist.advise import AdviseError, Cluster, Workload, advise, parse_rate
 from tfdist.advise.recommend import BACKENDS
 
 MLPS = {"small": (669_706, 10.0), "large": (5_824_522, 70.0)}
@@ -99,3 +99,36 @@ def test_fp16_is_recommended_with_its_flag_on_a_slow_link():
     advice = lab("large", "50mbit")
     assert advice.variant == "horovod_fp16"
     assert any("compression='fp16'" in r for r in advice.reasons)
+
+
+def _with_factor(model: str, factor: float | None):
+    params, step_ms = MLPS[model]
+    return advise(Cluster(workers=2, speeds=(1.0, 0.25), ps=1, bandwidths=(parse_rate(UNLIMITED),)),
+                  Workload(params=params, batch_size=64, step_ms=step_ms, ps_epochs_factor=factor))
+
+
+def test_a_measured_epochs_factor_that_outweighs_throughput_turns_the_answer_and_says_why():
+    faster = _with_factor("small", None)
+    ps, horovod = (faster.predictions[n].examples_per_second for n in ("parameter_server", "horovod"))
+    assert faster.recommended == "parameter_server" and ps > 1.2 * horovod
+    turned = _with_factor("small", 2 * ps / horovod)  # twice the epochs it gains per example
+    assert turned.recommended == "horovod"
+    first = turned.reasons[0]
+    assert first.startswith(f"{turned.variant} reaches the target accuracy sooner although parameter_server is "
+                            "faster per example"), first
+    assert f"need {2 * ps / horovod:g}x the epochs" in first
+
+
+def test_a_small_epochs_factor_keeps_parameter_servers_and_says_it_was_counted():
+    advice = _with_factor("small", 1.05)
+    assert advice.recommended == "parameter_server"
+    text = " ".join(advice.reasons)
+    assert "time to accuracy counted: parameter servers need 1.05x the epochs" in text
+    assert "not necessarily less time to accuracy" not in text  # known, so no longer a warning
+
+
+@pytest.mark.parametrize("factor", [0, -1, float("nan"), float("inf"), True])
+def test_the_epochs_factor_must_be_a_positive_number(factor):
+    with pytest.raises(AdviseError, match="`ps_epochs_factor` must be a positive finite number") as info:
+        Workload(params=1, batch_size=1, step_ms=1.0, ps_epochs_factor=factor)
+    assert info.value.field == "ps_epochs_factor" and "fix:" in str(info.value)

@@ -44,6 +44,9 @@ class Workload:
     batch_size: examples per step per worker. step_ms: compute time of one step at that batch on a
     worker of speed 1 (forward, backward and update, without any communication).
     overlap: share of the communication that can run while the worker computes (0 to 1).
+    ps_epochs_factor: epochs parameter servers need to reach the target accuracy, over the epochs
+    synchronous training needs (measured: e.g. 1.3 when asynchronous updates need 30 % more); None:
+    unknown, and the recommendation says that throughput alone does not decide time to accuracy.
     """
 
     params: int
@@ -51,6 +54,7 @@ class Workload:
     step_ms: float
     dtype_bytes: int = 4
     overlap: float = 0.0
+    ps_epochs_factor: float | None = None
 
     def __post_init__(self) -> None:
         _whole(self.params, "params", 1, 10**13, "give the model's parameter count, e.g. 669706")
@@ -62,6 +66,9 @@ class Workload:
             raise AdviseError(with_fix(f"`overlap` must be from 0 to 1, got {self.overlap!r}",
                                        "0: no communication hidden behind compute; 0.5: half of it"),
                               "overlap")
+        if self.ps_epochs_factor is not None:
+            _positive(self.ps_epochs_factor, "ps_epochs_factor", "give the epochs parameter servers need to "
+                      "reach the target over the epochs allreduce needs, e.g. 1.3; or leave it out")
 
     @property
     def model_bytes(self) -> int:

@@ -1,9 +1,12 @@
-"""The recommendation: the backend with the most examples/s, with reasons a person can check.
+"""The recommendation: the backend that reaches the target accuracy soonest, with reasons a person can check.
 
-Throughput decides, and the reasons say what argues the other way: fault tolerance (a
+Without a measured ``Workload.ps_epochs_factor`` that is the backend with the most examples/s, and the
+reasons say that asynchronous updates may need more epochs (so examples/s alone never claims "faster
+to accuracy"). With it, parameter servers' examples/s count ``1 / ps_epochs_factor`` toward accuracy,
+and when that changes the answer the reasons say so: which backend is faster per example, which
+reaches the target sooner. The reasons also say what argues the other way: fault tolerance (a
 parameter-server job survives losing a worker, a plain allreduce job does not, elastic Horovod
-does), asynchronous updates that may need more epochs to reach a target accuracy (so examples/s
-alone never claims "faster to accuracy"), and a margin inside the model's error.
+does) and a margin inside the model's error.
 
     advice = advise(cluster, workload)
     print(advice.recommended)          # "horovod" | "parameter_server" | "multi_worker_mirrored"
@@ -53,10 +56,20 @@ def _fmt(examples: float) -> str:
     return f"{examples:,.0f} examples/s" if examples >= 100 else f"{examples:.3g} examples/s"
 
 
+def _toward_accuracy(prediction: Prediction, workload: Workload) -> float:
+    """Examples/s as progress toward the target accuracy: parameter servers' divided by the epochs factor."""
+    factor = workload.ps_epochs_factor
+    if factor is not None and backend_of(prediction.name) == "parameter_server":
+        return prediction.examples_per_second / factor
+    return prediction.examples_per_second
+
+
 def advise(cluster: Cluster, workload: Workload) -> Advice:
-    """Predict every strategy and recommend the one with the most examples/s, with reasons."""
+    """Predict every strategy and recommend the one soonest to accuracy (without a measured epochs
+    factor: the most examples/s), with reasons."""
     predictions = predict_all(cluster, workload)
-    best = max(predictions.values(), key=lambda p: p.examples_per_second)
+    fastest = max(predictions.values(), key=lambda p: p.examples_per_second)
+    best = max(predictions.values(), key=lambda p: _toward_accuracy(p, workload))
     recommended = backend_of(best.name)
     others = {b: p for b in BACKENDS if b != recommended
               for p in [_best_of(predictions, b)] if p is not None}
@@ -64,20 +77,27 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
     contrast = others.get("parameter_server") or max(others.values(), key=lambda p: p.examples_per_second,
                                                         default=None)
     reasons = []
-    comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
-                            f"({_fmt(p.examples_per_second)})" for p in others.values())
-    reasons.append(f"{best.name} is predicted fastest: {_fmt(best.examples_per_second)}"
-                   + (f", {comparisons}" if comparisons else ""))
+    if backend_of(fastest.name) != recommended:  # the epochs factor turned the answer
+        reasons.append(f"{best.name} reaches the target accuracy sooner although {fastest.name} is faster per "
+                       f"example ({_fmt(fastest.examples_per_second)} vs {_fmt(best.examples_per_second)}): "
+                       f"parameter servers need {workload.ps_epochs_factor:g}x the epochs (ps epochs factor), "
+                       f"so their {_fmt(fastest.examples_per_second)} are worth "
+                       f"{_fmt(_toward_accuracy(fastest, workload))} toward accuracy")
+    else:
+        comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
+                                f"({_fmt(p.examples_per_second)})" for p in others.values())
+        reasons.append(f"{best.name} is predicted fastest: {_fmt(best.examples_per_second)}"
+                       + (f", {comparisons}" if comparisons else ""))
     reasons.append(f"{best.name} is limited by {best.explanation}")
     if contrast is not None:
         reasons.append(f"{contrast.name} is limited by {contrast.explanation}")
-        if best.examples_per_second < CLOSE_RATIO * contrast.examples_per_second:
+        if _toward_accuracy(best, workload) < CLOSE_RATIO * _toward_accuracy(contrast, workload):
             reasons.append(f"{best.name} and {contrast.name} are within {CLOSE_RATIO - 1:.0%}, inside this "
                            "model's error: measure both on the cluster before deciding")
     if "parameter_server" not in predictions:
         reasons.append("parameter_server was not considered: no ps task (give --ps 1 or more to compare it)")
     reasons += _variant_hints(best, predictions)
-    reasons += _caveats(recommended, predictions, cluster)
+    reasons += _caveats(recommended, predictions, cluster, workload)
     return Advice(recommended, best.name, predictions, tuple(reasons))
 
 
@@ -96,14 +116,20 @@ def _variant_hints(best: Prediction, predictions: dict[str, Prediction]) -> list
     return hints
 
 
-def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Cluster) -> list[str]:
+def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Cluster,
+             workload: Workload) -> list[str]:
     caveats = []
     ps = predictions.get("parameter_server")
-    if recommended == "parameter_server":
+    factor = workload.ps_epochs_factor
+    if recommended == "parameter_server" and factor is None:
         caveats.append("asynchronous updates: each worker's gradients apply to weights others have moved "
                        "since, so reaching a target accuracy can take more epochs than synchronous training; "
-                       "more examples/s is not necessarily less time to accuracy: check time to accuracy on "
-                       "your model")
+                       "more examples/s is not necessarily less time to accuracy: measure the epochs both "
+                       "need on your model and give their ratio as the ps epochs factor")
+    elif recommended == "parameter_server":
+        caveats.append(f"time to accuracy counted: parameter servers need {factor:g}x the epochs of "
+                       "synchronous training (ps epochs factor) and still come first")
+    if recommended == "parameter_server":
         caveats.append("fault tolerance agrees: a parameter-server job goes on when a worker is lost "
                        "(losing a ps task or the chief stops it)")
     elif ps is not None:
