@@ -99,9 +99,9 @@ def test_required_options_and_repeats():
     assert "was given 2 times" in error(run(*LAB, "--bandwidth", "50mbit"))
 
 
-def test_probe_is_refused_with_the_way_round_it():
+def test_probe_refuses_what_it_measures():  # the probe itself: tests/advise/test_probe.py
     text = error(run(*LAB, "--probe"))
-    assert "--probe is not implemented yet" in text and "fix: time a step" in text
+    assert "--bandwidth and --probe contradict each other" in text and "fix: drop --bandwidth" in text
 
 
 def test_advise_imports_no_tensorflow():
@@ -114,9 +114,11 @@ def test_advise_imports_no_tensorflow():
     assert done.returncode == 0, done.stderr
 
 
-def test_help_does_not_offer_the_probe_that_is_not_there_yet():
-    from click.testing import CliRunner
-
-    from tfdist.cli.advise import advise
-
-    assert "--probe" not in CliRunner().invoke(advise, ["--help"]).output
+def test_a_measured_ps_epochs_factor_turns_the_answer_in_the_table():
+    uneven = [*LAB[:-1], "10gbit", "--worker-speeds", "1,0.25"]
+    assert "Recommended: parameter_server" in run(*uneven).output
+    result = run(*uneven, "--ps-epochs-factor", "3")
+    assert result.exit_code == 0, result.output
+    assert "Recommended: horovod" in result.output
+    assert "reaches the target accuracy sooner although parameter_server is faster per example" in result.output
+    assert "--ps-epochs-factor" in error(run(*uneven, "--ps-epochs-factor", "0"))

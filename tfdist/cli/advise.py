@@ -5,17 +5,21 @@ Bad input raises click.BadParameter / click.UsageError (exit 2) naming the optio
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from tfdist.advise import Advice, AdviseError, Cluster, Workload
 from tfdist.advise import advise as advise_cluster
 from tfdist.advise.cluster import PS_PLACEMENTS
+from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.units import RATE_EXAMPLES, format_bytes, format_rate, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
+from tfdist.launch.remote import SshOptions
 
 WIDTH = 100
 # dataclass field -> the option that sets it
@@ -24,7 +28,20 @@ _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host
           "ps_bandwidth": "--ps-bandwidth", "latency_s": "--latency-ms",
           "intra_host_bandwidth": "--intra-host-bandwidth", "params": "--params",
           "batch_size": "--batch-size", "step_ms": "--step-ms", "dtype_bytes": "--dtype-bytes",
-          "overlap": "--overlap"}
+          "overlap": "--overlap", "ps_epochs_factor": "--ps-epochs-factor"}
+
+# options only --probe reads
+_PROBE_ONLY = {"hosts": "--hosts", "model": "--model", "ssh_port": "--ssh-port",
+               "ssh_identity_file": "--ssh-identity-file", "probe_seconds": "--probe-seconds"}
+# what --probe measures, so giving it too is a contradiction (never silently ignored)
+_MEASURED = {"bandwidth": "--bandwidth", "latency_ms": "--latency-ms", "ps_bandwidth": "--ps-bandwidth",
+             "ps_placement": "--ps-placement", "workers_per_host": "--workers-per-host"}
+_MEASURED_WITH_MODEL = {"params": "--params", "step_ms": "--step-ms", "dtype_bytes": "--dtype-bytes",
+                        "worker_speeds": "--worker-speeds"}
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
 class RateType(click.ParamType):
@@ -81,24 +98,26 @@ class SpeedsType(click.ParamType):
 
 
 @click.command("advise", cls=StrictCommand)
-@click.option("--workers", type=click.IntRange(min=1), required=True, help="Number of workers (GPUs, ranks).")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Number of workers (GPUs, ranks); with --probe default the slots left after the ps.")
 @click.option("--ps", type=click.IntRange(min=0), default=1, show_default=True,
               help="Parameter-server tasks to model (0: leave parameter_server out).")
 @click.option("--ps-placement", type=click.Choice(PS_PLACEMENTS), default="separate", show_default=True,
               help="separate: each ps on its own host; colocated: ps j on worker host j, sharing its link.")
-@click.option("--params", type=CountType(), required=True,
-              help="Parameter count of the model, e.g. 669706 or 23.8M (model.count_params()).")
+@click.option("--params", type=CountType(),
+              help="Parameter count of the model, e.g. 669706 or 23.8M (model.count_params()); --probe "
+                   "--model measures it.")
 @click.option("--dtype-bytes", type=click.IntRange(1, 16), default=4, show_default=True,
               help="Bytes per parameter (4: float32).")
 @click.option("--batch-size", type=click.IntRange(min=1), required=True, help="Examples per step per worker.")
-@click.option("--step-ms", type=click.FloatRange(min=0, min_open=True, max=1e9), required=True,
+@click.option("--step-ms", type=click.FloatRange(min=0, min_open=True, max=1e9),
               help="Compute time of one step at --batch-size on one worker of speed 1, in ms (no "
                    "communication).")
 @click.option("--worker-speeds", type=SpeedsType(),
               help="Relative speed of each worker, e.g. 1,1,0.25 (default: all 1).")
 @click.option("--workers-per-host", "--gpus-per-host", "workers_per_host", type=click.IntRange(min=1),
               default=1, show_default=True, help="Workers sharing one host and its link (GPUs per server).")
-@click.option("--bandwidth", type=RateType(many=True), required=True,
+@click.option("--bandwidth", type=RateType(many=True),
               help=f"Each worker host's link rate: one for all, or one per host, comma-separated; "
                    f"{RATE_EXAMPLES}.")
 @click.option("--ps-bandwidth", type=RateType(),
@@ -109,12 +128,29 @@ class SpeedsType(click.ParamType):
               help="One-way network latency per message, ms.")
 @click.option("--overlap", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of communication hidden behind compute (0: none; Horovod on GPUs: about 0.5).")
-@click.option("--probe", is_flag=True, hidden=True)  # not yet: refused with the way round it
+@click.option("--ps-epochs-factor", type=click.FloatRange(min=0, min_open=True, max=1e6),
+              help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
+                   "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
+                   "recommendation then weighs time to accuracy, not examples/s alone.")
+@click.option("--probe", is_flag=True,
+              help="Measure instead of asking: the links between --hosts, and with --model each worker "
+                   "host's step time and the model's size (over ssh, as `tfdist launch --hosts`).")
+@click.option("-H", "--hosts", metavar="HOST:SLOTS,...",
+              help="--probe: the hosts, as in `tfdist launch --hosts` (same placement), e.g. h1:1,h2:1,h3:1.")
+@click.option("--model", metavar="MODULE:FUNCTION",
+              help="--probe: a function returning the Keras model (with an Input), e.g. models:build_model; "
+                   "imported on each host from this directory and PYTHONPATH.")
+@click.option("--ssh-port", type=click.IntRange(1, 65535), help="--probe: the port of every host's sshd.")
+@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False),
+              help="--probe: the private key ssh uses.")
+@click.option("--probe-seconds", type=click.FloatRange(0.5, 60), default=DEFAULT_SECONDS, show_default=True,
+              help="--probe: seconds of transfer per link.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
            step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
            bandwidth: tuple[float, ...], ps_bandwidth: float | None, intra_host_bandwidth: float,
-           latency_ms: float, overlap: float, probe: bool, as_json: bool) -> None:
+           latency_ms: float, overlap: float, ps_epochs_factor: float | None, probe: bool, hosts: str | None, model: str | None,
+           ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool) -> None:
     """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
     MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
 
@@ -124,18 +160,35 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         --bandwidth 10gbit --json
     tfdist advise --workers 128 --gpus-per-host 4 --ps 0 --params 138M --batch-size 64 \\
         --step-ms 415.6 --bandwidth 25gbit --latency-ms 0.01 --overlap 0.5
+    tfdist advise --probe --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model --batch-size 64
 
     The model and its assumptions: docs/advise.md.
     """
+    ctx = click.get_current_context()
     if probe:
-        raise click.UsageError("--probe is not implemented yet (it needs `tfdist launch --hosts` to measure "
-                               "links and step times); fix: time a step on one worker and give --step-ms, "
-                               "--bandwidth and --latency-ms yourself")
-    hosts = -(-workers // workers_per_host)
-    if len(bandwidth) not in (1, hosts):
-        raise click.BadParameter(f"{len(bandwidth)} rates for {hosts} worker host(s) ({workers} workers, "
-                                 f"{workers_per_host} per host); fix: give one rate for all hosts or one per "
-                                 "host",
+        measured = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms, dtype_bytes,
+                          worker_speeds, overlap, SshOptions(ssh_port, ssh_identity_file), probe_seconds)
+        cluster, workload, found = measured
+        workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor)
+        result = advise_cluster(cluster, workload)
+        if as_json:
+            click.echo(json.dumps({**result.as_dict(), "measured": found.as_dict()}, indent=2))
+        else:
+            click.echo(render_measured(found) + "\n\n" + render(result, cluster, workload))
+        return
+    for name, flag in _PROBE_ONLY.items():
+        if _given(ctx, name):
+            raise click.UsageError(f"{flag} applies only to --probe; fix: add --probe, or drop {flag}")
+    required = {"workers": workers, "params": params, "step_ms": step_ms, "bandwidth": bandwidth}
+    for name, value in required.items():  # required unless --probe measures them
+        if value is None:
+            param = next(p for p in ctx.command.params if p.name == name)
+            raise click.MissingParameter(ctx=ctx, param=param)
+    host_count = -(-workers // workers_per_host)
+    if len(bandwidth) not in (1, host_count):
+        raise click.BadParameter(f"{len(bandwidth)} rates for {host_count} worker host(s) ({workers} "
+                                 f"workers, {workers_per_host} per host); fix: give one rate for all hosts or "
+                                 "one per host",
                                  param_hint="'--bandwidth'")
     if worker_speeds is not None and len(worker_speeds) != workers:
         example = ",".join(["1"] * max(1, workers - 1) + ["0.25"])
@@ -148,7 +201,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
                           ps_bandwidth=ps_bandwidth, latency_s=latency_ms / 1000,
                           intra_host_bandwidth=intra_host_bandwidth)
         workload = Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
-                            overlap=overlap)
+                            overlap=overlap, ps_epochs_factor=ps_epochs_factor)
     except AdviseError as exc:
         raise click.BadParameter(str(exc), param_hint=f"'{_FLAGS.get(exc.field, exc.field)}'") from None
     result = advise_cluster(cluster, workload)
@@ -191,4 +244,75 @@ def render(result: Advice, cluster: Cluster, workload: Workload) -> str:
     lines.append(f"Recommended: {result.recommended}{variant}")
     for reason in result.reasons:
         lines += textwrap.wrap(reason, WIDTH, initial_indent="- ", subsequent_indent="  ")
+    return "\n".join(lines)
+
+
+def check_probe_options(ctx: click.Context, model: str | None) -> None:
+    """Refuse options that --probe measures itself (naming both and the fix) and require what it cannot."""
+    measured = {**_MEASURED, **(_MEASURED_WITH_MODEL if model else {})}
+    for name, flag in measured.items():
+        if _given(ctx, name):
+            what = "with --model measures" if name in _MEASURED_WITH_MODEL else "measures"
+            raise click.UsageError(f"--probe {what} {flag} itself, so {flag} and --probe contradict each "
+                                   f"other; fix: drop {flag}, or drop --probe and describe the cluster "
+                                   "yourself")
+    if not _given(ctx, "hosts"):
+        raise click.UsageError("--probe needs --hosts, the hosts to measure; fix: add e.g. --hosts "
+                               "h1:1,h2:1,h3:1 (as for `tfdist launch --hosts`)")
+    if model is None:
+        for name, flag in (("params", "--params"), ("step_ms", "--step-ms")):
+            if not _given(ctx, name):
+                raise click.UsageError(f"--probe without --model does not know {flag}; fix: add --model "
+                                       f"module:build_fn to measure it, or give {flag}")
+
+
+def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: str | None, batch_size: int,
+           params: int | None, step_ms: float | None, dtype_bytes: int, worker_speeds: tuple | None,
+           overlap: float, ssh: SshOptions, seconds: float) -> tuple[Cluster, Workload, ProbeResult]:
+    """Check the options, probe the hosts (progress on stderr), build the advisor's inputs."""
+    from tfdist.advise.probe import default_workers, probe_hosts
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.launch.plan import LaunchError
+
+    check_probe_options(ctx, model)
+    try:
+        if workers is None:
+            workers = default_workers(parse_hosts(hosts), ps)
+        found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
+                            seconds=seconds, log=lambda message: click.echo(message, err=True))
+    except (AdviseError, LaunchError) as exc:
+        raise click.UsageError(str(exc)) from None
+    return build_inputs(found, workers, ps, batch_size, params, step_ms, dtype_bytes, worker_speeds, overlap)
+
+
+def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, params: int | None = None,
+                 step_ms: float | None = None, dtype_bytes: int | None = None,
+                 worker_speeds: tuple | None = None,
+                 overlap: float = 0.0) -> tuple[Cluster, Workload, ProbeResult]:
+    """The advisor's Cluster and Workload from what the probe measured (and what the user gave)."""
+    try:
+        cluster = found.to_cluster(workers, ps)
+        if worker_speeds is not None:
+            if len(worker_speeds) != workers:
+                raise click.BadParameter(f"{len(worker_speeds)} speed(s) for {workers} worker(s); fix: give "
+                                         "one speed per worker", param_hint="'--worker-speeds'")
+            cluster = dataclasses.replace(cluster, speeds=worker_speeds)
+        workload = found.to_workload(batch_size, step_ms=step_ms, params=params,
+                                     dtype_bytes=None if found.params is not None else dtype_bytes,
+                                     overlap=overlap)
+    except AdviseError as exc:
+        flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-"))
+        raise click.BadParameter(str(exc), param_hint=f"'{flag}'") from None
+    return cluster, workload, found
+
+
+def render_measured(found: ProbeResult) -> str:
+    """The "Measured:" block: per host its link rate, latency, step time and speed; the model."""
+    lines = ["Measured:"]
+    for host in found.hosts:
+        step = f", step {host.step_ms:,.1f} ms, speed {host.speed:.2f}" if host.step_ms is not None else ""
+        lines.append(f"  {host.host}: link {format_rate(host.rate_bps / 8)}, latency "
+                     f"{host.latency_s * 1000:.3g} ms{step}")
+    if found.params is not None:
+        lines.append(f"  model: {found.params:,} params x {found.dtype_bytes} B, batch {found.batch_size}")
     return "\n".join(lines)

@@ -13,6 +13,8 @@ from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_clust
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 
 BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
+AUTO = "auto"  # probe --hosts, ask `tfdist advise`, launch the recommended backend
+AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
 _SSH = {"hosts", "ssh_port", "ssh_identity_file"}
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
@@ -20,13 +22,15 @@ _BACKEND_OPTIONS = {
                          *_SSH},
     "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
     "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
+    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "task_timeout", *_SSH},
 }
 _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
           "chief_host": "--chief-host",
           "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
           "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
-          "network_interface": "--network-interface"}
+          "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
+          "probe_seconds": "--probe-seconds"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
@@ -55,11 +59,14 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 
 
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--backend", type=click.Choice(BACKENDS), default="parameter_server", show_default=True,
+@click.option("--backend", type=click.Choice((*BACKENDS, AUTO)), default="parameter_server",
+              show_default=True,
               help="parameter_server: chief, workers and ps; multi_worker_mirrored: peer workers; "
-                   "horovod: call horovodrun.")
+                   "horovod: call horovodrun; auto (with --hosts, --model, --batch-size): probe the hosts, "
+                   "ask `tfdist advise` and launch the backend it recommends.")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="parameter_server, multi_worker_mirrored: number of workers.")
+              help="parameter_server, multi_worker_mirrored: number of workers (auto: default the slots "
+                   "left after the ps).")
 @click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True,
               help="parameter_server: number of parameter servers.")
 @click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
@@ -90,6 +97,12 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
               help="Let TensorFlow's servers listen on every interface (its default) instead of only "
                    "on their host's address (127.0.0.1 without --hosts). The gRPC runtime has no "
                    "authentication.")
+@click.option("--model", metavar="MODULE:FUNCTION",
+              help="auto: the function that builds the Keras model, timed on each worker host.")
+@click.option("--batch-size", type=click.IntRange(min=1), help="auto: examples per step per worker.")
+@click.option("--probe-seconds", type=click.FloatRange(0.5, 60), default=AUTO_PROBE_SECONDS,
+              show_default=True,
+              help="auto: seconds of transfer per measured link.")
 @click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
 @click.option("--task-timeout", type=click.FloatRange(min=0), default=DEFAULT_TASK_TIMEOUT, show_default=True,
@@ -101,8 +114,8 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
            hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
-           network_interface: str | None, bind_all: bool, grace: float, task_timeout: float,
-           command: tuple[str, ...]) -> None:
+           network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
+           bind_all: bool, grace: float, task_timeout: float, command: tuple[str, ...]) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
@@ -111,6 +124,8 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
     tfdist launch --backend horovod -np 2 -- python examples/classifier.py
     tfdist launch --backend horovod --hosts h1:1,h2:1 -- python train.py
+    tfdist launch --backend auto --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model \\
+        --batch-size 64 -- python train.py
 
     Each task gets its own TF_CONFIG and GRPC_FAIL_FAST=use_caller; output lines are prefixed
     with the task ([worker:1], or [worker:1@h2] with --hosts) and every task's exit is printed.
@@ -129,30 +144,105 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     slots in host order, the evaluator in the next free slot. A task stops when its ssh session
     ends or the launcher's heartbeat (every 2 s) is missing for 8 s; gRPC keepalive pings
     (TF_GRPC_DEFAULT_OPTIONS) let the tasks notice a cut link within about 20 s.
+
+    --backend auto (with --hosts) first probes the hosts as `tfdist advise --probe` does (links, and
+    --model's step time at --batch-size on each worker host), prints the recommendation, its
+    reasons and the table, then launches the recommended backend with the same placement:
+    parameter_server as above; horovod and multi_worker_mirrored on the worker hosts only.
     """
     import shutil
 
-    from tfdist.cluster import free_ports
-    from tfdist.launch.bind import BindShimError, shim_library
-    from tfdist.launch.local import report_to_stderr, run_command, run_local_cluster
-    from tfdist.launch.plan import find_horovodrun
-    from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
-    from tfdist.launch.remote import SshOptions, prepare_host_cluster
+    from tfdist.launch.remote import SshOptions
 
     _reject_foreign_options(ctx, backend)
     if shutil.which(command[0]) is None:
         raise click.BadParameter(f"{command[0]!r} is not an executable on PATH; fix: give the full "
                                  "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
     ssh = SshOptions(ssh_port, ssh_identity_file)
+    if backend == AUTO:
+        backend, hosts, workers = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
+                                                  probe_seconds)
+    if backend == "horovod":
+        raise SystemExit(_launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
+                                         network_interface))
+    raise SystemExit(_launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
+                                        ssh, bind_all, grace, task_timeout))
+
+
+def _choose_backend(ctx: click.Context, hosts: str | None, workers: int, ps: int, model: str | None,
+                    batch_size: int | None, ssh, probe_seconds: float) -> tuple[str, str, int]:
+    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers)`` to
+    launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
+    from tfdist.advise import AdviseError
+    from tfdist.advise import advise as advise_cluster
+    from tfdist.advise.probe import default_workers, probe_hosts
+    from tfdist.cli.advise import build_inputs, render, render_measured
+    from tfdist.launch.hosts import parse_hosts, place_tasks
+
+    if not hosts:
+        raise click.UsageError("--backend auto needs --hosts: it compares the link rates between hosts; fix: "
+                               "add --hosts h1:1,h2:1,... , or on one machine pick --backend "
+                               "parameter_server, multi_worker_mirrored or horovod")
+    for name, example in (("model", "--model models:build_model"), ("batch_size", "--batch-size 64")):
+        if not _given(ctx, name):
+            raise click.UsageError(f"--backend auto needs {_FLAGS[name]} to time a step on each worker host; "
+                                   f"fix: add e.g. {example}")
     try:
-        if backend == "horovod":
-            horovodrun = find_horovodrun()
-            if horovodrun is None:
-                raise click.UsageError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
-                                       "`make setup` and use .venv/bin/tfdist, or install Horovod with "
-                                       "TensorFlow and Gloo")
-            raise SystemExit(_run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np,
-                                          horovodrun, grace, run_command, network_interface))
+        slots = parse_hosts(hosts)
+        if not _given(ctx, "workers"):
+            workers = default_workers(slots, ps)
+        found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
+                            seconds=probe_seconds, log=_report)
+        cluster, workload, _ = build_inputs(found, workers, ps, batch_size)
+        advice = advise_cluster(cluster, workload)
+        placed = place_tasks(slots, workers, ps)
+    except (AdviseError, LaunchError) as exc:
+        raise click.UsageError(str(exc)) from None
+    _report(render_measured(found) + "\n\n" + render(advice, cluster, workload))
+    backend = advice.recommended
+    if backend != "parameter_server":
+        from collections import Counter
+
+        counts = Counter(p.host for p in placed if p.task_type == "worker")
+        hosts = ",".join(f"{host}:{n}" for host, n in counts.items())
+    _report(f"tfdist launch --backend auto: launching {backend} ({advice.variant}) on {hosts}")
+    return backend, hosts, workers
+
+
+def _report(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None, ssh,
+                    elastic: bool, min_np: int | None, max_np: int | None, grace: float,
+                    network_interface: str | None) -> int:
+    """Find horovodrun and run it; its exit code."""
+    from tfdist.launch.local import run_command
+    from tfdist.launch.plan import find_horovodrun
+
+    horovodrun = find_horovodrun()
+    if horovodrun is None:
+        raise click.UsageError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
+                               "`make setup` and use .venv/bin/tfdist, or install Horovod with "
+                               "TensorFlow and Gloo")
+    try:
+        return _run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, horovodrun, grace,
+                            run_command, network_interface)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps: int, evaluator: bool,
+                       hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh, bind_all: bool,
+                       grace: float, task_timeout: float) -> int:
+    """A parameter_server or multi_worker_mirrored cluster, here or on ``hosts``; the chief's exit code."""
+    from tfdist.cluster import free_ports
+    from tfdist.launch.bind import BindShimError, shim_library
+    from tfdist.launch.local import report_to_stderr, run_local_cluster
+    from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
+    from tfdist.launch.remote import prepare_host_cluster
+
+    try:
         shim = None if bind_all or hosts else shim_library()
         if hosts:
             peers = backend == "multi_worker_mirrored"
@@ -171,7 +261,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
         raise click.UsageError(str(exc)) from None
     except KeyboardInterrupt:  # Ctrl-C while checking the hosts: nothing was started yet
         report_to_stderr("interrupted before any task started")
-        raise SystemExit(130) from None
+        return 130
     if backend == "multi_worker_mirrored":
         policy = PeerPolicy(task.name for task in tasks)
     else:
@@ -186,7 +276,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     else:
         where = "every interface, ports" if bind_all else "127.0.0.1 ports"
         report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
-    raise SystemExit(run_local_cluster(tasks, policy, grace=grace))
+    return run_local_cluster(tasks, policy, grace=grace)
 
 
 def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,

@@ -1,0 +1,317 @@
+"""`tfdist advise --probe` without hosts: the aggregation of made-up measurements (tfdist/advise/probe.py),
+the agent's specification, answers and link timing (probe_agent.py), and the CLI's option checks."""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from tfdist.advise import Cluster, Workload, advise
+from tfdist.advise import probe_agent as agent
+from tfdist.advise.probe import (
+    Agent,
+    LinkMeasure,
+    ProbeError,
+    aggregate,
+    default_workers,
+    measure_link,
+    measured_hosts,
+    ring,
+)
+from tfdist.cli.main import cli
+from tfdist.launch.hosts import parse_hosts, place_tasks
+
+MBIT, GBIT = 1e6, 1e9
+SLOTS = parse_hosts("w1:1,w2:1,p:1")
+
+
+def link(source, target, mbit, latency_ms=0.1):
+    return LinkMeasure(source, target, mbit * MBIT, latency_ms / 1000)
+
+
+def lab_links(slow="w2", slow_mbit=50, fast_mbit=2000):
+    """The links of the w1, w2, p ring (both ways) when ``slow``'s link runs at ``slow_mbit``."""
+    return [link(a, b, slow_mbit if slow in (a, b) else fast_mbit, 0.05 if slow not in (a, b) else 0.2)
+            for a, b in ring(["w1", "w2", "p"])]
+
+
+# --- pure aggregation ---------------------------------------------------------------------------------
+def test_ring_goes_round_both_ways_and_two_hosts_both_directions():
+    assert ring(["a", "b"]) == [("a", "b"), ("b", "a")]
+    assert ring(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a"), ("b", "a"), ("c", "b"), ("a", "c")]
+    with pytest.raises(ProbeError, match="two hosts or more.*fix: "):
+        ring(["a"])
+
+
+def test_a_slow_host_does_not_make_its_fast_neighbours_slow():
+    result = aggregate(SLOTS, lab_links())
+    rates = {h.host: h.rate_bps for h in result.hosts}
+    assert rates == {"w1": 2000 * MBIT, "w2": 50 * MBIT, "p": 2000 * MBIT}
+
+
+def test_a_host_rate_is_the_smaller_of_its_best_send_and_best_receive():
+    links = [link("a", "b", 900), link("b", "a", 40)]  # b sends slowly (shaped one way), receives fast
+    rates = {h.host: h.rate_bps for h in aggregate(parse_hosts("a,b"), links).hosts}
+    assert rates == {"a": 40 * MBIT, "b": 40 * MBIT}
+    links = [link("a", "b", 900), link("b", "c", 30), link("c", "a", 800),
+             link("b", "a", 900), link("c", "b", 30), link("a", "c", 800)]
+    rates = {h.host: h.rate_bps for h in aggregate(parse_hosts("a,b,c"), links).hosts}
+    assert rates == {"a": 900 * MBIT, "b": 900 * MBIT, "c": 800 * MBIT}
+
+
+def test_latency_is_the_median_and_speeds_are_relative_to_the_fastest():
+    result = aggregate(SLOTS, lab_links(), steps={"w1": 20.0, "w2": 80.0}, params=85_002, dtype_bytes=4,
+                       batch_size=64)
+    assert result.latency_s == pytest.approx(0.2e-3)  # 4 of the 6 links touch w2
+    assert result.host("w1").latency_s == pytest.approx(0.125e-3)  # two links each way: 0.2 and 0.05
+    speeds = {h.host: h.speed for h in result.hosts}
+    assert speeds == {"w1": 1.0, "w2": 0.25, "p": 1.0}
+    assert result.step_ms == 20.0 and result.host("p").step_ms is None
+
+
+def test_cluster_and_workload_from_the_measurements():
+    result = aggregate(SLOTS, lab_links(), steps={"w1": 20.0, "w2": 80.0}, params=85_002, dtype_bytes=4,
+                       batch_size=64)
+    cluster = result.to_cluster(workers=2, ps=1)
+    assert cluster == Cluster(workers=2, bandwidths=(2000 * MBIT / 8, 50 * MBIT / 8), speeds=(1.0, 0.25),
+                              ps=1, ps_placement="separate", ps_bandwidth=2000 * MBIT / 8, latency_s=0.2e-3)
+    assert result.to_workload(64) == Workload(params=85_002, batch_size=64, step_ms=20.0, dtype_bytes=4)
+    assert advise(cluster, result.to_workload(64)).recommended == "parameter_server"
+
+
+def test_the_ps_link_is_the_slowest_ps_host_and_colocated_when_it_shares_a_worker_host():
+    slots = parse_hosts("a:2,b:2")
+    links = [link("a", "b", 800), link("b", "a", 800)]
+    cluster = aggregate(slots, links).to_cluster(workers=3, ps=1)  # ps on b beside worker:2
+    assert cluster.ps_placement == "colocated" and cluster.ps_bandwidth == 100e6
+    assert cluster.workers_per_host == 1 and len(cluster.bandwidths) == 3  # uneven: 2 on a, 1 on b
+    assert cluster.bandwidths == (50e6, 50e6, 100e6)  # a's link shared by its two workers
+    even = aggregate(slots, links).to_cluster(workers=4, ps=0)
+    assert even.workers_per_host == 2 and even.bandwidths == (100e6, 100e6) and even.ps == 0
+
+
+def test_without_a_model_the_workload_needs_params_and_step_ms():
+    result = aggregate(SLOTS, lab_links())
+    with pytest.raises(ProbeError.__mro__[1], match="--step-ms.*fix: give --step-ms"):
+        result.to_workload(64)
+    workload = result.to_workload(64, step_ms=10.0, params=1000)
+    assert workload.dtype_bytes == 4 and workload.step_ms == 10.0
+    assert result.to_cluster(2, 1).speeds == (1.0, 1.0)
+
+
+def test_the_measured_hosts_and_default_workers_follow_launch_placement():
+    slots = parse_hosts("a:2,b:1,c:1")
+    assert default_workers(slots, 1) == 3
+    placed = place_tasks(slots, 3, 1)
+    assert [p.host for p in placed if p.task_type == "worker"] == ["a", "a", "b"]
+    assert measured_hosts(slots, 3, 1) == (["a", "b", "c"], ["a", "b"])
+    assert measured_hosts(parse_hosts("a:1,b:1,c:1"), 1, 1) == (["a", "c"], ["a"])  # b gets nothing
+    with pytest.raises(ProbeError, match="none left for a worker"):
+        default_workers(parse_hosts("a:1"), 1)
+
+
+def test_a_model_without_a_batch_size_is_refused_before_anything_runs():
+    from tfdist.advise.probe import probe_hosts
+
+    with pytest.raises(ProbeError, match="--model needs --batch-size; fix: add e.g. --batch-size 64"):
+        probe_hosts("nosuchhost-a,nosuchhost-b", 1, 1, model="m:f")
+
+
+def test_as_dict_is_json():
+    result = aggregate(SLOTS, lab_links(), steps={"w1": 20.0, "w2": 80.0}, params=10, dtype_bytes=4)
+    data = json.loads(json.dumps(result.as_dict()))
+    assert data["hosts"]["w2"]["rate_bps"] == 50e6 and data["params"] == 10 and len(data["links"]) == 6
+
+
+# --- the agent ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("line, message", [
+    (b"", "no probe specification"),
+    (b"{nope", "not JSON"),
+    (b'{"role": "dance", "timeout": 5}', "role is 'dance'"),
+    (b'{"role": "send", "timeout": 5, "peer": "a"}', "lacks port, seconds, pings"),
+    (b'{"role": "receive", "host": "a", "seconds": 1, "skip": 0.2, "timeout": 0}', "timeout must be"),
+])
+def test_bad_specifications_are_refused_with_the_fix(line, message):
+    with pytest.raises(agent.ProbeAgentError, match=message) as caught:
+        agent.decode_spec(line)
+    assert "fix: " in str(caught.value)
+
+
+def test_main_answers_an_error_line_for_a_bad_spec():
+    out = io.StringIO()
+    assert agent.main(io.BytesIO(b"[]\n"), out) == agent.EXIT_FAILED
+    assert "role is 'list'" in agent.parse_answer(out.getvalue())["error"]
+
+
+def test_answers_are_found_among_other_output():
+    out = io.StringIO()
+    print("some model printed this", file=out)
+    agent.answer({"result": {"step_ms": 3.5}}, out)
+    assert agent.parse_answer(out.getvalue() + "trailing noise\n") == {"result": {"step_ms": 3.5}}
+    assert agent.parse_answer("nothing here\n") is None
+    assert agent.parse_answer(agent.MARKER + "{broken\n") is None
+
+
+def test_the_rate_skips_the_burst():
+    burst = [(0.0, 0), (0.05, 10_000_000)]  # 10 MB in the first 50 ms (a token bucket's burst)
+    steady = [(0.2 + i * 0.1, 10_000_000 + int(i * 625_000)) for i in range(14)]  # 50 Mbit/s after it
+    bits, _, seconds = agent.rate_after_skip(burst + steady, skip=0.2)
+    assert bits == pytest.approx(50e6, rel=1e-3) and seconds == pytest.approx(1.3)
+    bits_all, _, _ = agent.rate_after_skip(burst + steady, skip=0.0)
+    assert bits_all > 1.5 * bits  # without the skip the burst inflates it
+    with pytest.raises(agent.ProbeAgentError, match="too short"):
+        agent.rate_after_skip([(0.0, 5)], skip=0.2)
+
+
+def test_a_model_without_input_shape_names_model_and_the_fix():
+    class NoInput:
+        @property
+        def input_shape(self):
+            raise AttributeError("The layer has never been called")
+
+    with pytest.raises(agent.ProbeAgentError, match="--model 'm:f'.*fix: give the model an Input"):
+        agent.shapes_of(NoInput(), "m:f")
+
+    class Shaped:
+        input_shape, output_shape = (None, 64), (None, 10)
+
+    assert agent.shapes_of(Shaped(), "m:f") == ((64,), (10,))
+    Shaped.input_shape = (None, None)
+    with pytest.raises(agent.ProbeAgentError, match="unknown dimensions"):
+        agent.shapes_of(Shaped(), "m:f")
+
+
+@pytest.mark.parametrize("model, message", [("nocolon", "is not module:function"),
+                                            ("no_such_module_x:f", "cannot import no_such_module_x"),
+                                            ("json:no_such_function", "has no function")])
+def test_bad_model_names_are_refused(model, message):
+    with pytest.raises(agent.ProbeAgentError, match=message):
+        agent.load_build_fn(model)
+
+
+def test_a_link_measured_over_loopback_by_real_agents():
+    """Two agent processes (no TensorFlow) on this machine: a rate and a latency come back."""
+    def start(host, spec):
+        return Agent([sys.executable, "-m", "tfdist.advise.probe_agent"], spec, host)
+
+    measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
+    assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
+
+
+def test_an_agent_that_dies_is_named_with_its_host():
+    probe = Agent([sys.executable, "-c", "import sys; sys.exit(7)"], {"role": "send"}, "hostx")
+    with pytest.raises(ProbeError, match="checking hostx failed with exit code 7"):
+        probe.answer(30)
+    probe.close()
+
+
+def test_the_receiver_reports_a_sender_that_is_not_an_agent():
+    out = io.StringIO()
+    result = {}
+
+    def serve():
+        try:
+            agent.receive("127.0.0.1", 1, 0.2, out)
+        except agent.ProbeAgentError as exc:
+            result["error"] = str(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    for _ in range(100):
+        if agent.parse_answer(out.getvalue()):
+            break
+        threading.Event().wait(0.05)
+    port = agent.parse_answer(out.getvalue())["port"]
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"X")
+    thread.join(10)
+    assert "instead of a ping" in result["error"]
+
+
+# --- the CLI --------------------------------------------------------------------------------------------
+def run(*args: str):
+    return CliRunner().invoke(cli, ["advise", *args], prog_name="tfdist")
+
+
+def error(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return result.output[result.output.index("Error: "):]
+
+
+PROBE = ["--probe", "--hosts", "w1:1,w2:1,p:1", "--batch-size", "64"]
+
+
+@pytest.mark.parametrize("extra, flag", [(["--bandwidth", "1gbit"], "--bandwidth"),
+                                         (["--latency-ms", "0.2"], "--latency-ms"),
+                                         (["--ps-bandwidth", "1gbit"], "--ps-bandwidth"),
+                                         (["--gpus-per-host", "2"], "--workers-per-host")])
+def test_what_the_probe_measures_is_refused_beside_it(extra, flag):
+    text = error(run(*PROBE, "--params", "1k", "--step-ms", "5", *extra))
+    assert f"{flag} and --probe contradict" in text and f"fix: drop {flag}" in text
+
+
+@pytest.mark.parametrize("extra, flag", [(["--params", "1k"], "--params"), (["--step-ms", "5"], "--step-ms"),
+                                         (["--dtype-bytes", "2"], "--dtype-bytes"),
+                                         (["--worker-speeds", "1,1"], "--worker-speeds")])
+def test_what_the_model_measures_is_refused_beside_model(extra, flag):
+    text = error(run(*PROBE, "--model", "m:f", *extra))
+    assert f"--probe with --model measures {flag}" in text and "fix: drop" in text
+
+
+def test_probe_needs_hosts_and_without_model_params_and_step_ms():
+    text = error(run("--probe", "--batch-size", "64", "--params", "1", "--step-ms", "1"))
+    assert "--probe needs --hosts" in text
+    assert "does not know --step-ms" in error(run(*PROBE, "--params", "1k"))
+    assert "does not know --params" in error(run(*PROBE, "--step-ms", "3"))
+
+
+@pytest.mark.parametrize("extra", [["--hosts", "a,b"], ["--model", "m:f"], ["--ssh-port", "22"],
+                                   ["--probe-seconds", "2"]])
+def test_probe_options_without_probe_are_refused(extra):
+    text = error(run("--workers", "2", "--params", "1k", "--batch-size", "8", "--step-ms", "3", "--bandwidth",
+                     "1gbit", *extra))
+    assert f"{extra[0]} applies only to --probe; fix: add --probe" in text
+
+
+def test_without_probe_the_description_is_still_required():
+    assert "Missing option '--workers'" in error(run("--params", "1k", "--batch-size", "8", "--step-ms", "3",
+                                                     "--bandwidth", "1gbit"))
+    assert "Missing option '--step-ms'" in error(run("--workers", "2", "--params", "1k", "--batch-size", "8",
+                                                     "--bandwidth", "1gbit"))
+
+
+def test_a_bad_hosts_list_is_a_usage_error():
+    text = error(run(*PROBE[:2], "a,a", *PROBE[3:], "--params", "1k", "--step-ms", "3"))
+    assert "lists host 'a' twice" in text
+
+
+def test_probe_is_offered_in_help():
+    output = run("--help").output
+    assert "--probe" in output and "--hosts" in output and "--model" in output
+
+
+def test_the_measured_block_and_json(monkeypatch):
+    """The CLI with the probe replaced by made-up measurements: the block, the table, --json."""
+    from tfdist.advise import probe
+
+    def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
+        assert (hosts, workers, ps, model, batch_size) == ("w1:1,w2:1,p:1", 2, 1, "m:f", 64)
+        return aggregate(parse_hosts(hosts), lab_links(), steps={"w1": 20.0, "w2": 80.0}, params=85_002,
+                         dtype_bytes=4, batch_size=64)
+
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    result = run(*PROBE, "--model", "m:f")
+    assert result.exit_code == 0, result.output
+    assert "Measured:\n  w1: link 2 Gbit/s, latency 0.125 ms, step 20.0 ms, speed 1.00" in result.output
+    assert "  w2: link 50 Mbit/s" in result.output and "speed 0.25" in result.output
+    assert "model: 85,002 params x 4 B, batch 64" in result.output
+    assert "Recommended: parameter_server" in result.output
+    data = json.loads(run(*PROBE, "--model", "m:f", "--json").output)
+    assert data["recommended"] == "parameter_server" and data["measured"]["hosts"]["w2"]["speed"] == 0.25
+    assert data["measured"]["params"] == 85_002

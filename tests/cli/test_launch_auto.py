@@ -1,0 +1,143 @@
+"""`tfdist launch --backend auto` (tfdist/cli/launch.py): its option errors, and which backend it launches
+on which hosts, with the probe and the launchers replaced (no ssh, no TensorFlow)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import tfdist.advise
+from tfdist.advise import probe
+from tfdist.advise.probe import LinkMeasure, aggregate
+from tfdist.cli import launch as launch_module
+from tfdist.cli.main import cli
+from tfdist.launch.hosts import parse_hosts
+
+AUTO = ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--model", "m:f", "--batch-size", "64"]
+COMMAND = ["--", sys.executable, "train.py"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["launch", *args], prog_name="tfdist")
+
+
+def error(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return result.output[result.output.index("Error: "):]
+
+
+def test_auto_without_hosts_says_why_and_the_fix():
+    text = error(run("--backend", "auto", "--model", "m:f", "--batch-size", "64", *COMMAND))
+    assert "--backend auto needs --hosts" in text and "compares the link rates" in text
+    assert "fix:" in text and "--backend parameter_server" in text
+
+
+@pytest.mark.parametrize("drop, flag", [("--model", "--model"), ("--batch-size", "--batch-size")])
+def test_auto_needs_model_and_batch_size(drop, flag):
+    args = list(AUTO)
+    at = args.index(drop)
+    del args[at:at + 2]
+    text = error(run(*args, *COMMAND))
+    assert f"--backend auto needs {flag}" in text and "fix: add e.g." in text
+
+
+@pytest.mark.parametrize("extra, flag", [(["--model", "m:f"], "--model"),
+                                         (["--batch-size", "8"], "--batch-size"),
+                                         (["--probe-seconds", "2"], "--probe-seconds")])
+@pytest.mark.parametrize("backend", ["parameter_server", "multi_worker_mirrored", "horovod"])
+def test_auto_options_are_refused_on_other_backends(backend, extra, flag):
+    text = error(run("--backend", backend, *extra, *COMMAND))
+    assert f"{flag} do(es) not apply to --backend {backend}" in text
+
+
+@pytest.mark.parametrize("extra, flag", [(["-np", "2"], "-np"), (["--evaluator"], "--evaluator"),
+                                         (["--chief-host", "w1"], "--chief-host"),
+                                         (["--bind-all"], "--bind-all"),
+                                         (["--elastic"], "--elastic")])
+def test_options_auto_cannot_honour_are_refused(extra, flag):
+    assert f"{flag} do(es) not apply to --backend auto" in error(run(*AUTO, *extra, *COMMAND))
+
+
+def _links(slow_mbit: float = 2000) -> list[LinkMeasure]:
+    return [LinkMeasure(a, b, (slow_mbit if "w2" in (a, b) else 2000) * 1e6, 1e-4)
+            for a, b in probe.ring(["w1", "w2", "p"])]
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """Replace the launchers: record what auto would start."""
+    calls = []
+
+    def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest):
+        calls.append((backend, hosts, workers, ps))
+        return 0
+
+    def horovod(ctx, command, num_proc, hosts, *rest):
+        calls.append(("horovod", hosts, None, None))
+        return 0
+
+    monkeypatch.setattr(launch_module, "_launch_tf_cluster", tf_cluster)
+    monkeypatch.setattr(launch_module, "_launch_horovod", horovod)
+    return calls
+
+
+def _fake_probe(monkeypatch, steps, slow_mbit=2000, seen=None):
+    def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
+        if seen is not None:
+            seen.append((hosts, workers, ps, model, batch_size, kwargs["seconds"]))
+        return aggregate(parse_hosts(hosts), _links(slow_mbit), steps=steps, params=1_348_618, dtype_bytes=4,
+                         batch_size=batch_size)
+
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+
+
+def test_an_uneven_cluster_launches_the_ps_cluster_on_every_host(monkeypatch, launched):
+    seen = []
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 100.0}, seen=seen)
+    result = run(*AUTO, "--ps", "1", *COMMAND)
+    assert result.exit_code == 0, result.output
+    # workers by default: the slots left after the ps
+    assert seen == [("w1:1,w2:1,p:1", 2, 1, "m:f", 64, launch_module.AUTO_PROBE_SECONDS)]
+    assert launched == [("parameter_server", "w1:1,w2:1,p:1", 2, 1)]
+    assert "Measured:" in result.output and "Recommended: parameter_server" in result.output
+    assert "launching parameter_server" in result.output
+
+
+def test_horovod_runs_on_the_worker_hosts_only(monkeypatch, launched):
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})
+    result = run(*AUTO, "--probe-seconds", "2", *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert "Recommended: horovod" in result.output
+    assert launched == [("horovod", "w1:1,w2:1", None, None)]  # not p: it was placed no worker
+
+
+def test_multi_worker_mirrored_runs_on_the_worker_hosts_only(monkeypatch, launched):
+    from tfdist.advise.recommend import Advice
+
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})
+    real = tfdist.advise.advise
+
+    def mirrored(cluster, workload):
+        advice = real(cluster, workload)
+        return Advice("multi_worker_mirrored", "multi_worker_mirrored", advice.predictions, ("made up",))
+
+    monkeypatch.setattr(tfdist.advise, "advise", mirrored)
+    result = run("--backend", "auto", "--hosts", "w1:2,w2:1,p:1", "--workers", "3", "--model", "m:f",
+                 "--batch-size", "64", *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert launched == [("multi_worker_mirrored", "w1:2,w2:1", 3, 1)]
+
+
+def test_a_probe_failure_is_a_usage_error_and_nothing_is_launched(monkeypatch, launched):
+    def failing(*args, **kwargs):
+        raise probe.ProbeError("cannot probe the hosts: ssh to p failed; fix: make `ssh p true` work")
+
+    monkeypatch.setattr(probe, "probe_hosts", failing)
+    text = error(run(*AUTO, *COMMAND))
+    assert "ssh to p failed" in text and launched == []
+
+
+def test_too_many_workers_for_the_slots_is_a_usage_error(launched):
+    assert "the job needs 4 slots" in error(run(*AUTO, "--workers", "3", *COMMAND))

@@ -1,0 +1,100 @@
+"""`tfdist advise --probe` and `tfdist launch --backend auto` on the network lab.
+
+c is the launcher's host (a login node, no task); the cluster is `--hosts w1:1,w2:1,p:1 --workers 2
+--ps 1`: the chief and worker:0 on w1, worker:1 on w2, ps:0 on p. w2's link is shaped to 50 Mbit/s
+and its CPU limited to half a core, so the probe must find w2 slow on both counts and w1 fast.
+The measured figures are printed (`pytest -s`); bounds are wide enough for a loaded machine.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from support import REPO, assert_nothing_left, subprocess_env
+
+from tfdist.testing.netlab import Lab
+
+HOSTS = "w1:1,w2:1,p:1"
+MODEL = "probe_model:build_model"  # tests/scripts/probe_model.py, on PYTHONPATH (subprocess_env)
+# probe_model.PARAMS, written out: importing the module here would import TensorFlow
+PARAMS = (256 * 1024 + 1024) + (1024 * 1024 + 1024) + (1024 * 10 + 10)
+TIMEOUT = 600.0  # s: a probe or job still running then has hung
+
+
+def _ssh(lab: Lab) -> list[str]:
+    return ["--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file)]
+
+
+@pytest.fixture
+def lab(make_lab) -> Lab:
+    return make_lab(["c", "w1", "w2", "p"])
+
+
+def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
+    lab.shape("w2", 50)
+    lab.limit_cpu("w2", 0.5)
+    argv = [sys.executable, "-m", "tfdist", "advise", "--probe", "--hosts", HOSTS, "--workers", "2",
+            "--ps", "1", "--model", MODEL, "--batch-size", "64", *_ssh(lab), "--json"]
+    result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    hosts = data["measured"]["hosts"]
+    print("\nMEASURED " + "; ".join(f"{name}: {h['rate_bps'] / 1e6:,.1f} Mbit/s, {h['latency_ms']:.3f} ms, "
+                                    f"step {h['step_ms'] or 0:.1f} ms, speed {h['speed']:.2f}"
+                                    for name, h in hosts.items())
+          + f"; params {data['measured']['params']:,}; recommended {data['recommended']}")
+    assert set(hosts) == {"w1", "w2", "p"}
+    assert 35e6 <= hosts["w2"]["rate_bps"] <= 65e6, hosts["w2"]
+    assert hosts["w1"]["rate_bps"] > 200e6, hosts["w1"]
+    assert hosts["p"]["rate_bps"] > 200e6, hosts["p"]
+    assert hosts["w2"]["speed"] < 0.8 * hosts["w1"]["speed"], hosts
+    assert hosts["p"]["step_ms"] is None  # a ps host runs no steps: not timed
+    assert data["measured"]["params"] == PARAMS and data["measured"]["dtype_bytes"] == 4
+    assert data["recommended"] in ("horovod", "parameter_server", "multi_worker_mirrored")
+    assert all(0 < latency < 50 for latency in (h["latency_ms"] for h in hosts.values()))
+    assert_nothing_left(lab)
+
+
+@pytest.mark.parametrize("slow_cores", [None, 0.25], ids=["even", "w2-quarter-core"])
+def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, tmp_path):
+    """Whatever the advice (even workers: allreduce is expected; w2 at a quarter core: parameter
+    servers may win), the backend it names is the one that ran, with launch's placement."""
+    if slow_cores is not None:
+        lab.limit_cpu("w2", slow_cores)
+    argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", HOSTS, "--workers", "2",
+            "--ps", "1", "--model", MODEL, "--batch-size", "32", *_ssh(lab), "--grace", "2", "--",
+            sys.executable, "examples/classifier.py", "--epochs", "1", "--logdir", str(tmp_path / "runs")]
+    result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    line = next(line for line in output.splitlines() if line.startswith("Recommended: "))
+    backend = line.split()[1]
+    shown = [text for text in output.splitlines()
+             if "launching" in text or text.startswith(("  w", "  p:", "RESULT"))]
+    print(f"\n[{slow_cores}] {line}\n" + "\n".join(shown))
+    assert "Measured:" in output and "strategy" in output
+    assert f"launching {backend}" in output
+    assert f"RESULT strategy={backend} workers=2" in output  # the script ran under that very backend
+    if backend == "parameter_server":  # the ps cluster, placed as --backend parameter_server would
+        assert "[chief:0@w1]" in output and "[ps:0@p]" in output and "[worker:1@w2]" in output
+    elif backend == "multi_worker_mirrored":  # on the worker hosts only
+        assert "[worker:0@w1]" in output and "[worker:1@w2]" in output and "@p]" not in output
+    else:  # horovodrun: two ranks, on w1 and w2
+        assert "on w1:1,w2:1" in output
+    assert_nothing_left(lab)
+
+
+def test_an_unreachable_host_is_named_and_nothing_is_left(lab):
+    lab.cut("p")
+    argv = [sys.executable, "-m", "tfdist", "advise", "--probe", "--hosts", HOSTS, "--ps", "1",
+            "--params", "85k", "--step-ms", "10", "--batch-size", "64", *_ssh(lab)]
+    start = time.monotonic()
+    result = lab.run("c", argv, timeout=180, env=subprocess_env(), cwd=REPO)
+    took = time.monotonic() - start
+    print(f"\nunreachable p: exit {result.returncode} after {took:.1f} s: {result.stderr.strip()[-400:]}")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "ssh to p failed" in result.stderr and "fix:" in result.stderr
+    assert "w1" not in result.stderr.split("Error:")[1] and "w2" not in result.stderr.split("Error:")[1]
+    assert_nothing_left(lab, cut=("p",))

@@ -1,0 +1,342 @@
+"""What ``tfdist advise --probe`` runs on each host: ``python -m tfdist.advise.probe_agent``.
+
+The prober (:mod:`tfdist.advise.probe`) starts one agent per measurement, over ssh (or directly on
+this machine), and writes its specification to the agent's stdin as one JSON line, so the module of
+``--model`` is imported in the launcher's working directory with the launcher's environment, as
+``tfdist.launch.remote_task`` does for tasks. Roles:
+
+* ``receive``: bind the address the spec's ``host`` resolves to here (port 0), print ``{"port": P}``,
+  accept one sender, echo its one-byte pings, then count the bulk bytes until the sender closes.
+  The rate is taken between the first byte after ``skip`` seconds of the bulk and the last byte, so
+  a token bucket's initial burst does not inflate it;
+* ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
+  (latency = median RTT / 2), then send for ``seconds`` and close;
+* ``compute``: build ``model`` (``module:build_fn``), train steps at ``batch_size`` on random data
+  shaped like ``model.input_shape`` and report the time per step after a warm-up (the fastest of
+  three timed windows), the parameter count and the bytes per parameter.
+
+Every answer is one stdout line ``TFDIST_PROBE {json}`` (``{"error": ...}`` on failure, exit code
+2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
+after ``timeout`` seconds whatever happens, so an interrupted probe leaves nothing running.
+Only the ``compute`` role imports TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from tfdist.errors import TfdistError, with_fix
+
+MARKER = "TFDIST_PROBE "
+ROLES = ("receive", "send", "compute")
+EXIT_FAILED = 2
+EXIT_ABANDONED = 3  # stdin ended or the hard timeout passed before the measurement finished
+CHUNK = 256 * 1024
+PING = b"P"
+DATA = b"D"
+_REQUIRED = {"receive": ("host", "seconds", "skip"), "send": ("peer", "port", "seconds", "pings"),
+             "compute": ("model", "batch_size", "cwd", "env", "steps", "min_seconds")}
+
+
+class ProbeAgentError(TfdistError, RuntimeError):
+    """A specification or a measurement the agent cannot carry out; the message ends with the fix."""
+
+
+def decode_spec(line: bytes | str) -> dict[str, Any]:
+    """The specification from the first stdin line, checked: ``role``, ``timeout`` and the role's fields."""
+    fix = "start agents with `tfdist advise --probe` of the same tfdist version on every host"
+    if not line:
+        raise ProbeAgentError(with_fix("no probe specification on stdin (the prober went away)", fix))
+    try:
+        spec = json.loads(line)
+    except ValueError as exc:
+        raise ProbeAgentError(with_fix(f"the probe specification is not JSON ({exc})", fix)) from None
+    if not isinstance(spec, dict) or spec.get("role") not in ROLES:
+        role = spec.get("role") if isinstance(spec, dict) else type(spec).__name__
+        raise ProbeAgentError(with_fix(f"the probe specification's role is {role!r}, expected one of {ROLES}",
+                                       fix))
+    missing = [name for name in ("timeout", *_REQUIRED[spec["role"]]) if name not in spec]
+    if missing:
+        raise ProbeAgentError(with_fix(f"the {spec['role']} specification lacks {', '.join(missing)}", fix))
+    timeout = spec["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        raise ProbeAgentError(with_fix(f"the specification's timeout must be 0 to 3600 s, got {timeout!r}",
+                                       fix))
+    return spec
+
+
+def answer(payload: Mapping[str, Any], out: IO[str] = sys.stdout) -> None:
+    """Print one result line (``TFDIST_PROBE {json}``) and flush it."""
+    out.write(MARKER + json.dumps(dict(payload), separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def parse_answer(output: str) -> dict[str, Any] | None:
+    """The last ``TFDIST_PROBE`` line of an agent's output as a dict, or None if there is none."""
+    for line in reversed(output.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                value = json.loads(line[len(MARKER):])
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+# --- links ------------------------------------------------------------------------------------------
+def rate_after_skip(samples: list[tuple[float, int]], skip: float) -> tuple[float, int, float]:
+    """``(bits/s, bytes, seconds)`` from ``(time, bytes so far)`` samples of one transfer, between the
+    first sample ``skip`` seconds after the first byte and the last; with too short a transfer, the
+    whole of it. Pure."""
+    if len(samples) < 2:
+        raise ProbeAgentError(with_fix("the transfer was too short to time (fewer than two reads)",
+                                       "probe for longer (--probe-seconds 2)"))
+    start = next((s for s in samples if s[0] - samples[0][0] >= skip), None)
+    if start is None or samples[-1][0] - start[0] < 0.1 or start is samples[-1]:
+        start = samples[0]
+    seconds = samples[-1][0] - start[0]
+    moved = samples[-1][1] - start[1]
+    if seconds <= 0 or moved <= 0:
+        raise ProbeAgentError(with_fix("the transfer was too short to time", "probe for longer "
+                                       "(--probe-seconds 2)"))
+    return moved * 8 / seconds, moved, seconds
+
+
+def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
+            resolve: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer."""
+    from tfdist.launch.remote_task import bind_address
+
+    address = bind_address(host) if resolve is None else bind_address(host, resolve)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind((address, 0))
+        server.listen(1)
+        server.settimeout(60)
+        answer({"port": server.getsockname()[1], "address": address}, out)
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            raise ProbeAgentError(with_fix(f"no sender reached {address} within 60 s", "check that the hosts "
+                                           "can reach each other on any TCP port (a firewall?)")) from None
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.settimeout(seconds + 60)
+        while True:  # the ping phase: echo until the sender says DATA
+            byte = conn.recv(1)
+            if byte == PING:
+                conn.sendall(PING)
+            elif byte == DATA:
+                break
+            else:
+                raise ProbeAgentError(with_fix(f"the sender sent {byte!r} instead of a ping",
+                                               "use the same tfdist version on every host"))
+        samples: list[tuple[float, int]] = []
+        total = 0
+        buffer = bytearray(CHUNK)
+        while True:
+            count = conn.recv_into(buffer)
+            if not count:
+                break
+            total += count
+            samples.append((time.monotonic(), total))
+    bits, moved, timed = rate_after_skip(samples, skip)
+    return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed}
+
+
+def send(peer: str, port: int, seconds: float, pings: int) -> dict[str, Any]:
+    """Time ``pings`` one-byte round trips to ``peer``, then send for ``seconds``; RTTs and bytes."""
+    try:
+        conn = socket.create_connection((peer, port), timeout=30)
+    except OSError as exc:
+        raise ProbeAgentError(with_fix(f"cannot connect to {peer}:{port} ({exc})", "check that the hosts can "
+                                       "reach each other by these names on any TCP port")) from None
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.settimeout(seconds + 60)
+        rtts = []
+        for _ in range(pings):
+            start = time.perf_counter()
+            conn.sendall(PING)
+            if conn.recv(1) != PING:
+                raise ProbeAgentError(with_fix(f"{peer} did not echo a ping", "use the same tfdist version "
+                                               "on every host"))
+            rtts.append(time.perf_counter() - start)
+        conn.sendall(DATA)
+        block = os.urandom(CHUNK)
+        sent = 0
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            conn.sendall(block)
+            sent += len(block)
+        conn.shutdown(socket.SHUT_WR)
+    median = statistics.median(rtts) if rtts else 0.0
+    return {"rtt_s": median, "latency_s": median / 2, "sent_bytes": sent}
+
+
+# --- compute ----------------------------------------------------------------------------------------
+def load_build_fn(model: str) -> Callable[[], Any]:
+    """``module:function`` imported; errors name ``--model`` and the fix."""
+    import importlib
+
+    module_name, colon, function = model.partition(":")
+    if not colon or not module_name or not function:
+        raise ProbeAgentError(with_fix(f"--model {model!r} is not module:function",
+                                       "give e.g. --model mypackage.models:build_model"))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ProbeAgentError(with_fix(f"--model {model!r}: cannot import {module_name} on "
+                                       f"{socket.gethostname()} ({exc})", "run the probe from the "
+                                       "directory that holds the module, or put it on PYTHONPATH (on every "
+                                       "host)")) from None
+    build = getattr(module, function, None)
+    if not callable(build):
+        raise ProbeAgentError(with_fix(f"--model {model!r}: {module_name} has no function {function!r}",
+                                       "name a function that takes no arguments and returns a Keras model"))
+    return build
+
+
+def shapes_of(model: Any, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The model's single input and output shapes without the batch dimension; errors name ``--model``."""
+    try:
+        input_shape, output_shape = model.input_shape, model.output_shape
+    except (AttributeError, ValueError, RuntimeError):
+        input_shape = output_shape = None
+    fix = ("give the model an Input, e.g. tf.keras.Sequential([tf.keras.Input((64,)), ...]), so the probe "
+           "knows what data to feed it")
+    if not isinstance(input_shape, tuple) or not isinstance(output_shape, tuple):
+        raise ProbeAgentError(with_fix(f"--model {name!r} builds a model without a known single input and "
+                                       f"output shape (input {input_shape!r})", fix))
+    for shape in (input_shape, output_shape):
+        if any(dim is None for dim in shape[1:]) or not shape[1:]:
+            raise ProbeAgentError(with_fix(f"--model {name!r} has input shape {input_shape!r} and output "
+                                           f"shape {output_shape!r}, with unknown dimensions", fix))
+    return tuple(input_shape[1:]), tuple(output_shape[1:])
+
+
+def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup: int = 3,
+            windows: int = 3) -> dict[str, Any]:
+    """Build the model, train ``warmup`` steps, then ``windows`` windows of at least ``steps`` steps
+    and ``min_seconds`` each; the mean time per step (ms) of the fastest window (another process's
+    burst of load slows one window, not all), the parameter count and bytes per parameter."""
+    import tfdist  # noqa: F401  (first: keeps tf.keras on tf-keras)
+
+    import numpy as np
+    import tensorflow as tf
+
+    net = load_build_fn(model)()
+    if not isinstance(net, tf.keras.Model):
+        raise ProbeAgentError(with_fix(f"--model {model!r} returned {type(net).__name__}, not a Keras model",
+                                       "return a tf.keras model from the function"))
+    inputs, outputs = shapes_of(net, model)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch_size, *inputs)).astype("float32")
+    if outputs[-1] > 1:
+        y = rng.integers(0, outputs[-1], size=(batch_size, *outputs[:-1]))
+        loss = "sparse_categorical_crossentropy"
+    else:
+        y = rng.standard_normal((batch_size, *outputs)).astype("float32")
+        loss = "mse"
+    net.compile(optimizer="adam", loss=loss)
+    for _ in range(warmup):
+        net.train_on_batch(x, y)
+    means, done = [], 0
+    for _ in range(windows):
+        count, start = 0, time.perf_counter()
+        while count < steps or time.perf_counter() - start < min_seconds:
+            net.train_on_batch(x, y)
+            count += 1
+        means.append((time.perf_counter() - start) / count)
+        done += count
+    weights = net.weights
+    counts = [int(np.prod(w.shape)) for w in weights]
+    total_bytes = sum(n * w.dtype.size for n, w in zip(counts, weights))
+    dtype_bytes = max(1, round(total_bytes / sum(counts))) if sum(counts) else 4
+    return {"step_ms": min(means) * 1000, "window_ms": [m * 1000 for m in means], "steps": done,
+            "params": int(net.count_params()),
+            "dtype_bytes": dtype_bytes, "batch_size": batch_size}
+
+
+# --- the process ------------------------------------------------------------------------------------
+def _enter(spec: Mapping[str, Any]) -> None:
+    """The compute role's working directory, environment and import path (the launcher's)."""
+    env = spec["env"]
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise ProbeAgentError(with_fix("the specification's env must map strings to strings",
+                                       "use the same tfdist version on every host"))
+    os.environ.update(env)
+    try:
+        os.chdir(spec["cwd"])
+    except (OSError, TypeError) as exc:
+        raise ProbeAgentError(with_fix(f"cannot enter the working directory {spec['cwd']!r} ({exc})",
+                                       "run the probe from a directory that exists on every host")) from None
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [os.getcwd(), *extra]
+
+
+def _watch_stdin(fd: int, on_eof: Callable[[], None]) -> None:
+    def read() -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except OSError:
+            pass
+        on_eof()
+
+    threading.Thread(target=read, name="tfdist-probe-stdin", daemon=True).start()
+
+
+def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout) -> dict[str, Any]:
+    """Carry out one specification; the result to print."""
+    role = spec["role"]
+    if role == "receive":
+        return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out)
+    if role == "send":
+        return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]))
+    _enter(spec)
+    return compute(str(spec["model"]), int(spec["batch_size"]), int(spec["steps"]),
+                   float(spec["min_seconds"]))
+
+
+def main(stdin: IO[bytes] | None = None, out: IO[str] = sys.stdout) -> int:
+    stdin = stdin or sys.stdin.buffer
+    try:
+        spec = decode_spec(stdin.readline())
+    except TfdistError as exc:
+        answer({"error": str(exc)}, out)
+        return EXIT_FAILED
+
+    def abandon(*_: Any) -> None:  # the prober is gone, or the hard timeout passed: leave at once
+        os._exit(EXIT_ABANDONED)
+
+    signal.signal(signal.SIGALRM, abandon)
+    signal.alarm(max(1, int(spec["timeout"] + 0.999)))
+    _watch_stdin(stdin.fileno(), abandon)
+    try:
+        result = run(spec, out)
+    except TfdistError as exc:
+        answer({"error": str(exc)}, out)
+        return EXIT_FAILED
+    except OSError as exc:
+        answer({"error": with_fix(f"{spec['role']} failed on {socket.gethostname()} ({exc})",
+                                  "check that the hosts reach each other by name on any TCP port")}, out)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001  (the model's own code: report, never a bare traceback)
+        answer({"error": with_fix(f"{spec['role']} failed on {socket.gethostname()}: "
+                                  f"{type(exc).__name__}: {exc}", "run the model's function by hand on that "
+                                  "host to see why")}, out)
+        return EXIT_FAILED
+    answer({"result": result}, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
