@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS = 1
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench bench-network clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,10 @@ test-fast: setup  ## the tests that start no process importing TensorFlow (see t
 
 bench: setup
 	@$(PY) benchmarks/compare.py
+
+bench-network: setup  ## needs root: parameter servers vs Horovod on the network lab, measured vs `tfdist advise`
+	@$(PY) benchmarks/network.py
+	@$(PY) benchmarks/time_to_accuracy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs

@@ -1,0 +1,325 @@
+"""Time to a target accuracy: Horovod vs parameter servers on the network lab, fast and slow links.
+
+    .venv/bin/python benchmarks/time_to_accuracy.py                   # 3 repeats, unshaped and 50 Mbit
+    .venv/bin/python benchmarks/time_to_accuracy.py --quick           # 1 repeat, unshaped only
+    .venv/bin/python benchmarks/time_to_accuracy.py --slow 50,10 --json tta.json
+
+Asynchronous parameter-server updates can need more epochs than synchronous allreduce to reach the
+same accuracy, so a backend faster per example can be slower to a target. This driver builds a lab
+(hosts c, w1, w2, p1; needs root), and on each link trains examples/classifier.py's digits model with
+``benchmarks/tta_job.py`` under both backends, launched from host c by the product:
+
+* ``tfdist launch --backend horovod --hosts w1:1,w2:1 --network-interface eth0`` (a rank on w1 and w2);
+* ``tfdist launch --hosts w1:1,w2:1,p1:1,c:1 --chief-host c --ps-hosts p1 --workers 2 --ps 1``
+  (the chief on c, workers on w1 and w2, the ps on p1).
+
+Each run stops at the first epoch whose validation accuracy reaches ``--target``, or after
+``--max-epochs``. Backends alternate within each repeat (forward, then reversed). The tables give
+medians with (min-max) ranges, then the PS/Horovod ratios of time and of epochs to the target (the
+"epochs factor"). ``--json FILE`` writes every run with its per-epoch curve. The lab and any running
+job are stopped on every exit (errors, Ctrl-C, SIGTERM).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table import FAILED, median, render
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = Path(__file__).resolve().parent / "tta_job.py"
+HOSTS = ["c", "w1", "w2", "p1"]
+BACKENDS = ("horovod", "parameter_server")
+LABELS = {"horovod": "Horovod (2 ranks)", "parameter_server": "PS (chief + 2 workers + 1 ps)"}
+LAUNCH = {
+    "horovod": ["--backend", "horovod", "--hosts", "w1:1,w2:1", "--network-interface", "eth0"],
+    "parameter_server": ["--hosts", "w1:1,w2:1,p1:1,c:1", "--chief-host", "c", "--ps-hosts", "p1",
+                         "--workers", "2", "--ps", "1"],
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="1 repeat, the unshaped link only, --max-epochs 15 (unless given)")
+    parser.add_argument("--repeats", type=int, help="runs per backend and link (default 3, quick 1)")
+    parser.add_argument("--max-epochs", type=int, help="stop there if the target is not reached (default 40, "
+                        "quick 15)")
+    parser.add_argument("--target", type=float, default=0.97, help="validation accuracy (default 0.97)")
+    parser.add_argument("--slow", default="50",
+                        help="slow link rates in Mbit/s, comma-separated, applied to every host's link "
+                             "(default 50; '' for none)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
+    parser.add_argument("--json", metavar="FILE", help="write every run (with its curve) here")
+    args = parser.parse_args(argv)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.max_epochs = args.max_epochs or (15 if args.quick else 40)
+    if args.repeats < 1 or args.max_epochs < 1:
+        parser.error("--repeats and --max-epochs must be at least 1")
+    if not 0 < args.target <= 1:
+        parser.error(f"--target {args.target}: give a validation accuracy between 0 and 1, e.g. 0.95")
+    try:
+        rates = [float(r) for r in args.slow.split(",") if r.strip()]
+    except ValueError:
+        parser.error(f"--slow {args.slow!r}: give rates in Mbit/s, comma-separated, e.g. 50,10")
+    args.links = [None] + ([] if args.quick else rates)
+    return args
+
+
+def link_name(rate: float | None) -> str:
+    return "unshaped" if rate is None else f"{rate:g} Mbit/s"
+
+
+def job_env() -> dict[str, str]:
+    """The launcher's environment: quiet TensorFlow on tf-keras, the venv first, no cluster variables."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HOROVOD_", "OMPI_", "PMI_", "SLURM_")) and k != "TF_CONFIG"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+class Runner:
+    """Starts one job at a time on host c and always stops it (``stop``)."""
+
+    def __init__(self, lab, workdir: Path, args: argparse.Namespace) -> None:
+        self.lab, self.workdir, self.args = lab, workdir, args
+        self.process: subprocess.Popen | None = None
+        self.count = 0
+
+    def run(self, backend: str, link: float | None, repeat: int) -> dict:
+        self.count += 1
+        out = self.workdir / f"run{self.count}.json"
+        log = self.workdir / f"run{self.count}.log"
+        argv = [sys.executable, "-m", "tfdist", "launch", *LAUNCH[backend],
+                "--ssh-port", str(self.lab.ssh_port), "--ssh-identity-file", str(self.lab.identity_file),
+                "--grace", "2", "--", sys.executable, str(JOB), "--backend", backend,
+                "--target", str(self.args.target), "--max-epochs", str(self.args.max_epochs),
+                "--out", str(out)]
+        record = {"backend": backend, "link": link_name(link), "link_mbit": link, "repeat": repeat}
+        started = time.monotonic()
+        with log.open("w") as handle:
+            self.process = self.lab.popen("c", argv, stdout=handle, stderr=subprocess.STDOUT, env=job_env(),
+                                          cwd=REPO)
+        try:
+            code = self.process.wait(timeout=self.args.timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            self.stop()
+        record["job_seconds"] = time.monotonic() - started
+        record["exit_code"] = code
+        record["left_on_hosts"] = self.leftovers()
+        if code == 0 and out.exists():
+            record.update(json.loads(out.read_text()), ok=True)
+        else:
+            why = "timed out" if code is None else f"exit code {code}"
+            tail = log.read_text(errors="replace").splitlines()[-25:]
+            record.update(ok=False, error=why, tail=tail)
+        return record
+
+    def leftovers(self, timeout: float = 60) -> dict[str, list[str]]:
+        """What of the job is still on the hosts after ``timeout`` s (sshd aside): empty when clean."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = {host: found for host in HOSTS if (found := self.lab.task_processes(host))}
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGTERM the launcher (it stops every task on every host), SIGKILL after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def describe(record: dict) -> str:
+    if not record["ok"]:
+        return f"{record['backend']:<16} {record['link']:<12} FAILED ({record['error']})"
+    if record["reached"]:
+        outcome = f"target in {record['epochs_to_target']} epochs, {record['seconds_to_target']:.1f} s"
+    else:
+        outcome = (f"target not reached in {record['max_epochs']} epochs "
+                   f"(last {record['final_val_accuracy']:.3f})")
+    curve = " ".join(f"{p['val_accuracy']:.3f}" for p in record["curve"])
+    rate = record["examples_per_second"]
+    rate_text = f"{rate:,.0f} ex/s" if rate else "- ex/s"
+    left = f"; LEFT ON HOSTS: {record['left_on_hosts']}" if record["left_on_hosts"] else ""
+    return (f"{record['backend']:<16} {record['link']:<12} {outcome}; {rate_text}; job "
+            f"{record['job_seconds']:.0f} s; val_accuracy by epoch: {curve}{left}")
+
+
+def spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    text = format(median(values), fmt)
+    if len(values) > 1:
+        text += f" ({format(min(values), fmt)}-{format(max(values), fmt)})"
+    return text
+
+
+def report(records: list[dict], links: list[float | None], target: float) -> tuple[str, list[dict]]:
+    """The tables (one per link) and, per link, the ratios (also returned for the JSON)."""
+    lines: list[str] = []
+    summaries: list[dict] = []
+    for link in links:
+        name = link_name(link)
+        rows, figures = [], {}
+        for backend in BACKENDS:
+            runs = [r for r in records if r["link"] == name and r["backend"] == backend]
+            good = [r for r in runs if r["ok"]]
+            hit = [r for r in good if r["reached"]]
+            times = [r["seconds_to_target"] for r in hit]
+            epochs = [float(r["epochs_to_target"]) for r in hit]
+            rates = [r["examples_per_second"] for r in good if r["examples_per_second"]]
+            firsts = [epoch_times(r)[0] for r in good if r["curve"]]
+            laters = [later for r in good if r["curve"] and (later := epoch_times(r)[1]) is not None]
+            figures[backend] = {"seconds": median(times), "epochs": median(epochs), "rate": median(rates),
+                                "reached": len(hit), "runs": len(runs), "first_epoch_seconds": median(firsts),
+                                "later_epoch_seconds": median(laters)}
+            rows.append([LABELS[backend], spread(times, ".1f") if times else FAILED if not good else "-",
+                         spread(epochs, "g") if epochs else "-",
+                         f"{median(rates):,.0f}" if rates else "-", spread(firsts, ".1f"),
+                         spread(laters, ".2f"), f"{len(hit)}/{len(runs)}"])
+        lines += [f"\nLink: {name} (every host's link), target val_accuracy {target:g}",
+                  render(["backend", "time to target s", "epochs to target", "examples/s", "1st epoch s",
+                          "later epochs s/epoch", "reached"], rows)]
+        hvd, ps = figures["horovod"], figures["parameter_server"]
+        summary = {"link": name, "link_mbit": link,
+                   **{f"{b}_{k}": v for b in BACKENDS for k, v in figures[b].items()},
+                   "ps_over_horovod_time": _ratio(ps, hvd, "seconds"),
+                   "epochs_factor": _ratio(ps, hvd, "epochs"),
+                   "ps_over_horovod_rate": _ratio(ps, hvd, "rate")}
+        summaries.append(summary)
+        lines.append(f"PS/Horovod time to target {fmt(summary['ps_over_horovod_time'])}; epochs factor "
+                     f"(PS epochs / Horovod epochs) {fmt(summary['epochs_factor'])}; PS/Horovod examples/s "
+                     f"{fmt(summary['ps_over_horovod_rate'])}")
+        lines.append(verdict(hvd, ps))
+    if len(links) > 1:  # epochs do not depend on the link's speed: pool them for a steadier factor
+        pooled = {b: median([float(r["epochs_to_target"]) for r in records
+                             if r["backend"] == b and r["ok"] and r["reached"]]) for b in BACKENDS}
+        factor = _ratio({"epochs": pooled["parameter_server"]}, {"epochs": pooled["horovod"]}, "epochs")
+        summaries.append({"link": "all", "horovod_epochs": pooled["horovod"],
+                          "parameter_server_epochs": pooled["parameter_server"], "epochs_factor": factor})
+        lines.append(f"\nAll links together: epochs to target, median, Horovod {_g(pooled['horovod'])}, "
+                     f"PS {_g(pooled['parameter_server'])}; epochs factor {fmt(factor)}")
+    return "\n".join(lines), summaries
+
+
+def _ratio(ps: dict, hvd: dict, key: str) -> float | None:
+    return ps[key] / hvd[key] if ps[key] and hvd[key] else None
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def epoch_times(record: dict) -> tuple[float, float | None]:
+    """(first epoch's seconds, mean seconds of each later epoch): start-up and tracing apart."""
+    seconds = [point["seconds"] for point in record["curve"]]
+    later = (seconds[-1] - seconds[0]) / (len(seconds) - 1) if len(seconds) > 1 else None
+    return seconds[0], later
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def verdict(hvd: dict, ps: dict) -> str:
+    names = {"horovod": "Horovod", "parameter_server": "the parameter-server job"}
+    if hvd["rate"] and ps["rate"]:
+        faster = "horovod" if hvd["rate"] >= ps["rate"] else "parameter_server"
+        per_example = f"{names[faster]} is faster per example"
+    else:
+        faster, per_example = None, "per-example speed unknown (a backend failed)"
+    if hvd["seconds"] is not None and ps["seconds"] is not None:
+        sooner = "horovod" if hvd["seconds"] <= ps["seconds"] else "parameter_server"
+        to_target = f"{names[sooner]} reaches the target sooner"
+    elif hvd["seconds"] is not None or ps["seconds"] is not None:
+        sooner = "horovod" if hvd["seconds"] is not None else "parameter_server"
+        to_target = f"only {names[sooner]} reached the target"
+    else:
+        sooner, to_target = None, "neither reached the target"
+    mismatch = faster is not None and sooner is not None and faster != sooner
+    flag = " (the faster one per example is NOT the sooner to the target)" if mismatch else ""
+    return f"=> {per_example[:1].upper()}{per_example[1:]}; {to_target}{flag}."
+
+
+def measure(args: argparse.Namespace, records: list[dict]) -> None:
+    """Every run, appended to ``records`` as it ends; the job and the lab are stopped however it ends."""
+    from tfdist.testing.netlab import Lab
+
+    with tempfile.TemporaryDirectory(prefix="tfdist-tta-") as workdir, Lab(HOSTS) as lab:
+        runner = Runner(lab, Path(workdir), args)
+        try:
+            for link in args.links:
+                for host in HOSTS:
+                    lab.shape(host, link)
+                for repeat in range(args.repeats):
+                    order = BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]
+                    for backend in order:
+                        record = runner.run(backend, link, repeat)
+                        records.append(record)
+                        print(describe(record), flush=True)
+                        for line in record.get("tail", []):
+                            print(f"    | {line}", flush=True)
+        finally:
+            runner.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, lambda *_: None)  # once: the clean-up must not be cut short (not
+        # SIG_IGN, which the clean-up's own child processes would inherit)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    print(f"time_to_accuracy: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}, "
+          f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}; repeats {args.repeats}, links "
+          f"{', '.join(link_name(rate) for rate in args.links)}, target {args.target:g}, "
+          f"max epochs {args.max_epochs}, batch 32 per worker", flush=True)
+    start, load_before = time.monotonic(), os.getloadavg()[0]
+    records: list[dict] = []
+    interrupted = False
+    try:
+        measure(args, records)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: the job was stopped and the lab closed", file=sys.stderr, flush=True)
+    wall, load_after = time.monotonic() - start, os.getloadavg()[0]
+    text, summaries = report(records, args.links, args.target)
+    print(text)
+    print(f"\n{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; wall time {wall / 60:.1f} min; "
+          f"nproc {os.cpu_count()}; 1-min load {load_before:.2f} before, {load_after:.2f} after")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "target": args.target, "max_epochs": args.max_epochs, "repeats": args.repeats, "batch_size": 32,
+            "links": [link_name(rate) for rate in args.links], "wall_seconds": wall, "nproc": os.cpu_count(),
+            "load_before": load_before, "load_after": load_after, "summaries": summaries, "runs": records,
+        }, indent=1))
+    if interrupted:
+        return 130
+    return 0 if records and all(r["ok"] and not r["left_on_hosts"] for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
