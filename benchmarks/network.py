@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/network.py                  # full: 2 models x 4 rates x 2 speeds x 1-2 ps
     .venv/bin/python benchmarks/network.py --quick          # small model, unlimited and 50 Mbit, 1 repeat
     .venv/bin/python benchmarks/network.py --models small --rates 200,50 --ps 1 --json out.json
+    .venv/bin/python benchmarks/network.py --replay out.json   # its table, predicted again (no lab)
 
 Needs root (tfdist.testing.netlab). One lab: host c runs the launchers and the parameter-server
 chief, w1 and w2 the workers (Horovod ranks), p1 and p2 the ps tasks. Per model three long-lived
@@ -297,19 +298,50 @@ def compute_times(lab, model: str, speed: str, seconds: float, workdir: Path) ->
 
 def advise(model: str, ps: int, step_ms: float, ratio: float, rate_mbit: float, latency: float) -> dict:
     """`tfdist advise ... --json`, run as a user would."""
-    argv = [TFDIST, "advise", "--workers", str(WORKERS), "--ps", str(ps), "--params", str(PARAMS[model]),
-            "--batch-size", str(BATCH), "--step-ms", f"{step_ms:.3f}", "--worker-speeds", f"1,{ratio:.4f}",
-            "--bandwidth", f"{rate_mbit:.1f}mbit", "--latency-ms", f"{latency:.4f}", "--json"]
+    return run_advise(["advise", "--workers", str(WORKERS), "--ps", str(ps), "--params", str(PARAMS[model]),
+                       "--batch-size", str(BATCH), "--step-ms", f"{step_ms:.3f}", "--worker-speeds",
+                       f"1,{ratio:.4f}", "--bandwidth", f"{rate_mbit:.1f}mbit", "--latency-ms", f"{latency:.4f}",
+                       "--json"])
+
+
+def run_advise(arguments: list[str]) -> dict:
+    """Run `tfdist ARGUMENTS` (an `advise ... --json` command line) and keep what the table needs."""
+    argv = [TFDIST, *arguments]
     done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=120, check=False)
     if done.returncode != 0:
         raise JobFailed(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-1500:]}")
     answer = json.loads(done.stdout)
-    return {"command": " ".join(argv[1:]).replace(TFDIST, "tfdist"), "recommended": answer["recommended"],
+    return {"command": " ".join(arguments), "recommended": answer["recommended"],
             "variant": answer.get("variant"),
             "horovod": answer["strategies"]["horovod"]["examples_per_second"],
             "parameter_server": answer["strategies"]["parameter_server"]["examples_per_second"],
             "horovod_step_ms": answer["strategies"]["horovod"]["step_ms"],
             "parameter_server_step_ms": answer["strategies"]["parameter_server"]["step_ms"]}
+
+
+def replay(path: Path, json_out: str | None) -> int:
+    """Predict a recorded run's regimes again with this tfdist (no lab, no root) and print its table:
+    the measurements stay, each row's `tfdist advise` command line is run anew."""
+    data = json.loads(path.read_text())
+    settings = data["settings"]
+    recorded = {row["speeds"] for row in data["rows"]}
+    args = argparse.Namespace(**{"speeds": [s for s in SPEEDS if s in recorded], **settings, "json": json_out})
+    bench = Bench(args, None, path.parent)
+    bench.phases = data["phases"]
+    bench.compute = {(c["model"], c["speeds"]): c for c in data["compute"]}
+    bench.checks = data.get("parking_checks", {})
+    for row in data["rows"]:
+        key = (row["model"], row["rate_mbit"], row["speeds"], row["ps"])
+        bench.predictions[key] = run_advise(row["prediction"]["command"].split())
+    rows = bench.rows()
+    print(bench.report(rows, data["link_rate_unlimited_mbit"], data["latency_ms"]))
+    load = data["load_average"]
+    print(f"\nmeasured {data['started'][:16].replace('T', ' ')} UTC (wall time {data['wall_seconds'] / 60:.1f} min; "
+          f"nproc {data['nproc']}; load {load[0][0]:.2f} before, {load[1][0]:.2f} after); predictions re-run now "
+          f"with this tfdist ({path})")
+    if json_out:
+        Path(json_out).write_text(json.dumps({**data, "rows": rows, "replayed": True}, indent=2, default=str))
+    return 0
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -513,7 +545,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workdir", help="where the jobs' control files and logs go (default: a new directory "
                                           "in /tmp, removed after a successful run; every lab host must see it)")
     parser.add_argument("--json", metavar="FILE", help="also write every phase and every row here")
+    parser.add_argument("--replay", metavar="FILE", help="no lab: print the table of a run written with --json, "
+                                                         "its regimes predicted again by this tfdist")
     args = parser.parse_args(argv)
+    if args.replay:
+        return args
     names = {"identical": SPEEDS[0], "slowed": SPEEDS[1]}
     try:
         args.speeds = [names[s.strip()] for s in args.speeds.split(",") if s.strip()]
@@ -550,6 +586,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.replay:
+        return replay(Path(args.replay), args.json)
     from tfdist.testing.netlab import Lab
 
     def terminate(signum, frame):
