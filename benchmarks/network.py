@@ -296,12 +296,18 @@ def compute_times(lab, model: str, speed: str, seconds: float, workdir: Path) ->
     return times
 
 
-def advise(model: str, ps: int, step_ms: float, ratio: float, rate_mbit: float, latency: float) -> dict:
-    """`tfdist advise ... --json`, run as a user would."""
+def advise(model: str, ps: int, step_ms: float, ratio: float, rate_mbit: float, latency: float,
+           overheads: dict[str, float] | None = None) -> dict:
+    """`tfdist advise ... --json`, run as a user would; ``overheads``: the fixed per-step costs
+    (``allreduce``, ``ps``, in ms) calibrated by :meth:`Bench.calibrate`, else the advisor's defaults."""
+    extra = []
+    if overheads is not None:
+        extra = ["--allreduce-overhead-ms", f"{overheads['allreduce']:.2f}",
+                 "--ps-overhead-ms", f"{overheads['ps']:.2f}"]
     return run_advise(["advise", "--workers", str(WORKERS), "--ps", str(ps), "--params", str(PARAMS[model]),
                        "--batch-size", str(BATCH), "--step-ms", f"{step_ms:.3f}", "--worker-speeds",
                        f"1,{ratio:.4f}", "--bandwidth", f"{rate_mbit:.1f}mbit", "--latency-ms", f"{latency:.4f}",
-                       "--json"])
+                       *extra, "--json"])
 
 
 def run_advise(arguments: list[str]) -> dict:
@@ -330,9 +336,7 @@ def replay(path: Path, json_out: str | None) -> int:
     bench.phases = data["phases"]
     bench.compute = {(c["model"], c["speeds"]): c for c in data["compute"]}
     bench.checks = data.get("parking_checks", {})
-    for row in data["rows"]:
-        key = (row["model"], row["rate_mbit"], row["speeds"], row["ps"])
-        bench.predictions[key] = run_advise(row["prediction"]["command"].split())
+    bench.predict(data["link_rate_unlimited_mbit"], data["latency_ms"])
     rows = bench.rows()
     print(bench.report(rows, data["link_rate_unlimited_mbit"], data["latency_ms"]))
     load = data["load_average"]
@@ -350,7 +354,9 @@ class Bench:
         self.args, self.lab, self.workdir = args, lab, workdir
         self.jobs: list[Job] = []
         self.phases: list[dict] = []
-        self.predictions: dict[tuple, dict] = {}
+        self.predictions: dict[tuple, dict] = {}  # before the run, with the advisor's defaults: sizes phases
+        self.final: dict[tuple, dict] = {}  # after the run, calibrated (Bench.predict): the table's
+        self.overheads: dict[str, dict] = {}  # model -> the calibrated fixed costs per step
         self.compute: dict[tuple, dict] = {}
         self.step_ms: dict[tuple, float] = {}  # (job, model, rate, speed) -> last wall ms per step
         self.checks: dict[str, object] = {}
@@ -457,6 +463,45 @@ class Bench:
         return [p["examples_per_second"] for p in self.phases if p["kind"] == "timed" and p["model"] == model
                 and p["job"] == job and p["rate_mbit"] == rate and p["speeds"] == speed]
 
+    def calibrate(self, model: str, link_rate: float, latency: float) -> dict[str, float] | None:
+        """The fixed cost per step beyond compute and transfers (ms), from the unlimited-link, identical-
+        worker regime: its measured step (median over repeats) minus what the advisor predicts with no
+        fixed cost. ``{"allreduce": ms, "ps1": ms, "ps2": ms}``; None when that regime was not run. These
+        rows are the calibration, every other regime is predicted from them."""
+        compute = self.compute.get((model, SPEEDS[0]))
+        hvd = self.measured(model, "horovod", None, SPEEDS[0])
+        if compute is None or not hvd:
+            return None
+        costs = {}
+        for ps in self.args.ps:
+            pss = self.measured(model, f"ps{ps}", None, SPEEDS[0])
+            base = advise(model, ps, compute["w1_ms"], compute["w1_ms"] / compute["w2_ms"], link_rate, latency,
+                          {"allreduce": 0.0, "ps": 0.0})
+            costs["allreduce"] = max(0.0, 1000 * BATCH * WORKERS / statistics.median(hvd) - base["horovod_step_ms"])
+            if pss:  # identical workers: each worker's own step is WORKERS x the time per dispatched step
+                costs[f"ps{ps}"] = max(0.0, 1000 * BATCH * WORKERS / statistics.median(pss)
+                                       - base["parameter_server_step_ms"])
+        return costs
+
+    def predict(self, link_rate: float, latency: float) -> None:
+        """Every regime's prediction, with the fixed costs calibrated per model (:meth:`calibrate`)."""
+        for model in self.args.models:
+            costs = self.calibrate(model, link_rate, latency)
+            if costs is not None:
+                self.overheads[model] = costs
+            for rate in self.args.rates:
+                for speed in self.args.speeds:
+                    c = self.compute.get((model, speed))
+                    for ps in self.args.ps:
+                        if c is None:
+                            continue
+                        fixed = None
+                        if costs is not None and f"ps{ps}" in costs:
+                            fixed = {"allreduce": costs["allreduce"], "ps": costs[f"ps{ps}"]}
+                        self.final[(model, rate, speed, ps)] = advise(
+                            model, ps, c["w1_ms"], c["w1_ms"] / c["w2_ms"], link_rate if rate is None else rate,
+                            latency, fixed)
+
     def rows(self) -> list[dict]:
         rows = []
         for model in self.args.models:
@@ -465,12 +510,14 @@ class Bench:
                     hvd = self.measured(model, "horovod", rate, speed)
                     for ps in self.args.ps:
                         pss = self.measured(model, f"ps{ps}", rate, speed)
-                        pred = self.predictions.get((model, rate, speed, ps))
+                        key = (model, rate, speed, ps)
+                        pred = self.final.get(key) or self.predictions.get(key)
                         if pred is None:
                             continue
                         row = {"model": model, "rate_mbit": rate, "speeds": speed, "ps": ps,
                                "horovod": hvd, "parameter_server": pss, "prediction": pred,
-                               "compute": self.compute.get((model, speed))}
+                               "compute": self.compute.get((model, speed)),
+                               "calibration": rate is None and speed == SPEEDS[0] and model in self.overheads}
                         if hvd and pss:
                             h, p = statistics.median(hvd), statistics.median(pss)
                             row["faster"] = "horovod" if h >= p else "parameter_server"
@@ -486,7 +533,8 @@ class Bench:
         for row in rows:
             pred, hvd, pss = row["prediction"], row["horovod"], row["parameter_server"]
             err = row.get("error_pct", {})
-            lines.append([row["model"], rate_name(row["rate_mbit"]), row["speeds"], str(row["ps"]),
+            mark = " *" if row.get("calibration") else ""
+            lines.append([row["model"], rate_name(row["rate_mbit"]) + mark, row["speeds"], str(row["ps"]),
                           table.rate(hvd, self.args.repeats), table.rate(pss, self.args.repeats),
                           table.ratio(hvd, pss),
                           f"{pred['horovod']:,.0f} ({err['horovod']:+.0f}%)" if err else f"{pred['horovod']:,.0f}",
@@ -501,13 +549,22 @@ class Bench:
                  "predicted by `tfdist advise` (error vs the measured median)",
                  table.render(headers, lines), ""]
         judged = [r for r in rows if "advice_right" in r]
-        right = [r for r in judged if r["advice_right"]]
+        predicted = [r for r in judged if not r.get("calibration")]
         errors = [(r, name, e) for r in judged for name, e in r["error_pct"].items()]
-        close = [x for x in errors if abs(x[2]) <= WITHIN]
-        pct = 100 * len(right) / len(judged) if judged else 0.0
-        parts.append(f"advice picked the faster backend in {len(right)}/{len(judged)} regimes ({pct:.0f} %; "
-                     f"target >= 90 %)")
-        parts.append(f"predictions within +-{WITHIN:.0f} %: {len(close)}/{len(errors)}")
+        for label, subset in (("all regimes", judged), ("without the calibration rows (*)", predicted)):
+            if not subset:
+                continue
+            right = sum(1 for r in subset if r["advice_right"])
+            close = sum(1 for r in subset for e in r["error_pct"].values() if abs(e) <= WITHIN)
+            parts.append(f"{label}: advice picked the faster backend in {right}/{len(subset)} "
+                         f"({100 * right / len(subset):.0f} %; target >= 90 %); predictions within "
+                         f"+-{WITHIN:.0f} %: {close}/{2 * len(subset)}")
+        if self.overheads:
+            parts.append("* calibration: the fixed cost per step beyond compute and transfers, measured on "
+                         "unlimited links with identical workers and given to every row's `tfdist advise` "
+                         "(--allreduce-overhead-ms, --ps-overhead-ms): "
+                         + "; ".join(f"{m}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in costs.items())
+                                     for m, costs in self.overheads.items()))
         for r in judged:
             if not r["advice_right"]:
                 parts.append(f"  advice miss: {r['model']} {rate_name(r['rate_mbit'])} {r['speeds']} ps={r['ps']}: "
@@ -619,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAILED: {exc}", file=sys.stderr, flush=True)
             finally:
                 bench.stop_jobs()
+        bench.predict(link_rate, latency)
         rows = bench.rows()
         wall, load_after = time.monotonic() - wall_start, os.getloadavg()
         print(bench.report(rows, link_rate, latency))

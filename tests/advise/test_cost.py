@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.advise import cost
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.cluster import DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, Cluster, Workload
 from tfdist.advise.errors import AdviseError
 
 GBIT = 125e6
@@ -23,7 +23,7 @@ def test_ring_allreduce_equation():
     m = SMALL.model_bytes
     ring = 2 * 3 * 1e-4 + 2 * 3 / 4 * m / GBIT
     assert p.communication_ms == pytest.approx(ring * 1000)
-    assert p.step_ms == pytest.approx((0.010 + ring + cost.HOROVOD_CYCLE_S) * 1000)
+    assert p.step_ms == pytest.approx((0.010 + ring + DEFAULT_ALLREDUCE_OVERHEAD_MS / 1000) * 1000)
     assert p.examples_per_second == pytest.approx(4 * 64 / (p.step_ms / 1000))
     assert p.scaling_efficiency == pytest.approx(p.examples_per_second / (4 * 6400))
     assert p.waiting_ms == 0
@@ -84,11 +84,35 @@ def test_parameter_server_equation_below_saturation():
     cluster = Cluster(workers=2, bandwidths=(10 * GBIT,), ps=1, latency_s=1e-4)
     m = SMALL.model_bytes
     p = cost.parameter_server(cluster, SMALL)
-    step = 0.010 + 2 * m / (10 * GBIT) + 2e-4 + cost.PS_DISPATCH_S + 2 * m / cost.PS_SERIALIZE_BYTES_PER_S
+    fixed = DEFAULT_PS_OVERHEAD_MS / 1000 + 2 * m / cost.PS_SERIALIZE_BYTES_PER_S
+    step = 0.010 + 2 * m / (10 * GBIT) + 2e-4 + fixed
     assert p.step_ms == pytest.approx(step * 1000)
     assert p.examples_per_second == pytest.approx(2 * 64 / step)
     assert p.waiting_ms == pytest.approx(0)
     assert p.bottleneck == "compute"
+
+
+def test_a_measured_ps_overhead_adds_to_every_parameter_server_step_and_nothing_else():
+    cluster = Cluster(workers=2, bandwidths=(10 * GBIT,), ps=1, latency_s=1e-4)
+    slow = Workload(params=SMALL.params, batch_size=64, step_ms=10.0, ps_overhead_ms=70.0)
+    before, after = cost.predict_all(cluster, SMALL), cost.predict_all(cluster, slow)
+    assert after["parameter_server"].step_ms == pytest.approx(
+        before["parameter_server"].step_ms + 70.0 - DEFAULT_PS_OVERHEAD_MS)
+    for name in before.keys() - {"parameter_server"}:
+        assert after[name] == before[name]
+    with pytest.raises(AdviseError, match="`ps_overhead_ms` must be 0 or more milliseconds"):
+        Workload(params=1, batch_size=1, step_ms=1.0, ps_overhead_ms=-1)
+
+
+def test_a_measured_allreduce_overhead_adds_to_every_synchronous_step_only():
+    cluster = Cluster(workers=2, bandwidths=(10 * GBIT,), ps=1, latency_s=1e-4)
+    slow = Workload(params=SMALL.params, batch_size=64, step_ms=10.0, allreduce_overhead_ms=9.0)
+    before, after = cost.predict_all(cluster, SMALL), cost.predict_all(cluster, slow)
+    for name in before:  # Horovod's variants and MultiWorkerMirrored; not the asynchronous parameter servers
+        extra = 0.0 if name == "parameter_server" else 9.0 - DEFAULT_ALLREDUCE_OVERHEAD_MS
+        assert after[name].step_ms == pytest.approx(before[name].step_ms + extra), name
+    with pytest.raises(AdviseError, match="`allreduce_overhead_ms` must be 0 or more milliseconds"):
+        Workload(params=1, batch_size=1, step_ms=1.0, allreduce_overhead_ms=float("nan"))
 
 
 def test_parameter_server_saturates_the_ps_link_and_more_ps_tasks_share_it():
@@ -109,7 +133,7 @@ def test_a_colocated_ps_shares_its_host_link():
     assert colocated.bottleneck == "ps link"
     assert "the link of worker host 0, which also serves 1 ps task(s)," in colocated.explanation
     # worker 0 reaches the ps over loopback at its own pace; its link serves the other three workers
-    local = 1 / (0.010 + cost.PS_DISPATCH_S + 2 * m / cost.PS_SERIALIZE_BYTES_PER_S)
+    local = 1 / (0.010 + DEFAULT_PS_OVERHEAD_MS / 1000 + 2 * m / cost.PS_SERIALIZE_BYTES_PER_S)
     assert colocated.examples_per_second == pytest.approx(64 * (GBIT / (2 * m) + local))
 
 

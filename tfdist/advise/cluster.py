@@ -20,6 +20,15 @@ PS_PLACEMENTS = ("separate", "colocated")
 DEFAULT_INTRA_HOST_BANDWIDTH = 80e9 / 8
 #: Default one-way latency of a network message (seconds): 0.1 ms, a LAN switch hop plus TCP stacks.
 DEFAULT_LATENCY_S = 1e-4
+#: Default fixed cost of one Horovod step beyond compute and the ring (ms): Horovod's background cycle
+#: (HOROVOD_CYCLE_TIME, 1 ms). Framework work per step adds to it where steps are short: measure it,
+#: ``Workload.allreduce_overhead_ms``.
+DEFAULT_ALLREDUCE_OVERHEAD_MS = 1.0
+#: Default fixed cost of one parameter-server step beyond compute and transfers (ms): the coordinator's
+#: dispatch and the RPCs that read and update the variables, read off the loopback benchmark (README:
+#: the ps path costs ~8 ms more per step than Horovod's on the small MLP). Where RPCs cost more (the
+#: network lab's namespaces: ~70 ms), measure it: ``Workload.ps_overhead_ms``.
+DEFAULT_PS_OVERHEAD_MS = 5.0
 MAX_WORKERS = 100_000
 _MAX_SPEED_RATIO = 1e6
 
@@ -47,6 +56,10 @@ class Workload:
     ps_epochs_factor: epochs parameter servers need to reach the target accuracy, over the epochs
     synchronous training needs (measured: e.g. 1.3 when asynchronous updates need 30 % more); None:
     unknown, and the recommendation says that throughput alone does not decide time to accuracy.
+    ps_overhead_ms: the fixed cost of one parameter-server step on a worker beyond its compute and its
+    transfers (the coordinator's dispatch, the RPCs reading and updating variables); measured as a
+    worker's step on fast links minus its compute and transfers. allreduce_overhead_ms: the same for one
+    Horovod step beyond compute and the ring.
     """
 
     params: int
@@ -55,6 +68,8 @@ class Workload:
     dtype_bytes: int = 4
     overlap: float = 0.0
     ps_epochs_factor: float | None = None
+    ps_overhead_ms: float = DEFAULT_PS_OVERHEAD_MS
+    allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS
 
     def __post_init__(self) -> None:
         _whole(self.params, "params", 1, 10**13, "give the model's parameter count, e.g. 669706")
@@ -66,6 +81,13 @@ class Workload:
             raise AdviseError(with_fix(f"`overlap` must be from 0 to 1, got {self.overlap!r}",
                                        "0: no communication hidden behind compute; 0.5: half of it"),
                               "overlap")
+        for field, default in (("ps_overhead_ms", DEFAULT_PS_OVERHEAD_MS),
+                               ("allreduce_overhead_ms", DEFAULT_ALLREDUCE_OVERHEAD_MS)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+                raise AdviseError(with_fix(f"`{field}` must be 0 or more milliseconds, got {value!r}",
+                                           f"give the measured fixed cost of a step, e.g. {default:g}"),
+                                  field)
         if self.ps_epochs_factor is not None:
             _positive(self.ps_epochs_factor, "ps_epochs_factor", "give the epochs parameter servers need to "
                       "reach the target over the epochs allreduce needs, e.g. 1.3; or leave it out")

@@ -13,7 +13,8 @@ Assumptions, stated once:
 * **Overlap**: up to ``o`` of a step's communication runs during the backward pass; what can be
   hidden is at most the compute time: ``exposed = comm - min(o * comm, t)``.
 * **Horovod ring-allreduce** (synchronous): every step waits for the slowest worker:
-  ``step = max_i t_i + exposed(ring) + HOROVOD_CYCLE_S`` with
+  ``step = max_i t_i + exposed(ring) + overhead`` (``Workload.allreduce_overhead_ms``, default Horovod's
+  1 ms cycle) with
   ``ring = k * 2(N-1) α + 2(N-1)/N * M / B_min``, k = ceil(M / HOROVOD_FUSION_BYTES) fused
   allreduces, B_min the slowest link of the ring (the host links if H > 1, the intra-host rate
   if G > 1). Every ring step pays the network α (the ring moves at its slowest edge).
@@ -23,13 +24,15 @@ Assumptions, stated once:
   intra-host latency taken as 0) then a ring among the H hosts, whose G concurrent chunks share
   each host's link (``k * 2(H-1) α + 2(H-1)/H * M / B_min``); the phases run one after the other.
 * **MultiWorkerMirrored**: the same flat ring through TensorFlow's CollectiveAllReduce (RING over
-  gRPC) at MWMS_BANDWIDTH_FACTOR of the link rate plus MWMS_STEP_OVERHEAD_S per step, and no
+  gRPC) at MWMS_BANDWIDTH_FACTOR of the link rate plus Horovod's fixed cost per step and
+  MWMS_EXTRA_OVERHEAD_S, and no
   overlap (Keras reduces all gradients together after the backward pass). Both constants are
   assumptions to calibrate with the lab benchmark (issue 11 §4).
 * **ParameterServerStrategy** (asynchronous): P ps tasks hold even shards of the variables (M/P
   each; tfdist's ``shards=P`` or ``min_shard_bytes`` with ``max_shards=P`` come close for large
   variables; small variables are not split, so real shards are uneven). Each worker steps at its
-  own pace: ``step_i = t_i + exposed(2 M_i / B_h + 2α) + PS_DISPATCH_S + 2M / PS_SERIALIZE_BYTES_PER_S``,
+  own pace: ``step_i = t_i + exposed(2 M_i / B_h + 2α) + overhead + 2M / PS_SERIALIZE_BYTES_PER_S``
+  (overhead: ``Workload.ps_overhead_ms``, measured),
   M_i the bytes of the shards not on its own host: it pulls M_i and pushes M_i, one after the
   other. Each ps link carries 2 M / P per worker step (pull and push counted together: the
   conservative bound; the lab's 2.6-3.6x at 50 Mbit/s lies nearer it than the full-duplex 2x),
@@ -52,19 +55,14 @@ from tfdist.errors import with_fix
 
 #: Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD default, 64 MiB): one allreduce per buffer.
 HOROVOD_FUSION_BYTES = 64 * 2**20
-#: Horovod's background cycle (HOROVOD_CYCLE_TIME default 1 ms): a step waits about one cycle.
-HOROVOD_CYCLE_S = 1e-3
 #: Rate of the float32 -> float16 -> float32 casts of fp16 compression (one memory pass each way).
 FP16_CAST_BYTES_PER_S = 5e9
 #: TensorFlow's RING collective over gRPC vs Horovod+Gloo: an assumed share of the link rate it reaches
 #: (serialisation through gRPC, no tensor fusion across steps); to be calibrated (issue 11 §4).
 MWMS_BANDWIDTH_FACTOR = 0.6
-#: MultiWorkerMirrored's per-step cost beyond the ring (collective launch, cross-worker barrier); assumed.
-MWMS_STEP_OVERHEAD_S = 2e-3
-#: The coordinator's dispatch of one step to a worker (a closure RPC) under ParameterServerStrategy,
-#: from the loopback benchmark (README: the ps path costs ~8 ms more per step than Horovod's on the
-#: small MLP).
-PS_DISPATCH_S = 5e-3
+#: MultiWorkerMirrored's per-step cost beyond Horovod's fixed cost (collective launch, cross-worker
+#: barrier); assumed.
+MWMS_EXTRA_OVERHEAD_S = 1e-3
 #: gRPC (de)serialisation of pulled variables and pushed gradients, per byte; the loopback benchmark's
 #: growth of that extra cost with model size (small 2.7 MB vs large 23 MB MLP) puts it near 4 GB/s.
 PS_SERIALIZE_BYTES_PER_S = 4e9
@@ -175,7 +173,8 @@ def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
         rate, link_text = _ring_link(cluster)
         comm = rounds * 2 * (n - 1) * alpha + 2 * (n - 1) / n * wire / rate
         moved = 2 * (n - 1) / n * wire
-    return _sync_prediction(name, cluster, workload, comm + extra, HOROVOD_CYCLE_S, workload.overlap,
+    return _sync_prediction(name, cluster, workload, comm + extra, workload.allreduce_overhead_ms / 1000,
+                            workload.overlap,
                             link_text, moved)
 
 
@@ -186,7 +185,8 @@ def multi_worker_mirrored(cluster: Cluster, workload: Workload) -> Prediction:
         return _sync_prediction("multi_worker_mirrored", cluster, workload, 0.0, 0.0, 0.0, "", 0.0)
     rate, link_text = _ring_link(cluster)
     comm = 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
-    return _sync_prediction("multi_worker_mirrored", cluster, workload, comm, MWMS_STEP_OVERHEAD_S, 0.0,
+    overhead = workload.allreduce_overhead_ms / 1000 + MWMS_EXTRA_OVERHEAD_S
+    return _sync_prediction("multi_worker_mirrored", cluster, workload, comm, overhead, 0.0,
                             link_text + f" at an assumed {MWMS_BANDWIDTH_FACTOR:g} of its rate through gRPC",
                             2 * (n - 1) / n * m)
 
@@ -196,7 +196,7 @@ def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
     if cluster.ps < 1:
         raise _no_ps()
     m, p = float(workload.model_bytes), cluster.ps
-    fixed = PS_DISPATCH_S + 2 * m / PS_SERIALIZE_BYTES_PER_S
+    fixed = workload.ps_overhead_ms / 1000 + 2 * m / PS_SERIALIZE_BYTES_PER_S
     steps, comms = [], []
     for worker, speed in enumerate(cluster.speeds):
         host = cluster.host_of(worker)

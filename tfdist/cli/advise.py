@@ -15,7 +15,7 @@ from click.core import ParameterSource
 
 from tfdist.advise import Advice, AdviseError, Cluster, Workload
 from tfdist.advise import advise as advise_cluster
-from tfdist.advise.cluster import PS_PLACEMENTS
+from tfdist.advise.cluster import DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, PS_PLACEMENTS
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.units import RATE_EXAMPLES, format_bytes, format_rate, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
@@ -28,7 +28,8 @@ _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host
           "ps_bandwidth": "--ps-bandwidth", "latency_s": "--latency-ms",
           "intra_host_bandwidth": "--intra-host-bandwidth", "params": "--params",
           "batch_size": "--batch-size", "step_ms": "--step-ms", "dtype_bytes": "--dtype-bytes",
-          "overlap": "--overlap", "ps_epochs_factor": "--ps-epochs-factor"}
+          "overlap": "--overlap", "ps_epochs_factor": "--ps-epochs-factor",
+          "ps_overhead_ms": "--ps-overhead-ms", "allreduce_overhead_ms": "--allreduce-overhead-ms"}
 
 # options only --probe reads
 _PROBE_ONLY = {"hosts": "--hosts", "model": "--model", "ssh_port": "--ssh-port",
@@ -128,6 +129,15 @@ class SpeedsType(click.ParamType):
               help="One-way network latency per message, ms.")
 @click.option("--overlap", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Share of communication hidden behind compute (0: none; Horovod on GPUs: about 0.5).")
+@click.option("--ps-overhead-ms", type=click.FloatRange(0, 1e6), default=DEFAULT_PS_OVERHEAD_MS,
+              show_default=True,
+              help="Fixed cost of a parameter-server step beyond compute and transfers (the coordinator's "
+                   "dispatch, the RPCs reading and updating variables), ms: measure it where RPCs are slow "
+                   "(docs/advise.md).")
+@click.option("--allreduce-overhead-ms", type=click.FloatRange(0, 1e6), default=DEFAULT_ALLREDUCE_OVERHEAD_MS,
+              show_default=True,
+              help="Fixed cost of a Horovod step beyond compute and the ring (Horovod's cycle, per-step "
+                   "framework work), ms.")
 @click.option("--ps-epochs-factor", type=click.FloatRange(min=0, min_open=True, max=1e6),
               help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
                    "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
@@ -149,7 +159,9 @@ class SpeedsType(click.ParamType):
 def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
            step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
            bandwidth: tuple[float, ...], ps_bandwidth: float | None, intra_host_bandwidth: float,
-           latency_ms: float, overlap: float, ps_epochs_factor: float | None, probe: bool, hosts: str | None, model: str | None,
+           latency_ms: float, overlap: float, ps_overhead_ms: float,
+           allreduce_overhead_ms: float, ps_epochs_factor: float | None,
+           probe: bool, hosts: str | None, model: str | None,
            ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool) -> None:
     """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
     MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
@@ -169,7 +181,9 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         measured = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms, dtype_bytes,
                           worker_speeds, overlap, SshOptions(ssh_port, ssh_identity_file), probe_seconds)
         cluster, workload, found = measured
-        workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor)
+        workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor,
+                                       ps_overhead_ms=ps_overhead_ms,
+                                       allreduce_overhead_ms=allreduce_overhead_ms)
         result = advise_cluster(cluster, workload)
         if as_json:
             click.echo(json.dumps({**result.as_dict(), "measured": found.as_dict()}, indent=2))
@@ -187,8 +201,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
     host_count = -(-workers // workers_per_host)
     if len(bandwidth) not in (1, host_count):
         raise click.BadParameter(f"{len(bandwidth)} rates for {host_count} worker host(s) ({workers} "
-                                 f"workers, {workers_per_host} per host); fix: give one rate for all hosts or "
-                                 "one per host",
+                                 f"workers, {workers_per_host} per host); fix: give one rate for all hosts "
+                                 "or one per host",
                                  param_hint="'--bandwidth'")
     if worker_speeds is not None and len(worker_speeds) != workers:
         example = ",".join(["1"] * max(1, workers - 1) + ["0.25"])
@@ -201,7 +215,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
                           ps_bandwidth=ps_bandwidth, latency_s=latency_ms / 1000,
                           intra_host_bandwidth=intra_host_bandwidth)
         workload = Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
-                            overlap=overlap, ps_epochs_factor=ps_epochs_factor)
+                            overlap=overlap, ps_epochs_factor=ps_epochs_factor,
+                            ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms)
     except AdviseError as exc:
         raise click.BadParameter(str(exc), param_hint=f"'{_FLAGS.get(exc.field, exc.field)}'") from None
     result = advise_cluster(cluster, workload)
