@@ -83,3 +83,19 @@ def process_gone(pid: int) -> bool:
         return True
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(")")[1].split()[0] == "Z"
+
+
+def invoke(*argv: str):
+    """``tfdist ARGV`` in this process (click's CliRunner), named ``tfdist`` as from the shell."""
+    from click.testing import CliRunner
+
+    from tfdist.cli.main import cli
+
+    return CliRunner().invoke(cli, list(argv), prog_name="tfdist")
+
+
+def usage_error(result) -> str:
+    """The ``Error: ...`` text of a command refused as a usage error: exit code 2, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return result.output[result.output.index("Error: "):]

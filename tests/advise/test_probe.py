@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from click.testing import CliRunner
+from support import invoke, usage_error
 
 from tfdist.advise import Cluster, Workload, advise
 from tfdist.advise import probe_agent as agent
@@ -23,7 +23,6 @@ from tfdist.advise.probe import (
     measured_hosts,
     ring,
 )
-from tfdist.cli.main import cli
 from tfdist.launch.hosts import parse_hosts, place_tasks
 
 MBIT, GBIT = 1e6, 1e9
@@ -235,13 +234,10 @@ def test_the_receiver_reports_a_sender_that_is_not_an_agent():
 
 # --- the CLI --------------------------------------------------------------------------------------------
 def run(*args: str):
-    return CliRunner().invoke(cli, ["advise", *args], prog_name="tfdist")
+    return invoke("advise", *args)
 
 
-def error(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    return result.output[result.output.index("Error: "):]
+error = usage_error
 
 
 PROBE = ["--probe", "--hosts", "w1:1,w2:1,p:1", "--batch-size", "64"]

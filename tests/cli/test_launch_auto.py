@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
-from click.testing import CliRunner
+from support import invoke, usage_error
 
 import tfdist.advise
 from tfdist.advise import probe
 from tfdist.advise.probe import LinkMeasure, aggregate
 from tfdist.cli import launch as launch_module
-from tfdist.cli.main import cli
 from tfdist.launch.hosts import parse_hosts
 
 AUTO = ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--model", "m:f", "--batch-size", "64"]
@@ -19,13 +18,10 @@ COMMAND = ["--", sys.executable, "train.py"]
 
 
 def run(*args: str):
-    return CliRunner().invoke(cli, ["launch", *args], prog_name="tfdist")
+    return invoke("launch", *args)
 
 
-def error(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    return result.output[result.output.index("Error: "):]
+error = usage_error
 
 
 def test_auto_without_hosts_says_why_and_the_fix():
