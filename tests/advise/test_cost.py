@@ -250,3 +250,16 @@ def test_more_ps_tasks_never_slow_a_separate_placement(scenario):
     fewer = _all(cluster, workload)["parameter_server"]
     more = _all({**cluster, "ps": cluster["ps"] + 1}, workload)["parameter_server"]
     assert more.examples_per_second >= fewer.examples_per_second * (1 - 1e-9)
+
+
+def test_fixed_costs_are_worker_cpu_work_and_run_at_the_workers_speed():
+    """A worker at a quarter of the speed takes four times its compute and its fixed cost per step."""
+    even = Cluster(workers=2, bandwidths=(10 * GBIT,), ps=1, latency_s=0.0)
+    uneven = Cluster(workers=2, bandwidths=(10 * GBIT,), ps=1, latency_s=0.0, speeds=(1.0, 0.25))
+    costly = Workload(params=SMALL.params, batch_size=64, step_ms=10.0, allreduce_overhead_ms=8.0,
+                      ps_overhead_ms=40.0)
+    ring = cost.horovod(even, costly).step_ms - 10.0 - 8.0
+    assert cost.horovod(uneven, costly).step_ms == pytest.approx(40.0 + ring + 32.0)
+    serialize_and_links = cost.parameter_server(even, costly).step_ms - 10.0 - 40.0
+    fast, slow = 10.0 + 40.0 + serialize_and_links, 40.0 + 160.0 + serialize_and_links
+    assert cost.parameter_server(uneven, costly).examples_per_second == pytest.approx(64_000 / fast + 64_000 / slow)

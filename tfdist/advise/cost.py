@@ -10,11 +10,14 @@ Assumptions, stated once:
 * Links are full duplex (a ring sends and receives at once); a link's rate is the same both ways.
   Compute is not slowed by communication (no CPU contention: on a machine where workers share
   cores, measure ``step_ms`` under that load).
+* **Fixed costs** per step (Horovod's cycle and per-step framework work, the parameter-server
+  coordinator's dispatch and variable RPCs) are CPU work on the worker: a worker of speed s takes
+  f / s. On the network lab this turned one more regime right than a constant f (docs/advise.md).
 * **Overlap**: up to ``o`` of a step's communication runs during the backward pass; what can be
   hidden is at most the compute time: ``exposed = comm - min(o * comm, t)``.
 * **Horovod ring-allreduce** (synchronous): every step waits for the slowest worker:
-  ``step = max_i t_i + exposed(ring) + overhead`` (``Workload.allreduce_overhead_ms``, default Horovod's
-  1 ms cycle) with
+  ``step = max_i t_i + exposed(ring) + f / min_i s_i`` (f: ``Workload.allreduce_overhead_ms``, default
+  Horovod's 1 ms cycle; s_i the speeds) with
   ``ring = k * 2(N-1) α + 2(N-1)/N * M / B_min``, k = ceil(M / HOROVOD_FUSION_BYTES) fused
   allreduces, B_min the slowest link of the ring (the host links if H > 1, the intra-host rate
   if G > 1). Every ring step pays the network α (the ring moves at its slowest edge).
@@ -31,8 +34,8 @@ Assumptions, stated once:
 * **ParameterServerStrategy** (asynchronous): P ps tasks hold even shards of the variables (M/P
   each; tfdist's ``shards=P`` or ``min_shard_bytes`` with ``max_shards=P`` come close for large
   variables; small variables are not split, so real shards are uneven). Each worker steps at its
-  own pace: ``step_i = t_i + exposed(2 M_i / B_h + 2α) + overhead + 2M / PS_SERIALIZE_BYTES_PER_S``
-  (overhead: ``Workload.ps_overhead_ms``, measured),
+  own pace: ``step_i = t_i + exposed(2 M_i / B_h + 2α) + f_ps / s_i + 2M / PS_SERIALIZE_BYTES_PER_S``
+  (f_ps: ``Workload.ps_overhead_ms``, measured),
   M_i the bytes of the shards not on its own host: it pulls M_i and pushes M_i, one after the
   other. Each ps link carries 2 M / P per worker step (pull and push counted together: the
   conservative bound; the lab's 2.6-3.6x at 50 Mbit/s lies nearer it than the full-duplex 2x),
@@ -120,7 +123,7 @@ def _sync_prediction(name: str, cluster: Cluster, workload: Workload, comm: floa
     computes = [workload.step_s / s for s in cluster.speeds]
     slowest, fastest = max(computes), min(computes)
     exposed = _exposed(comm, slowest, overlap)
-    step = slowest + exposed + overhead
+    step = slowest + exposed + overhead / min(cluster.speeds)
     examples = cluster.workers * workload.batch_size / step
     waiting = slowest - fastest
     if cluster.workers == 1:
@@ -196,14 +199,15 @@ def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
     if cluster.ps < 1:
         raise _no_ps()
     m, p = float(workload.model_bytes), cluster.ps
-    fixed = workload.ps_overhead_ms / 1000 + 2 * m / PS_SERIALIZE_BYTES_PER_S
+    serialize = 2 * m / PS_SERIALIZE_BYTES_PER_S
     steps, comms = [], []
     for worker, speed in enumerate(cluster.speeds):
         host = cluster.host_of(worker)
         remote = m * (1 - cluster.ps_on(host) / p)
         comm = (2 * remote / cluster.bandwidths[host] + 2 * cluster.latency_s) if remote > 0 else 0.0
         compute = workload.step_s / speed
-        steps.append(compute + _exposed(comm, compute, workload.overlap) + fixed)
+        steps.append(compute + _exposed(comm, compute, workload.overlap) + workload.ps_overhead_ms / 1000 / speed
+                     + serialize)
         comms.append(comm)
     own_rates = [1 / s for s in steps]
     rates, worst_name, utilisation, capacity = _share_links(cluster, m, own_rates)
