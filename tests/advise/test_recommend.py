@@ -114,8 +114,8 @@ def test_a_measured_epochs_factor_that_outweighs_throughput_turns_the_answer_and
     turned = _with_factor("small", 2 * ps / horovod)  # twice the epochs it gains per example
     assert turned.recommended == "horovod"
     first = turned.reasons[0]
-    assert first.startswith(f"{turned.variant} reaches the target accuracy sooner although parameter_server is "
-                            "faster per example"), first
+    assert first.startswith(f"{turned.variant} reaches the target accuracy sooner although "
+                            "parameter_server is faster per example"), first
     assert f"need {2 * ps / horovod:g}x the epochs" in first
 
 
@@ -132,3 +132,14 @@ def test_the_epochs_factor_must_be_a_positive_number(factor):
     with pytest.raises(AdviseError, match="`ps_epochs_factor` must be a positive finite number") as info:
         Workload(params=1, batch_size=1, step_ms=1.0, ps_epochs_factor=factor)
     assert info.value.field == "ps_epochs_factor" and "fix:" in str(info.value)
+
+
+def test_a_counted_epochs_factor_is_said_whichever_backend_wins_and_start_up_is_named():
+    advice = _with_factor("small", 0.8)  # fewer epochs for parameter servers: they win by more
+    assert advice.recommended == "parameter_server"
+    even = advise(Cluster(workers=2, ps=1, bandwidths=(parse_rate("1gbit"),)),
+                  Workload(params=669_706, batch_size=64, step_ms=10.0, ps_epochs_factor=0.8))
+    text = " ".join(even.reasons)
+    assert even.recommended == "horovod"
+    assert "with parameter servers needing 0.8x the epochs (ps epochs factor), horovod still comes first" in text
+    assert "start-up" in text and "steady-state rates" in text

@@ -78,10 +78,11 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
                                                         default=None)
     reasons = []
     if backend_of(fastest.name) != recommended:  # the epochs factor turned the answer
-        reasons.append(f"{best.name} reaches the target accuracy sooner although {fastest.name} is faster per "
-                       f"example ({_fmt(fastest.examples_per_second)} vs {_fmt(best.examples_per_second)}): "
-                       f"parameter servers need {workload.ps_epochs_factor:g}x the epochs (ps epochs factor), "
-                       f"so their {_fmt(fastest.examples_per_second)} are worth "
+        reasons.append(f"{best.name} reaches the target accuracy sooner although {fastest.name} is faster "
+                       f"per example ({_fmt(fastest.examples_per_second)} vs "
+                       f"{_fmt(best.examples_per_second)}): "
+                       f"parameter servers need {workload.ps_epochs_factor:g}x the epochs (ps epochs "
+                       f"factor), so their {_fmt(fastest.examples_per_second)} are worth "
                        f"{_fmt(_toward_accuracy(fastest, workload))} toward accuracy")
     else:
         comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
@@ -129,6 +130,11 @@ def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Clus
     elif recommended == "parameter_server":
         caveats.append(f"time to accuracy counted: parameter servers need {factor:g}x the epochs of "
                        "synchronous training (ps epochs factor) and still come first")
+    elif factor is not None and ps is not None:
+        caveats.append(f"time to accuracy counted: with parameter servers needing {factor:g}x the epochs "
+                       f"(ps epochs factor), {recommended} still comes first")
+    caveats.append("these are steady-state rates: in a run of a few epochs, start-up (tracing, the first "
+                   "broadcast, seconds) can decide which backend reaches the target first")
     if recommended == "parameter_server":
         caveats.append("fault tolerance agrees: a parameter-server job goes on when a worker is lost "
                        "(losing a ps task or the chief stops it)")

@@ -136,8 +136,9 @@ class SpeedsType(click.ParamType):
                    "(docs/advise.md).")
 @click.option("--allreduce-overhead-ms", type=click.FloatRange(0, 1e6), default=DEFAULT_ALLREDUCE_OVERHEAD_MS,
               show_default=True,
-              help="Fixed cost of a Horovod step beyond compute and the ring (Horovod's cycle, per-step "
-                   "framework work), ms.")
+              help="Fixed cost of an allreduce step beyond compute and the ring (Horovod's cycle, per-step "
+                   "framework work; MultiWorkerMirrored pays 1 ms more), ms: measure it where steps are short "
+                   "or RPCs slow (docs/advise.md).")
 @click.option("--ps-epochs-factor", type=click.FloatRange(min=0, min_open=True, max=1e6),
               help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
                    "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
