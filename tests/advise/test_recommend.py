@@ -143,3 +143,17 @@ def test_a_counted_epochs_factor_is_said_whichever_backend_wins_and_start_up_is_
     assert even.recommended == "horovod"
     assert "with parameter servers needing 0.8x the epochs (ps epochs factor), horovod still comes first" in text
     assert "start-up" in text and "steady-state rates" in text
+
+
+def test_fewer_epochs_for_parameter_servers_can_turn_the_answer_their_way_and_say_so():
+    even = Cluster(workers=2, ps=1, bandwidths=(parse_rate(UNLIMITED),))
+    params, step_ms = MLPS["small"]
+    plain = advise(even, Workload(params=params, batch_size=64, step_ms=step_ms))
+    ps = plain.predictions["parameter_server"].examples_per_second
+    assert plain.recommended == "horovod"
+    factor = 0.5 * ps / max(p.examples_per_second for p in plain.predictions.values())  # half the epochs needed
+    turned = advise(even, Workload(params=params, batch_size=64, step_ms=step_ms, ps_epochs_factor=factor))
+    assert turned.recommended == "parameter_server"
+    assert turned.reasons[0].startswith("parameter_server reaches the target accuracy sooner although "
+                                        f"{plain.variant} is faster per example")
+    assert f"so their {ps:,.0f} examples/s count as {ps / factor:,.0f} examples/s toward" in turned.reasons[0]

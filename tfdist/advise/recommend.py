@@ -78,12 +78,13 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
                                                         default=None)
     reasons = []
     if backend_of(fastest.name) != recommended:  # the epochs factor turned the answer
+        ps_rate = predictions["parameter_server"]
         reasons.append(f"{best.name} reaches the target accuracy sooner although {fastest.name} is faster "
                        f"per example ({_fmt(fastest.examples_per_second)} vs "
                        f"{_fmt(best.examples_per_second)}): "
                        f"parameter servers need {workload.ps_epochs_factor:g}x the epochs (ps epochs "
-                       f"factor), so their {_fmt(fastest.examples_per_second)} are worth "
-                       f"{_fmt(_toward_accuracy(fastest, workload))} toward accuracy")
+                       f"factor), so their {_fmt(ps_rate.examples_per_second)} count as "
+                       f"{_fmt(_toward_accuracy(ps_rate, workload))} toward accuracy")
     else:
         comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
                                 f"({_fmt(p.examples_per_second)})" for p in others.values())
