@@ -141,7 +141,8 @@ def test_a_counted_epochs_factor_is_said_whichever_backend_wins_and_start_up_is_
                   Workload(params=669_706, batch_size=64, step_ms=10.0, ps_epochs_factor=0.8))
     text = " ".join(even.reasons)
     assert even.recommended == "horovod"
-    assert "with parameter servers needing 0.8x the epochs (ps epochs factor), horovod still comes first" in text
+    assert ("with parameter servers needing 0.8x the epochs (ps epochs factor), horovod still comes first"
+            in text)
     assert "start-up" in text and "steady-state rates" in text
 
 
@@ -151,7 +152,8 @@ def test_fewer_epochs_for_parameter_servers_can_turn_the_answer_their_way_and_sa
     plain = advise(even, Workload(params=params, batch_size=64, step_ms=step_ms))
     ps = plain.predictions["parameter_server"].examples_per_second
     assert plain.recommended == "horovod"
-    factor = 0.5 * ps / max(p.examples_per_second for p in plain.predictions.values())  # half the epochs needed
+    fastest = max(p.examples_per_second for p in plain.predictions.values())
+    factor = 0.5 * ps / fastest  # so few epochs that parameter servers reach the target in half the time
     turned = advise(even, Workload(params=params, batch_size=64, step_ms=step_ms, ps_epochs_factor=factor))
     assert turned.recommended == "parameter_server"
     assert turned.reasons[0].startswith("parameter_server reaches the target accuracy sooner although "
