@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist import upstream
 from tfdist.callbacks import _runtime
@@ -99,7 +100,7 @@ def recover(backup_dir: str) -> None:
         f"delete {backup_dir} to start training over (its progress is lost)"))
 
 
-class SafeBackup(tf.keras.callbacks.Callback):
+class SafeBackup(tf_keras.callbacks.Callback):
     """Wrap a ``BackupAndRestore`` (or a ChiefOnly around one): verified previous copy, clean
     failures, fallback on restore (see the module docstring). ``is_chief`` says who writes."""
 

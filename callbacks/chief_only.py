@@ -1,15 +1,15 @@
 """Run a callback on the chief only: progress, checkpoints and logs written once, not N times."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
-import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist import upstream
 from tfdist.callbacks import _runtime
 
 
-class ChiefOnly(tf.keras.callbacks.Callback):
+class ChiefOnly(tf_keras.callbacks.Callback):
     """Forward every hook to ``callback`` on the chief; do nothing on the other ranks.
 
     ``is_chief`` defaults to what the running job says when training starts: the strategy
@@ -17,12 +17,13 @@ class ChiefOnly(tf.keras.callbacks.Callback):
     ``everywhere`` names hooks that run on every rank, e.g. ``("on_train_begin",)`` for a
     BackupAndRestore whose state every rank must load while only the chief writes it.
 
-    For Horovod, where each rank is an independent process. Under tf.distribute multi-worker
+    Wraps a callback of either Keras (tf-keras or Keras 3). For Horovod, where each rank is an
+    independent process. Under tf.distribute multi-worker
     strategies Keras' own ModelCheckpoint and BackupAndRestore already write on the chief only,
     and they take part in collective ops, so do not wrap them there: ``strategy.fit`` never does.
     """
 
-    def __init__(self, callback: tf.keras.callbacks.Callback, is_chief: bool | None = None,
+    def __init__(self, callback: Any, is_chief: bool | None = None,
                  everywhere: Iterable[str] = ()) -> None:
         super().__init__()
         self.callback = callback

@@ -8,22 +8,26 @@ from __future__ import annotations
 
 from typing import Callable
 
-import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
-from tfdist import upstream
+from tfdist import keras_compat, upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.callbacks import _runtime
 
 
-def _get_lr(optimizer) -> float:
-    return float(tf.keras.backend.get_value(optimizer.learning_rate))
+def learning_rate_value(optimizer) -> float:
+    """The optimizer's current learning rate as a float (tf-keras or Keras 3)."""
+    value = optimizer.learning_rate  # a tf.Variable, a Keras 3 Variable, a tensor or a number
+    return float(value.numpy()) if hasattr(value, "numpy") else float(value)
+
+
+_get_lr = learning_rate_value
 
 
 def uses_schedule(optimizer) -> bool:
-    """Whether the optimizer's rate is a LearningRateSchedule (tf-keras hides it behind
+    """Whether the optimizer's rate is a LearningRateSchedule (both Kerases hide it behind
     ``optimizer.learning_rate``, which then reads the current value)."""
-    schedule = tf.keras.optimizers.schedules.LearningRateSchedule
-    return isinstance(upstream.raw_learning_rate(optimizer), schedule)
+    return keras_compat.is_keras(upstream.raw_learning_rate(optimizer), "optimizers.schedules.LearningRateSchedule")
 
 
 def _set_lr(optimizer, value: float) -> None:
@@ -41,7 +45,7 @@ def warmup_learning_rate(target_lr: float, start_factor: float, warmup_epochs: f
     return target_lr * (start_factor + (1.0 - start_factor) * progress)
 
 
-class LearningRateWarmup(tf.keras.callbacks.Callback):
+class LearningRateWarmup(tf_keras.callbacks.Callback):
     """Ramp the learning rate linearly over ``warmup_epochs`` epochs, updated every batch.
 
     ``start_factor`` defaults to ``1/replicas`` (Horovod's size, or the tf.distribute replicas):
@@ -95,7 +99,7 @@ class LearningRateWarmup(tf.keras.callbacks.Callback):
             print(f"Epoch {epoch + 1}: learning-rate warm-up done, rate {self.target_lr:.6g}")
 
 
-class LearningRateScale(tf.keras.callbacks.Callback):
+class LearningRateScale(tf_keras.callbacks.Callback):
     """Multiply the initial learning rate by ``multiplier`` for epochs in [start_epoch, end_epoch).
 
     ``multiplier`` is a number or a function of the epoch, e.g. step decay

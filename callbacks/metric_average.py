@@ -5,6 +5,7 @@ import numbers
 from typing import Any
 
 import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist.callbacks import _runtime
 
@@ -26,7 +27,7 @@ def average_over_ranks(hvd: Any, values: dict, name: str) -> dict:
     return {**values, **dict(zip(names, averaged.numpy().tolist()))}
 
 
-class MetricAverage(tf.keras.callbacks.Callback):
+class MetricAverage(tf_keras.callbacks.Callback):
     """Replace each logged metric with its mean over the Horovod ranks, in place.
 
     Averaged: the epoch-end logs (``loss``, ``val_loss``, ...), the logs at the end of every

@@ -11,12 +11,14 @@ HParams tab shows throughput and loss side by side per set-up.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, Mapping
 
 import tensorflow as tf
 
+from tfdist import keras_compat
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.strategies.state import current_strategy
@@ -28,24 +30,35 @@ def default_run_name(kind: str, workers: int, batch_size: int | None) -> str:
     return f"{kind}-{workers}w{batch}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-class _HParamsTensorBoard(tf.keras.callbacks.TensorBoard):
-    """Keras' TensorBoard plus one HParams record for the run, written at the start of training."""
+def _write_hparams(log_dir: str, run_name: str, hparams: Mapping[str, Any]) -> None:
+    """One HParams record (and a text summary of it) for the run, in ``log_dir``."""
+    from tensorboard.plugins.hparams import api as hp
+
+    writer = tf.summary.create_file_writer(log_dir)  # lazily, on the writing process
+    with writer.as_default():
+        hp.hparams(dict(hparams), trial_id=run_name)
+        tf.summary.text("run", tf.constant(", ".join(f"{k}={v}" for k, v in hparams.items())), step=0)
+    writer.flush()
+    writer.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _hparams_tensorboard(flavour: str) -> type:
+    """Keras' TensorBoard of ``flavour`` (tf-keras or Keras 3) plus one HParams record for the run,
+    written at the start of training."""
+    base = keras_compat.keras_module(flavour).callbacks.TensorBoard
 
     def __init__(self, log_dir: str, run_name: str, hparams: Mapping[str, Any], **kwargs: Any) -> None:
-        super().__init__(log_dir=log_dir, **kwargs)
+        base.__init__(self, log_dir=log_dir, **kwargs)
         self.run_name = run_name
         self.hparams = dict(hparams)
 
     def on_train_begin(self, logs=None) -> None:
-        super().on_train_begin(logs)
-        from tensorboard.plugins.hparams import api as hp
+        base.on_train_begin(self, logs)
+        _write_hparams(self.log_dir, self.run_name, self.hparams)
 
-        writer = tf.summary.create_file_writer(self.log_dir)  # lazily, on the writing process
-        with writer.as_default():
-            hp.hparams(self.hparams, trial_id=self.run_name)
-            tf.summary.text("run", tf.constant(", ".join(f"{k}={v}" for k, v in self.hparams.items())), step=0)
-        writer.flush()
-        writer.close()
+    return type("HParamsTensorBoard", (base,), {"__init__": __init__, "on_train_begin": on_train_begin,
+                                                "__module__": __name__})
 
 
 class TensorBoardRun(ChiefOnly):
@@ -54,7 +67,8 @@ class TensorBoardRun(ChiefOnly):
     ``strategy`` (a tfdist strategy; default: the one ``make_strategy`` built) supplies the
     strategy name and worker count; ``batch_size``
     is per worker. Extra ``hparams`` are added to the record; other keyword arguments go to
-    ``tf.keras.callbacks.TensorBoard`` (``histogram_freq``, ``update_freq``, ...).
+    Keras' ``TensorBoard`` callback (``histogram_freq``, ``update_freq``, ...): tf-keras' or Keras 3's,
+    whichever the model is.
     """
 
     def __init__(self, logdir: str, run_name: str | None = None, *, strategy: Any = None,
@@ -72,5 +86,16 @@ class TensorBoardRun(ChiefOnly):
         if batch_size:
             record.update(batch_size=int(batch_size), global_batch_size=int(batch_size) * replicas)
         record.update(hparams or {})
-        super().__init__(_HParamsTensorBoard(self.run_dir, self.run_name, record, **tensorboard_kwargs),
-                         is_chief=is_chief)
+        self._arguments = (self.run_dir, self.run_name, record, dict(tensorboard_kwargs))
+        super().__init__(self._tensorboard(keras_compat.TF_KERAS), is_chief=is_chief)
+
+    def _tensorboard(self, flavour: str) -> Any:
+        run_dir, run_name, record, kwargs = self._arguments
+        return _hparams_tensorboard(flavour)(run_dir, run_name, record, **kwargs)
+
+    def set_model(self, model) -> None:
+        """Write with the TensorBoard callback of the model's Keras (tf-keras or Keras 3)."""
+        flavour = keras_compat.flavour_of(model) or keras_compat.TF_KERAS
+        if not isinstance(self.callback, _hparams_tensorboard(flavour)):
+            self.callback = self._tensorboard(flavour)
+        super().set_model(model)

@@ -4,12 +4,13 @@ from __future__ import annotations
 import time
 
 import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist.callbacks import _runtime
 from tfdist.errors import ArgumentValueError, with_fix
 
 
-class Throughput(tf.keras.callbacks.Callback):
+class Throughput(tf_keras.callbacks.Callback):
     """Log ``examples_per_second`` (all workers), ``examples_per_second_per_worker`` and
     ``step_time_ms`` at each epoch end.
 

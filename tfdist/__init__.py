@@ -1,6 +1,6 @@
-"""tfdist: one API to train a tf-keras model with Horovod or tf.distribute.
+"""tfdist: one API to train a Keras model (tf-keras or Keras 3) with Horovod or tf.distribute.
 
-    import tfdist                       # before tensorflow: keeps tf.keras on tf-keras
+    import tfdist                       # before tensorflow: tf.keras is tf-keras unless TF_USE_LEGACY_KERAS is set
     strategy = tfdist.make_strategy("auto")
     with strategy.scope():
         model = build_model()

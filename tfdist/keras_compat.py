@@ -1,66 +1,150 @@
-"""Keep tfdist on the Keras 2 API (tf-keras): ParameterServerStrategy has no Keras 3 support.
+"""Both Kerases: tf-keras (the Keras 2 API) and Keras 3, told apart per object.
 
-TensorFlow decides what ``tf.keras`` means from ``TF_USE_LEGACY_KERAS`` when it is imported,
-so the variable must be set before that. ``import tfdist`` calls ``ensure_legacy_keras`` and
-raises ``KerasVersionError`` with the fix when it is too late.
+Since TensorFlow 2.16 ``tf.keras`` is Keras 3 unless ``TF_USE_LEGACY_KERAS`` is set when TensorFlow
+loads; ``import tf_keras`` and ``import keras`` give either one in the same process, and their
+objects do not mix. tfdist therefore never asks what ``tf.keras`` points to: it asks each model,
+optimizer and callback which package its class comes from (``flavour_of``).
+
+``import tfdist`` before TensorFlow still routes ``tf.keras`` to tf-keras (``ensure_legacy_keras``)
+when ``TF_USE_LEGACY_KERAS`` is unset, so scripts written for the parameter-server backend keep
+working; ``import keras`` is Keras 3 either way, and the Horovod, mirrored and single backends take
+both.
+
+Importing this module imports neither TensorFlow nor Keras.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
-from typing import Any, MutableMapping
+from types import ModuleType
+from typing import Any, Literal, MutableMapping
 
 from tfdist import upstream
-from tfdist.errors import ArgumentTypeError, TfdistError
+from tfdist.errors import ArgumentTypeError, TfdistError, with_fix
 
 TF_USE_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
-_TRUE_VALUES = ("true", "True", "1")  # what TensorFlow itself accepts
 
-_FIX = ("Fix: `import tfdist` before `import tensorflow`, or start Python with "
-        "TF_USE_LEGACY_KERAS=1 in the environment (export TF_USE_LEGACY_KERAS=1).")
+Flavour = Literal["tf_keras", "keras_3"]
+TF_KERAS: Flavour = "tf_keras"
+KERAS_3: Flavour = "keras_3"
+#: The package each flavour's classes live in.
+PACKAGES: dict[str, str] = {TF_KERAS: "tf_keras", KERAS_3: "keras"}
+#: How the user gets the tf-keras flavour, for error messages.
+USE_TF_KERAS = (f"build the model with tf-keras: `import tf_keras` and use `tf_keras.` in place of "
+                f"`keras.` (or start Python with {TF_USE_LEGACY_KERAS}=1 and use `tf.keras`)")
 
 
 class KerasVersionError(TfdistError, ImportError):
-    """tf.keras is (or would be) Keras 3, which tfdist cannot drive."""
+    """A Keras that tfdist cannot drive is all there is (tf-keras missing)."""
+
+
+class KerasFlavourError(ArgumentTypeError):
+    """Objects of tf-keras and Keras 3 given together, or a Keras 3 object to a tf-keras-only backend."""
 
 
 def ensure_legacy_keras(environ: MutableMapping[str, str] | None = None,
                         modules: dict[str, Any] | None = None) -> None:
-    """Make ``tf.keras`` resolve to tf-keras, or raise ``KerasVersionError`` saying how.
-
-    Sets ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet and the variable is unset.
-    """
+    """Set ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet and the variable is unset,
+    so ``tf.keras`` is tf-keras as in tfdist's first releases. Never refuses anything: a user who set
+    the variable, or imported TensorFlow first, gets the ``tf.keras`` TensorFlow chose."""
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
-    value = environ.get(TF_USE_LEGACY_KERAS)
-    if value is not None and value not in _TRUE_VALUES:
-        raise KerasVersionError(
-            f"{TF_USE_LEGACY_KERAS}={value!r}, but tfdist needs the Keras 2 API from tf-keras "
-            "(Keras 3 has no ParameterServerStrategy support). "
-            f"Fix: unset it or set {TF_USE_LEGACY_KERAS}=1.")
-    tensorflow = modules.get("tensorflow")
-    if tensorflow is None:
+    if "tensorflow" not in modules:
         environ.setdefault(TF_USE_LEGACY_KERAS, "1")
-        return
-    resolved = tf_keras_flavour(tensorflow)
-    if resolved == "keras_3" or (resolved is None and upstream.tf_uses_legacy_keras(tensorflow) is False):
-        raise KerasVersionError(
-            "TensorFlow was imported before tfdist with Keras 3 as tf.keras "
-            f"({TF_USE_LEGACY_KERAS} was not set when TensorFlow loaded); tfdist needs the "
-            f"Keras 2 API from tf-keras. {_FIX}")
 
 
 def require_tf_keras() -> None:
     """Raise ``KerasVersionError`` when tf-keras is missing; checked before building a strategy,
     not at import, so ``tfdist tf-config`` works on a host without TensorFlow."""
     if importlib.util.find_spec("tf_keras") is None:
-        raise KerasVersionError("tf-keras is not installed; tfdist needs it for the Keras 2 API. "
-                                "Fix: pip install 'tf-keras~=2.21.0' (match your TensorFlow).")
+        raise KerasVersionError("tf-keras is not installed; tfdist's callbacks and the parameter-server "
+                                "backend need it. Fix: pip install 'tf-keras~=2.21.0' (match your TensorFlow).")
+
+
+def flavour_of(obj: Any) -> Flavour | None:
+    """``"tf_keras"`` or ``"keras_3"`` by the top-level package of the first Keras class in
+    ``type(obj).__mro__`` (a user's subclass counts as its Keras base); ``None`` for anything else,
+    and for tfdist's own classes (its callbacks), which work with both."""
+    for cls in type(obj).__mro__:
+        package = (cls.__module__ or "").split(".", 1)[0]
+        if package == "tfdist":  # tfdist's callbacks work with both
+            return None
+        if package == "tf_keras":
+            return TF_KERAS
+        if package == "keras":
+            return KERAS_3
+    return None
+
+
+def keras_module(flavour: Flavour) -> ModuleType:
+    """The package of ``flavour``: ``tf_keras`` or ``keras``."""
+    return importlib.import_module(PACKAGES[flavour])
+
+
+def keras_of(obj: Any, argument: str) -> ModuleType:
+    """The Keras package ``obj`` belongs to, or an ``ArgumentTypeError`` naming ``argument``."""
+    flavour = flavour_of(obj)
+    if flavour is None:
+        raise ArgumentTypeError(with_fix(
+            f"`{argument}` is not a Keras object (got {type(obj).__module__}.{type(obj).__name__})",
+            "pass a tf-keras or Keras 3 model/optimizer/callback"))
+    return keras_module(flavour)
+
+
+def loaded_classes(path: str) -> tuple[type, ...]:
+    """The class at ``path`` (e.g. ``"callbacks.ModelCheckpoint"``) in every Keras already imported:
+    a package nobody imported has no objects to test against, so it is not imported here."""
+    found = []
+    for package in PACKAGES.values():
+        module = sys.modules.get(package)
+        if module is None:
+            continue
+        owner: Any = module
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+        if isinstance(owner, type):
+            found.append(owner)
+    return tuple(found)
+
+
+def is_keras(obj: Any, path: str) -> bool:
+    """``isinstance(obj, <path> of tf-keras or Keras 3>)``, e.g. ``is_keras(cb, "callbacks.TensorBoard")``."""
+    return isinstance(obj, loaded_classes(path))
+
+
+def check_same_flavour(model: Any, **objects: Any) -> None:
+    """Refuse ``objects`` (``optimizer=...``, ``callback=...``) from the other Keras than ``model``'s:
+    tf-keras and Keras 3 objects do not mix, and Keras would fail later with a confusing error."""
+    expected = flavour_of(model)
+    for argument, obj in objects.items():
+        flavour = flavour_of(obj)
+        if expected is None or flavour is None or flavour == expected:
+            continue
+        raise KerasFlavourError(with_fix(
+            f"`{argument}` is a {_describe(flavour)} object ({type(obj).__module__}.{type(obj).__name__}) "
+            f"but the model is {_describe(expected)}; the two do not mix",
+            f"build both with the same Keras (`import {PACKAGES[expected]}` for this model)"))
+
+
+def refuse_keras_3(obj: Any, argument: str, backend: str, reason: str) -> None:
+    """Raise ``KerasFlavourError`` when ``obj`` is Keras 3 and ``backend`` cannot run it (``reason``)."""
+    if flavour_of(obj) != KERAS_3:
+        return
+    raise KerasFlavourError(with_fix(
+        f"`{argument}` is a Keras 3 object ({type(obj).__module__}.{type(obj).__name__}) and the {backend} "
+        f"backend cannot train Keras 3 models: {reason}",
+        f"{USE_TF_KERAS}; or train this Keras 3 model with the horovod backend "
+        "(make_strategy('horovod') under horovodrun)"))
+
+
+def _describe(flavour: str) -> str:
+    return "tf-keras" if flavour == TF_KERAS else "Keras 3"
 
 
 def tf_keras_flavour(tensorflow: Any) -> str | None:
-    """'tf_keras', 'keras_3' or 'keras_2' once ``tf.keras`` was resolved, else ``None``.
+    """'tf_keras', 'keras_3' or 'keras_2' once ``tf.keras`` was resolved, else ``None`` (for ``tfdist env``).
 
     Reads the lazy loader's state (or, once it replaced itself, the module's name) without
     triggering the resolution.
@@ -77,16 +161,3 @@ def tf_keras_flavour(tensorflow: Any) -> str | None:
     if name.startswith("keras"):
         return "keras_3" if name.startswith("keras._tf_keras") or name.startswith("keras.src") else "keras_2"
     return None
-
-
-def check_keras_object(obj: Any, argument: str) -> None:
-    """Raise ``TypeError`` when ``obj`` comes from Keras 3 rather than tf-keras.
-
-    ``argument`` names the parameter in the message, e.g. ``model`` or ``optimizer``.
-    """
-    module = type(obj).__module__ or ""
-    if module == "keras" or module.startswith("keras."):
-        raise ArgumentTypeError(
-            f"`{argument}` is a Keras 3 object ({type(obj).__module__}.{type(obj).__name__}); "
-            "tfdist works with the Keras 2 API of tf-keras. Fix: build it with `tf.keras` after "
-            "`import tfdist` (or `import tf_keras`), not with `import keras`.")

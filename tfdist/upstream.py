@@ -1,4 +1,4 @@
-"""Every private TensorFlow / tf-keras attribute tfdist touches, behind one door.
+"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches, behind one door.
 
 tfdist needs a few things that TensorFlow 2.21 and tf-keras 2.21 keep private (the pinned versions
 in ``constraints.txt``). Each accessor here reads or calls exactly one of them and *fails closed*:
@@ -14,7 +14,7 @@ from typing import Any
 
 from tfdist.errors import TfdistError, with_fix
 
-PINNED = "TensorFlow 2.21 / tf-keras 2.21"
+PINNED = "TensorFlow 2.21 / tf-keras 2.21 / Keras 3.15"
 
 #: The methods Keras' CallbackList calls to learn whether a callback has batch-level hooks.
 BATCH_HOOK_CHECKS = ("_implements_train_batch_hooks", "_implements_test_batch_hooks",
@@ -77,19 +77,23 @@ def refused_by_parameter_servers(callback: Any) -> bool:
 
 # --- optimizers -----------------------------------------------------------------------------------
 def optimizer_is_built(optimizer: Any) -> bool:
-    """Whether a tf-keras optimizer has created its slot variables (``optimizer._built``, which
-    tf-keras itself reads as False until ``build`` sets it)."""
+    """Whether an optimizer has created its slot variables: tf-keras' private ``optimizer._built``
+    (which tf-keras itself reads as False until ``build`` sets it), Keras 3's public ``built``."""
+    from tfdist.keras_compat import KERAS_3, flavour_of
+
     if not callable(getattr(optimizer, "build", None)):
         raise _missing(optimizer, "build")
-    built = getattr(optimizer, "_built", False)
+    attribute = "built" if flavour_of(optimizer) == KERAS_3 else "_built"
+    built = getattr(optimizer, attribute, False)
     if not isinstance(built, bool):
-        raise _missing(optimizer, "_built")
+        raise _missing(optimizer, attribute)
     return built
 
 
 def raw_learning_rate(optimizer: Any) -> Any:
     """The learning rate as given: a float variable or a ``LearningRateSchedule``
-    (``optimizer._learning_rate``; the public property reads a schedule's current value)."""
+    (``optimizer._learning_rate`` in tf-keras and Keras 3; the public property reads a schedule's
+    current value)."""
     return _get(optimizer, "_learning_rate")
 
 

@@ -2,7 +2,8 @@
 
     python hvd_train.py MODE OUTDIR
 
-Each rank writes OUTDIR/rank<N>.json; the test compares them.
+Each rank writes OUTDIR/rank<N>.json; the test compares them. TFDIST_TEST_KERAS picks the Keras
+the models, optimizers and callbacks come from: ``tf_keras`` (default) or ``keras_3``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ import tfdist  # noqa: F401  (before tensorflow)
 
 import numpy as np
 import tensorflow as tf
+
+if os.environ.get("TFDIST_TEST_KERAS", "tf_keras") == "keras_3":
+    import keras as K
+else:
+    import tf_keras as K
 
 from tfdist.callbacks import MetricAverage, TensorBoardRun
 
@@ -29,17 +35,17 @@ def data(n: int = 256, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def build_model(seed: int) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
-    return tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="tanh"),
-                                tf.keras.layers.Dense(1)])
+def build_model(seed: int) -> K.Model:
+    K.utils.set_random_seed(seed)
+    return K.Sequential([K.Input((8,)), K.layers.Dense(16, activation="tanh"),
+                                K.layers.Dense(1)])
 
 
-def weights(model: tf.keras.Model) -> list:
+def weights(model: K.Model) -> list:
     return [w.tolist() for w in model.get_weights()]
 
 
-class RawLogs(tf.keras.callbacks.Callback):
+class RawLogs(K.callbacks.Callback):
     """The per-rank epoch logs before MetricAverage (placed after it) averages them."""
 
     def __init__(self) -> None:
@@ -50,7 +56,7 @@ class RawLogs(tf.keras.callbacks.Callback):
         self.raw.append({k: float(v) for k, v in logs.items()})
 
 
-class LearningRates(tf.keras.callbacks.Callback):
+class LearningRates(K.callbacks.Callback):
     """The optimizer's learning rate at the start of every batch (after the warm-up set it)."""
 
     def __init__(self) -> None:
@@ -71,17 +77,17 @@ if MODE == "train":
     strategy = tfdist.make_strategy("auto", warmup_epochs=2)
     with strategy.scope():
         model = build_model(seed=100 + strategy.rank)  # different per rank: the broadcast must fix it
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse", metrics=["mae"])
+        model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse", metrics=["mae"])
     initial = weights(model)
     raw, lrs = RawLogs(), LearningRates()
-    checkpoint = tf.keras.callbacks.ModelCheckpoint(
+    checkpoint = K.callbacks.ModelCheckpoint(
         os.path.join(OUTDIR, f"ckpt-rank{strategy.rank}", "model-{epoch}.weights.h5"), save_weights_only=True)
     board = TensorBoardRun(os.path.join(OUTDIR, "tb"), run_name=f"run-rank{strategy.rank}",
                            strategy=strategy, batch_size=16)
     history = strategy.fit(model, *data(), batch_size=16, epochs=3, validation_data=data(64, seed=7),
                            callbacks=[raw, MetricAverage(), lrs, strategy.throughput(16), checkpoint, board])
     dump(strategy.rank, {
-        "kind": strategy.kind, "size": strategy.size, "is_chief": strategy.is_chief,
+        "flavour": tfdist.keras_compat.flavour_of(model), "kind": strategy.kind, "size": strategy.size, "is_chief": strategy.is_chief,
         "initial_weights": initial, "final_weights": weights(model),
         "raw_logs": raw.raw, "history": history.history, "lrs": lrs.values,
         "steps": history.params["steps"],
@@ -92,12 +98,12 @@ elif MODE == "equivalence":
     strategy = tfdist.make_strategy("horovod", scale_lr=False)
     with strategy.scope():
         model = build_model(seed=1)
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+        model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse")
     strategy.fit(model, *data(), batch_size=16, epochs=2, shuffle=False)
     payload = {"distributed": weights(model)}
     if strategy.rank == 0:
         reference = build_model(seed=1)
-        reference.compile(optimizer=tf.keras.optimizers.SGD(LR), loss="mse")
+        reference.compile(optimizer=K.optimizers.SGD(LR), loss="mse")
         reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
         payload["reference"] = weights(reference)
     dump(strategy.rank, payload)
@@ -106,26 +112,26 @@ elif MODE == "lazy":
     # from different weights, Adam (slots), and must match one process with twice the batch.
     KIND = sys.argv[3]
 
-    class Subclassed(tf.keras.Model):
+    class Subclassed(K.Model):
         def __init__(self):
             super().__init__()
-            self.hidden = tf.keras.layers.Dense(16, activation="tanh")
-            self.out = tf.keras.layers.Dense(1)
+            self.hidden = K.layers.Dense(16, activation="tanh")
+            self.out = K.layers.Dense(1)
 
         def call(self, inputs, training=False):
             return self.out(self.hidden(inputs))
 
-    def lazy_model(seed: int) -> tf.keras.Model:
-        tf.keras.utils.set_random_seed(seed)
+    def lazy_model(seed: int) -> K.Model:
+        K.utils.set_random_seed(seed)
         if KIND == "sequential":
-            return tf.keras.Sequential([tf.keras.layers.Dense(16, activation="tanh"), tf.keras.layers.Dense(1)])
+            return K.Sequential([K.layers.Dense(16, activation="tanh"), K.layers.Dense(1)])
         if KIND == "subclassed":
             return Subclassed()
         if KIND == "functional":
             return build_model(seed)
         raise SystemExit(f"unknown model kind {KIND!r}")
 
-    class InitialWeights(tf.keras.callbacks.Callback):
+    class InitialWeights(K.callbacks.Callback):
         """The weights every rank starts training from, after tfdist's broadcast."""
 
         def on_train_begin(self, logs=None):
@@ -134,7 +140,7 @@ elif MODE == "lazy":
     strategy = tfdist.make_strategy("horovod", scale_lr=False)
     with strategy.scope():
         model = lazy_model(seed=100 + strategy.rank)
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
+        model.compile(optimizer=strategy.optimizer(K.optimizers.Adam(0.01)), loss="mse")
     built_before_fit = model.built
     start = InitialWeights()
     strategy.fit(model, *data(), batch_size=16, epochs=2, shuffle=False, callbacks=[start])
@@ -143,7 +149,7 @@ elif MODE == "lazy":
         reference = lazy_model(seed=7)
         reference(data()[0][:1])
         reference.set_weights([np.array(w, dtype="float32") for w in start.weights])
-        reference.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="mse")
+        reference.compile(optimizer=K.optimizers.Adam(0.01), loss="mse")
         reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
         payload["reference"] = weights(reference)
     dump(strategy.rank, payload)
@@ -152,9 +158,9 @@ elif MODE == "crash":
     strategy = tfdist.make_strategy("horovod")
     with strategy.scope():
         model = build_model(seed=1)
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+        model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse")
 
-    class Boom(tf.keras.callbacks.Callback):
+    class Boom(K.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             if epoch == 1 and strategy.rank == 1:
                 with open(os.path.join(OUTDIR, "fault-time"), "w") as f:  # the test times the reaction
@@ -168,9 +174,9 @@ elif MODE == "resume":
     first_run = not os.path.exists(os.path.join(OUTDIR, "first-run-done"))
     with strategy.scope():
         model = build_model(seed=1)
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(LR)), loss="mse")
+        model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse")
 
-    class Progress(tf.keras.callbacks.Callback):
+    class Progress(K.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             if first_run and epoch == 2:
                 if strategy.rank == 0:
@@ -181,7 +187,7 @@ elif MODE == "resume":
             with open(os.path.join(OUTDIR, f"epochs-rank{strategy.rank}.txt"), "a") as f:
                 f.write(f"{epoch}\n")
 
-    backup = tf.keras.callbacks.BackupAndRestore(os.path.join(OUTDIR, "backup"))
+    backup = K.callbacks.BackupAndRestore(os.path.join(OUTDIR, "backup"))
     strategy.fit(model, *data(), batch_size=16, epochs=4, callbacks=[backup, Progress()])
 else:
     raise SystemExit(f"unknown mode {MODE!r}")

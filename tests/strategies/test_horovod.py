@@ -1,4 +1,5 @@
-"""The Horovod backend with real `horovodrun -np 2 --gloo` jobs (tests/scripts/hvd_train.py)."""
+"""The Horovod backend with real `horovodrun -np 2 --gloo` jobs (tests/scripts/hvd_train.py), for
+models, optimizers and callbacks of tf-keras and of Keras 3 alike."""
 from __future__ import annotations
 
 import json
@@ -13,16 +14,31 @@ from support import horovodrun
 pytestmark = [pytest.mark.horovod, pytest.mark.no_gpu]  # CPU-exact equivalence tolerances
 
 
-def _run(mode: str, outdir: Path, timeout: float = 300) -> list[dict]:
-    result = horovodrun("hvd_train.py", mode, str(outdir), np=2, timeout=timeout)
+FLAVOURS = ["tf_keras", "keras_3"]
+
+
+def _job(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300):
+    """``hvd_train.py MODE OUTDIR ARGS`` under horovodrun, with models from ``keras``."""
+    return horovodrun("hvd_train.py", mode, str(outdir), *args, np=2, timeout=timeout,
+                      env={"TFDIST_TEST_KERAS": keras})
+
+
+def _run(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300) -> list[dict]:
+    result = _job(mode, outdir, *args, keras=keras, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, list[dict]]:
-    outdir = tmp_path_factory.mktemp("horovod-train")
-    return outdir, _run("train", outdir)
+@pytest.fixture(scope="module", params=FLAVOURS)
+def trained(request, tmp_path_factory) -> tuple[Path, list[dict]]:
+    outdir = tmp_path_factory.mktemp(f"horovod-train-{request.param}")
+    return outdir, _run("train", outdir, keras=request.param)
+
+
+def test_the_job_used_the_keras_it_was_given(trained, request):
+    _, ranks = trained
+    expected = request.node.callspec.params["trained"]
+    assert [r["flavour"] for r in ranks] == [expected, expected]
 
 
 def test_auto_resolves_to_horovod_under_horovodrun(trained):
@@ -112,12 +128,12 @@ def test_validation_figures_in_tensorboard_are_the_mean_over_ranks(trained):
             np.testing.assert_allclose(written, raw.mean(axis=1), rtol=1e-6, err_msg=tag)
 
 
+@pytest.mark.parametrize("keras", FLAVOURS)
 @pytest.mark.parametrize("kind", ["sequential", "subclassed", "functional"])
-def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kind):
-    """Horovod's official example builds a Sequential without Input: the broadcast used to crash."""
-    result = horovodrun("hvd_train.py", "lazy", str(tmp_path), kind, np=2, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rank0, rank1 = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kind, keras):
+    """Horovod's official example builds a Sequential without Input: the broadcast used to crash.
+    Keras 3 builds such models (and its optimizer) inside the first traced step unless tfdist builds them."""
+    rank0, rank1 = _run("lazy", tmp_path, kind, keras=keras)
     assert rank0["built_before_fit"] is (kind == "functional")
     for start0, start1 in zip(rank0["initial"], rank1["initial"]):
         np.testing.assert_array_equal(np.array(start0), np.array(start1))  # the first step is exact
@@ -128,8 +144,9 @@ def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kin
         assert error <= 1e-5, f"{kind}: relative error {error:.2e}"
 
 
-def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path):
-    rank0, rank1 = _run("equivalence", tmp_path)
+@pytest.mark.parametrize("keras", FLAVOURS)
+def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path, keras):
+    rank0, rank1 = _run("equivalence", tmp_path, keras=keras)
     for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
         distributed, reference = np.array(distributed), np.array(reference)
         np.testing.assert_array_equal(distributed, np.array(other))
@@ -137,8 +154,9 @@ def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path):
         assert error <= 1e-5, f"relative error {error:.2e}"
 
 
-def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path):
-    result = horovodrun("hvd_train.py", "crash", str(tmp_path), np=2, timeout=300)
+@pytest.mark.parametrize("keras", FLAVOURS)
+def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path, keras):
+    result = _job("crash", tmp_path, keras=keras)
     ended = time.time()
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stdout + result.stderr
@@ -146,10 +164,11 @@ def test_a_failing_rank_ends_the_whole_job_quickly(tmp_path):
     assert reaction < 60, f"the job took {reaction:.0f}s after the fault to end"  # only a hang breaks it
 
 
-def test_backup_and_restore_resumes_every_rank_at_the_last_finished_epoch(tmp_path):
-    first = horovodrun("hvd_train.py", "resume", str(tmp_path), np=2, timeout=180)
+@pytest.mark.parametrize("keras", FLAVOURS)
+def test_backup_and_restore_resumes_every_rank_at_the_last_finished_epoch(tmp_path, keras):
+    first = _job("resume", tmp_path, keras=keras, timeout=180)
     assert first.returncode != 0 and "stopping the first run at epoch 2" in first.stdout + first.stderr
-    second = horovodrun("hvd_train.py", "resume", str(tmp_path), np=2, timeout=180)
+    second = _job("resume", tmp_path, keras=keras, timeout=180)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     for rank in (0, 1):
         epochs = (tmp_path / f"epochs-rank{rank}.txt").read_text().split()

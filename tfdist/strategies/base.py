@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import tensorflow as tf
 
 from tfdist.errors import ArgumentTypeError, ArgumentValueError
-from tfdist.keras_compat import check_keras_object
+from tfdist import keras_compat
 from tfdist.strategies import inputs, outputs
 from tfdist.strategies.options import StrategyOptions
 
@@ -95,30 +95,26 @@ class DistributedStrategy:
             yield
 
     def optimizer(self, optimizer: Any, scale_lr: bool | None = None) -> Any:
-        """Prepare a tf-keras optimizer: scale its learning rate, then wrap it for the backend."""
-        check_keras_object(optimizer, "optimizer")
-        if isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer):
-            name = type(optimizer).__name__
-            raise ArgumentTypeError(f"`optimizer` is a legacy optimizer ({name}); fix: use "
-                                    f"tf.keras.optimizers.{name} instead of tf.keras.optimizers.legacy")
-        if not isinstance(optimizer, tf.keras.optimizers.Optimizer):
-            raise ArgumentTypeError(f"`optimizer` must be a tf.keras optimizer instance, got {optimizer!r}; "
-                                    "fix: pass e.g. tf.keras.optimizers.Adam(1e-3), not a string")
+        """Prepare a tf-keras or Keras 3 optimizer: scale its learning rate, then wrap it for the backend."""
+        _require_optimizer(optimizer)
+        self._check_flavour(optimizer, "optimizer")
         scale = self.options.scale_lr if scale_lr is None else scale_lr
         if scale and self.lr_scale != 1.0 and getattr(optimizer, _SCALED_MARK, False):
             raise ArgumentValueError("this optimizer's learning rate was already scaled by "
                                      "strategy.optimizer(); fix: pass a new optimizer, or scale_lr=False")
         if scale and self.lr_scale != 1.0:
-            from tfdist.callbacks.learning_rate import uses_schedule
+            from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
 
             if uses_schedule(optimizer):
                 raise ArgumentTypeError(
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
-            rate = float(tf.keras.backend.get_value(optimizer.learning_rate))
-            optimizer.learning_rate = rate * self.lr_scale
+            optimizer.learning_rate = learning_rate_value(optimizer) * self.lr_scale
             setattr(optimizer, _SCALED_MARK, True)
         return self._wrap_optimizer(optimizer)
+
+    def _check_flavour(self, obj: Any, argument: str) -> None:
+        """Refuse a Keras this backend cannot train; the horovod, mirrored and single backends take both."""
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer
@@ -126,9 +122,9 @@ class DistributedStrategy:
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
         """``model.fit`` with the backend's data handling and callbacks; returns the History."""
-        self._check_model(model)
         kwargs = dict(fit_kwargs)
         callbacks = list(kwargs.pop("callbacks", None) or [])
+        self._check_model(model, callbacks)
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
@@ -143,14 +139,14 @@ class DistributedStrategy:
         previous copy, a clean error when a save fails, and a fallback when the newest is unreadable."""
         from tfdist.callbacks.backup import SafeBackup
 
-        if isinstance(getattr(callback, "callback", callback), tf.keras.callbacks.BackupAndRestore):
+        if isinstance(getattr(callback, "callback", callback), _tf_keras_backup()):
             return SafeBackup(callback, is_chief=self.is_chief)
         return callback
 
     def evaluate(self, model: Any, x: Any = None, y: Any = None, **evaluate_kwargs: Any) -> Any:
         """``model.evaluate`` with the same data handling; every rank gets the global result."""
-        self._check_model(model)
         kwargs = dict(evaluate_kwargs)
+        self._check_model(model, list(kwargs.get("callbacks") or []))
         x, y, kwargs = self._prepare_evaluate_inputs(x, y, kwargs)
         kwargs["callbacks"] = self._evaluate_callbacks(list(kwargs.pop("callbacks", None) or []))
         if not self.is_chief:
@@ -164,8 +160,11 @@ class DistributedStrategy:
         return Throughput(batch_size, replicas=self.num_replicas_in_sync, workers=self.num_workers, **kwargs)
 
     # --- hooks ----------------------------------------------------------------------------------
-    def _check_model(self, model: Any) -> None:
-        check_keras_object(model, "model")
+    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
+        keras_compat.keras_of(model, "model")
+        self._check_flavour(model, "model")
+        for index, callback in enumerate(callbacks or []):
+            keras_compat.check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)})
         if getattr(model, "optimizer", None) is None:
             raise ArgumentValueError("the model is not compiled; fix: call model.compile(optimizer="
                                      "strategy.optimizer(...), loss=...) inside strategy.scope() first")
@@ -195,3 +194,23 @@ class DistributedStrategy:
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         """tf.distribute splits a global batch over replicas: scale per-replica sizes up."""
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync)
+
+
+def _tf_keras_backup() -> tuple[type, ...]:
+    """tf-keras' BackupAndRestore, which ``SafeBackup`` knows how to verify (Keras 3's writes another
+    format and is used as it is)."""
+    import sys
+
+    module = sys.modules.get("tf_keras")
+    return (module.callbacks.BackupAndRestore,) if module is not None else ()
+
+
+def _require_optimizer(optimizer: Any) -> None:
+    """A current tf-keras or Keras 3 optimizer instance, else an error naming the fix."""
+    if keras_compat.is_keras(optimizer, "optimizers.legacy.Optimizer"):
+        name = type(optimizer).__name__
+        raise ArgumentTypeError(f"`optimizer` is a legacy optimizer ({name}); fix: use "
+                                f"tf_keras.optimizers.{name} instead of tf_keras.optimizers.legacy")
+    if not keras_compat.is_keras(optimizer, "optimizers.Optimizer"):
+        raise ArgumentTypeError(f"`optimizer` must be a tf-keras or Keras 3 optimizer instance, got {optimizer!r}; "
+                                "fix: pass e.g. keras.optimizers.Adam(1e-3), not a string")

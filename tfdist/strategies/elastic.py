@@ -44,6 +44,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
+import tf_keras
 
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
@@ -85,7 +86,7 @@ def steps_per_epoch(x: Any, kwargs: dict) -> int:
         cardinality = int(x.cardinality().numpy())
         if cardinality > 0:
             return cardinality
-    elif isinstance(x, tf.keras.utils.Sequence):
+    elif isinstance(x, tf_keras.utils.Sequence):
         return len(x)
     elif x is not None and inputs.is_array_input(x):
         return math.ceil(inputs.num_examples(x) / int(kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE))
@@ -114,7 +115,7 @@ def _remainder(x: Any, y: Any, kwargs: dict, done: int, left: int) -> tuple[Any,
     return x, y, kwargs
 
 
-class CommitState(tf.keras.callbacks.Callback):
+class CommitState(tf_keras.callbacks.Callback):
     """Commit the elastic state at each epoch end (and every ``every_batches`` batches).
 
     Put it last, after the callbacks that average or rewrite the epoch logs: the committed
@@ -161,7 +162,7 @@ class CommitState(tf.keras.callbacks.Callback):
         warmup = self.warmup
         if warmup is not None and warmup.target_lr is not None and epoch < math.ceil(warmup.warmup_epochs):
             return float(warmup.target_lr)
-        return float(tf.keras.backend.get_value(self.model.optimizer.learning_rate))
+        return float(tf_keras.backend.get_value(self.model.optimizer.learning_rate))
 
 
 def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwargs: dict) -> Any:
@@ -184,7 +185,7 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
     build_from_first_batch(model, first_x)
     optimizer = model.optimizer
     scaled_for = getattr(optimizer, SCALED_FOR, None) if strategy.options.scale_lr else None
-    rate = float(tf.keras.backend.get_value(optimizer.learning_rate))
+    rate = float(tf_keras.backend.get_value(optimizer.learning_rate))
     state = new_state(model, initial_epoch, rate / scaled_for if scaled_for else None)
     every = strategy.options.commit_every_batches
     last: dict = {}
@@ -258,7 +259,7 @@ def _run_elastic(hvd_elastic: Any, attempt: Any, state: Any, epochs: int) -> Non
 
 def _history(model: Any, state: Any, initial_epoch: int, last: Any) -> Any:
     """A History of every committed epoch, once each, whatever attempts ran them."""
-    history = tf.keras.callbacks.History()
+    history = tf_keras.callbacks.History()
     history.set_model(model)
     history.history = {name: list(values) for name, values in state.history.items()}
     history.epoch = list(range(initial_epoch, initial_epoch + len(state.sizes)))
@@ -269,7 +270,7 @@ def _history(model: Any, state: Any, initial_epoch: int, last: Any) -> Any:
 def _refuse_backup(callbacks: list) -> None:
     """BackupAndRestore would restore a file over the state Horovod just synchronised."""
     for callback in callbacks:
-        if isinstance(getattr(callback, "callback", callback), tf.keras.callbacks.BackupAndRestore):
+        if isinstance(getattr(callback, "callback", callback), tf_keras.callbacks.BackupAndRestore):
             raise ArgumentValueError(with_fix(
                 "BackupAndRestore with elastic=True: after every host change the elastic state is restored "
                 "and broadcast from memory, and BackupAndRestore would then load its file over it",

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
-from tfdist import upstream
+import logging
+
+from tfdist import keras_compat, upstream
 from tfdist.environments import HorovodRunEnvironment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
@@ -17,6 +19,7 @@ from tfdist.strategies.registry import STRATEGIES
 
 #: horovodrun exports HOROVOD_ELASTIC=1 to every rank of an elastic job (and only then).
 HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
+log = logging.getLogger("tfdist")
 #: Set on an optimizer ``strategy.optimizer()`` scaled: the size its learning rate was scaled for.
 SCALED_FOR = "_tfdist_lr_scaled_for"
 
@@ -147,17 +150,18 @@ class HorovodStrategy(DistributedStrategy):
         return self._hvd.size()
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
-        from horovod.tensorflow.keras import DistributedOptimizer
+        from tfdist.strategies.allreduce import AllreduceSettings, distributed_optimizer
 
         hvd = self._hvd
-        compression = hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none
-        return DistributedOptimizer(
-            optimizer,
-            compression=compression,
-            backward_passes_per_step=self.options.backward_passes_per_step,
-            average_aggregated_gradients=True,
+        return distributed_optimizer(optimizer, AllreduceSettings(
             op=hvd.Average if self.options.average_gradients else hvd.Sum,
-        )
+            compression=hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none,
+            backward_passes_per_step=self.options.backward_passes_per_step))
+
+    def _check_flavour(self, obj: Any, argument: str) -> None:
+        if self.options.elastic:
+            keras_compat.refuse_keras_3(obj, argument, "elastic horovod",
+                                        "tfdist's elastic loop restores tf-keras state only")
 
     def optimizer(self, optimizer: Any, scale_lr: bool | None = None) -> Any:
         """As ``DistributedStrategy.optimizer``; with ``elastic`` it also records the size the rate
@@ -168,7 +172,7 @@ class HorovodStrategy(DistributedStrategy):
         if self.options.elastic and scale and self.lr_scale == 1.0:
             from tfdist.callbacks.learning_rate import uses_schedule
 
-            if isinstance(optimizer, tf.keras.optimizers.Optimizer) and uses_schedule(optimizer):
+            if keras_compat.is_keras(optimizer, "optimizers.Optimizer") and uses_schedule(optimizer):
                 raise ArgumentTypeError(with_fix(
                     "cannot rescale a LearningRateSchedule by the number of replicas, which elastic=True does "
                     "whenever hosts join or leave (this job starts with one rank)",
@@ -198,8 +202,13 @@ class HorovodStrategy(DistributedStrategy):
                                      steps_key="steps")
 
     def _before_fit(self, model: Any, x: Any) -> None:
-        """Create every variable before the broadcast, so the first step is already exact."""
+        """Create every variable before the broadcast, so the first step is already exact; keep a
+        Keras 3 model's train step out of XLA, which has no kernel for Horovod's ops."""
         build_from_first_batch(model, x)
+        if keras_compat.flavour_of(model) == keras_compat.KERAS_3 and model.jit_compile:
+            log.info("tfdist: compiling %s's train step without XLA (jit_compile=False): Horovod's "
+                     "allreduce has no XLA kernel", model.name)
+            model.jit_compile = False
 
     def _reduce_evaluation(self, result: Any) -> Any:
         """Average ``evaluate``'s per-rank results so every rank returns the global figures."""
@@ -247,16 +256,18 @@ class HorovodStrategy(DistributedStrategy):
         the chief only."""
         from tfdist.callbacks import ChiefOnly
 
-        if isinstance(callback, tf.keras.callbacks.BackupAndRestore) and not self.is_chief:
+        if keras_compat.is_keras(callback, "callbacks.BackupAndRestore") and not self.is_chief:
             return ChiefOnly(callback, is_chief=False, everywhere=("on_train_begin",))
-        if isinstance(callback, (*_writers(), tf.keras.callbacks.ProgbarLogger)) and not self.is_chief:
+        if (isinstance(callback, _writers()) or keras_compat.is_keras(callback, "callbacks.ProgbarLogger")) \
+                and not self.is_chief:
             return ChiefOnly(callback, is_chief=False)
         return callback
 
 
 def _writers() -> tuple[type, ...]:
-    """The callbacks that write files (read when called: ``tf.keras`` resolves lazily)."""
-    return (tf.keras.callbacks.ModelCheckpoint, tf.keras.callbacks.TensorBoard, tf.keras.callbacks.CSVLogger)
+    """The callbacks that write files, of both Kerases."""
+    return tuple(cls for name in ("ModelCheckpoint", "TensorBoard", "CSVLogger")
+                 for cls in keras_compat.loaded_classes(f"callbacks.{name}"))
 
 
 def _unwrapped(callback: Any) -> Any:
@@ -270,7 +281,11 @@ def _writes_batch_logs(callback: Any) -> bool:
     ModelCheckpoint with an integer ``save_freq``), decided the same way on every rank so the
     batch-level averaging allreduces pair up."""
     inner = _unwrapped(callback)
-    return isinstance(inner, _writers()) and upstream.has_batch_hooks(inner)
+    if not isinstance(inner, _writers()):
+        return False
+    if keras_compat.flavour_of(inner) == keras_compat.KERAS_3:  # Keras 3 calls every hook; these save per batch
+        return getattr(inner, "save_freq", "epoch") != "epoch" or getattr(inner, "update_freq", "epoch") != "epoch"
+    return upstream.has_batch_hooks(inner)
 
 
 def _refuse_batch_summaries(callbacks: list) -> None:
@@ -278,7 +293,7 @@ def _refuse_batch_summaries(callbacks: list) -> None:
     loss: under Horovod that would be rank 0's value, not the job's, so it is refused."""
     for callback in callbacks:
         inner = _unwrapped(callback)
-        if isinstance(inner, tf.keras.callbacks.TensorBoard) and inner.update_freq != "epoch":
+        if keras_compat.is_keras(inner, "callbacks.TensorBoard") and inner.update_freq != "epoch":
             raise ArgumentValueError(with_fix(
                 f"TensorBoard(update_freq={inner.update_freq!r}) writes each batch's loss from inside the "
                 "training step, where Horovod has only this rank's own value, so the chief would record "
@@ -288,34 +303,36 @@ def _refuse_batch_summaries(callbacks: list) -> None:
 
 def build_from_first_batch(model: Any, x: Any) -> None:
     """Create a model's variables (and its optimizer's slots) from the structure of ``x``'s first
-    batch, for models that build lazily: a ``Sequential`` without ``Input`` and subclassed models.
+    batch, for models that build lazily: a ``Sequential`` without ``Input`` and subclassed models
+    (and, in Keras 3, the optimizer, which otherwise builds inside the first traced step).
 
     The model is called once on that batch in inference mode; nothing is trained. The optimizer's
     slots follow, so a broadcast right after covers every variable the first step will use.
     """
-    if not model.built:
+    keras = keras_compat.keras_of(model, "model")
+    if not model.built or not model.variables:
         if x is None:
             raise inputs.InputError(with_fix(
                 "the model has no weights yet and no training data was given to build it from",
-                "give the model an input shape (tf.keras.Input) or call model.build() first"))
-        model(_first_batch_inputs(x), training=False)
+                "give the model an input shape (keras.Input) or call model.build() first"))
+        model(_first_batch_inputs(keras, x), training=False)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and hasattr(optimizer, "build") and not upstream.optimizer_is_built(optimizer):
         optimizer.build(model.trainable_variables)
 
 
-def _first_batch_inputs(x: Any) -> Any:
+def _first_batch_inputs(keras: Any, x: Any) -> Any:
     """The model inputs of ``x``'s first batch: arrays sliced, a dataset's first element unpacked."""
     if inputs.is_dataset(x):
         element = next(iter(x.take(1)))
-        features, _, _ = tf.keras.utils.unpack_x_y_sample_weight(element)
+        features, _, _ = keras.utils.unpack_x_y_sample_weight(element)
         return features
-    if isinstance(x, tf.keras.utils.Sequence):
-        features, _, _ = tf.keras.utils.unpack_x_y_sample_weight(x[0])
+    if isinstance(x, keras.utils.Sequence):
+        features, _, _ = keras.utils.unpack_x_y_sample_weight(x[0])
         return features
     if inputs.is_array_input(x):
         return tf.nest.map_structure(lambda leaf: leaf[:1], x)
     raise inputs.InputError(with_fix(
         f"the model has no weights yet, and tfdist cannot look at the first batch of a "
         f"{type(x).__name__} without consuming it",
-        "give the model an input shape (tf.keras.Input(shape=...)) or call model.build() before fit"))
+        "give the model an input shape (keras.Input(shape=...)) or call model.build() before fit"))

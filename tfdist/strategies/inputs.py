@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from tfdist.errors import TfdistError, with_fix
 
@@ -225,7 +226,7 @@ def array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool, shard: 
             dataset = dataset.shuffle(4096)
         return dataset.repeat().batch(batch_size).prefetch(2)
 
-    return tf.keras.utils.experimental.DatasetCreator(dataset_fn)
+    return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
 def finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
@@ -253,7 +254,7 @@ def finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
 
 def parameter_server_fit_inputs(x: Any, y: Any, kwargs: dict, *, shard: bool) -> tuple[Any, Any, dict]:
     """``fit`` arguments for the coordinator: per-worker pipelines and an explicit epoch length."""
-    creator_type = tf.keras.utils.experimental.DatasetCreator
+    creator_type = tf_keras.utils.experimental.DatasetCreator
     if isinstance(x, creator_type) or (callable(x) and not is_dataset(x)):
         require_steps(kwargs, "a dataset_fn")
         return (x if isinstance(x, creator_type) else creator_type(x)), y, kwargs

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
+from tfdist import keras_compat
 from tfdist.cluster import TFConfig
 from tfdist.errors import with_fix
 from tfdist.strategies import inputs
@@ -71,6 +72,12 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     @property
     def is_chief(self) -> bool:
         return self._config.is_chief if self._config is not None else True
+
+    def _check_flavour(self, obj: Any, argument: str) -> None:
+        keras_compat.refuse_keras_3(
+            obj, argument, "multi_worker_mirrored",
+            "Keras 3's fit fails under MultiWorkerMirroredStrategy with `PerReplica ... unsupported "
+            "type` (keras-team/keras#20585); tf-keras' fit works")
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,

@@ -20,19 +20,19 @@ class OutputPathError(TfdistError, OSError):
 
 def output_paths(callbacks: Iterable[Any]) -> list[tuple[str, str]]:
     """``(what, directory)`` for every callback that writes files; wrappers (ChiefOnly) unwrapped."""
-    import tensorflow as tf
+    from tfdist.keras_compat import is_keras
 
     found: list[tuple[str, str]] = []
     for callback in callbacks:
         inner = getattr(callback, "callback", callback)  # ChiefOnly and TensorBoardRun wrap a writer
         name = type(inner).__name__
-        if isinstance(inner, tf.keras.callbacks.BackupAndRestore):
+        if is_keras(inner, "callbacks.BackupAndRestore"):
             found.append((f"{name}(backup_dir=...)", inner.backup_dir))
-        elif isinstance(inner, tf.keras.callbacks.TensorBoard):
+        elif is_keras(inner, "callbacks.TensorBoard"):
             found.append((f"{name}(log_dir=...)", inner.log_dir))
-        elif isinstance(inner, tf.keras.callbacks.ModelCheckpoint):
+        elif is_keras(inner, "callbacks.ModelCheckpoint"):
             found.append((f"{name}(filepath=...)", _fixed_directory(os.fspath(inner.filepath))))
-        elif isinstance(inner, tf.keras.callbacks.CSVLogger):
+        elif is_keras(inner, "callbacks.CSVLogger"):
             found.append((f"{name}(filename=...)", os.path.dirname(os.fspath(inner.filename)) or "."))
     return found
 

@@ -23,8 +23,9 @@ import os
 from typing import Any, Callable, Mapping
 
 import tensorflow as tf
+import tf_keras
 
-from tfdist import lifecycle, upstream
+from tfdist import keras_compat, lifecycle, upstream
 from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import grpc_task_env
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
@@ -293,11 +294,17 @@ class ParameterServerStrategy(DistributedStrategy):
     def lr_scale(self) -> float:
         return 1.0
 
+    def _check_flavour(self, obj: Any, argument: str) -> None:
+        keras_compat.refuse_keras_3(
+            obj, argument, "parameter_server",
+            "Keras 3's fit does not drive ParameterServerStrategy (it asks for the dataset to be "
+            "passed to ClusterCoordinator.create_per_worker_dataset); tf-keras' fit does")
+
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
+        self._check_model(model, list(fit_kwargs.get("callbacks") or []))
         if self.is_evaluator:
             return self._evaluate_checkpoints(model, x, y, fit_kwargs)
-        self._check_model(model)
         steps = self.options.steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
         if steps > 1 and upstream.steps_per_execution(model) == 1:
             upstream.set_steps_per_execution(model, steps)
@@ -351,7 +358,7 @@ class ParameterServerStrategy(DistributedStrategy):
                 "use epoch-level callbacks (for example TensorBoard(update_freq='epoch'), "
                 "tfdist.callbacks.Throughput) or another strategy"))
         if self.options.checkpoint_dir:
-            callbacks = callbacks + [tf.keras.callbacks.ModelCheckpoint(
+            callbacks = callbacks + [tf_keras.callbacks.ModelCheckpoint(
                 os.path.join(self.options.checkpoint_dir, "ckpt-{epoch}"), save_weights_only=True)]
         return callbacks
 
@@ -368,11 +375,11 @@ class ParameterServerStrategy(DistributedStrategy):
                 int(fit_kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE))
         lifecycle.exit_when_chief_leaves(self.chief_address, self.options.chief_grace_seconds,
                                          self.options.chief_startup_timeout)
-        report = tf.keras.callbacks.LambdaCallback(on_test_end=lambda logs: print(
+        report = tf_keras.callbacks.LambdaCallback(on_test_end=lambda logs: print(
             "[tfdist] evaluator: step %d %s" % (int(model.optimizer.iterations.numpy()),
                                                  " ".join(f"{k}={v:.4f}" for k, v in (logs or {}).items())),
             flush=True))
-        evaluator = tf.keras.utils.SidecarEvaluator(
+        evaluator = tf_keras.utils.SidecarEvaluator(
             model, data, self.options.checkpoint_dir, max_evaluations=fit_kwargs.get("epochs"),
             callbacks=[report, *(fit_kwargs.get("callbacks") or [])])
         evaluator.start()
