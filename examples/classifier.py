@@ -6,6 +6,11 @@
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/classifier.py
 
 ``--strategy`` (default ``auto``) names a backend instead of letting the launcher decide.
+``--keras 3`` builds the model with Keras 3 (``import keras``) instead of tf-keras (the Keras 2
+API, ``--keras 2``, the default); the horovod, mirrored and single backends train either, the
+parameter-server and multi-worker-mirrored backends tf-keras only (Keras 3 cannot drive them):
+
+    horovodrun -np 2 -H localhost:2 python examples/classifier.py --keras 3
 
 Data: scikit-learn's handwritten digits (8x8, 1,797 images, shipped with the package), or
 ``--data mnist.npz`` in Keras' layout (x_train, y_train, x_test, y_test). TensorBoard logs go
@@ -14,9 +19,11 @@ to ``--logdir/<run-name>/``; the last line printed is the result.
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
+from types import ModuleType
 
-import tfdist  # before tensorflow: keeps tf.keras on tf-keras
+import tfdist
 
 import numpy as np
 import tensorflow as tf
@@ -48,15 +55,19 @@ def load_data(path: str | None, seed: int = 0) -> tuple[tuple[np.ndarray, np.nda
     return (prepare(x_train), y_train.astype("int64")), (prepare(x_test), y_test.astype("int64"))
 
 
-def build_model(input_shape: tuple[int, ...], classes: int = 10) -> tf.keras.Model:
-    return tf.keras.Sequential([
-        tf.keras.Input(input_shape),
-        tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(128, activation="relu"),
-        tf.keras.layers.Dense(classes),
+KERAS = {"2": "tf_keras", "3": "keras"}  # --keras: the package to build with
+
+
+def build_model(keras: ModuleType, input_shape: tuple[int, ...], classes: int = 10) -> tf.Module:
+    """A small CNN from ``keras`` (the ``tf_keras`` or the ``keras`` package)."""
+    return keras.Sequential([
+        keras.Input(input_shape),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(classes),
     ])
 
 
@@ -64,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategy", default="auto", choices=tfdist.available_strategies(),
                         help="the backend (default: auto, chosen from the launcher's environment)")
+    parser.add_argument("--keras", default="2", choices=sorted(KERAS),
+                        help="2: tf-keras (default, every backend); 3: Keras 3 (horovod, mirrored, single)")
     parser.add_argument("--data", help="an .npz file in Keras' MNIST layout (default: scikit-learn digits)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32, help="per worker (default: 32)")
@@ -78,14 +91,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--warmup-epochs is a Horovod option; --strategy {args.strategy} has no LR warm-up")
     horovod = {"warmup_epochs": 1.0 if args.warmup_epochs is None else args.warmup_epochs}
     strategy = tfdist.make_strategy(args.strategy, **tfdist.options_for(args.strategy, {"horovod": horovod}))
+    keras = importlib.import_module(KERAS[args.keras])
     (x_train, y_train), (x_test, y_test) = load_data(args.data)
     with strategy.scope():
-        model = build_model(x_train.shape[1:])
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(args.lr)),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        model = build_model(keras, x_train.shape[1:])
+        model.compile(optimizer=strategy.optimizer(keras.optimizers.Adam(args.lr)),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     board = TensorBoardRun(args.logdir, args.run_name, strategy=strategy, batch_size=args.batch_size,
-                           hparams={"lr": args.lr, "epochs": args.epochs})
+                           hparams={"lr": args.lr, "epochs": args.epochs, "keras": args.keras})
     throughput = strategy.throughput(args.batch_size)
     start = time.perf_counter()
     strategy.fit(model, x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
@@ -95,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                                 return_dict=True)
     if strategy.is_chief:
         rate = np.mean(throughput.history[1:] or throughput.history)
-        print(f"RESULT strategy={strategy.kind} workers={strategy.num_workers} "
+        print(f"RESULT strategy={strategy.kind} keras={args.keras} workers={strategy.num_workers} "
               f"test_accuracy={results['accuracy']:.4f} test_loss={results['loss']:.4f} "
               f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f} logdir={board.run_dir}",
               flush=True)

@@ -100,6 +100,30 @@ def test_classifier(strategy, launcher, tmp_path):
     assert list((run_dir / "train").glob("events.out.tfevents.*")), f"no TensorBoard events in {run_dir}"
 
 
+@pytest.mark.parametrize("strategy, launcher", [_case(strategy, LAUNCH[strategy], strategy)
+                                                for strategy in ("horovod", "single", "mirrored")])
+def test_classifier_with_keras_3(strategy, launcher, tmp_path):
+    backend, workers = expected(strategy, launcher)
+    run = run_example("classifier.py", launcher, "--keras", "3", "--strategy", strategy, "--epochs", "1",
+                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"))
+    result = result_line(run)
+    assert result["keras"] == "3"
+    assert_trained(result, backend, workers)
+    assert list((Path(result["logdir"]) / "train").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("strategy, launcher", [_case(strategy, LAUNCH[strategy], strategy)
+                                                for strategy in ("parameter_server", "multi_worker_mirrored")])
+def test_classifier_with_keras_3_is_refused_where_keras_3_cannot_train(strategy, launcher, tmp_path):
+    run = run_example("classifier.py", launcher, "--keras", "3", "--strategy", strategy, "--epochs", "1",
+                      "--logdir", str(tmp_path / "runs"))
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output[-3000:]
+    assert f"the {strategy} backend cannot train Keras 3 models" in output, output[-3000:]
+    assert "import tf_keras" in output and "horovod backend" in output
+    assert not list((tmp_path / "runs").glob("*/train/events.out.tfevents.*")), "refused before training"
+
+
 @pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY)
 def test_synthetic_benchmark(strategy, launcher, tmp_path):
     backend, workers = expected(strategy, launcher)
