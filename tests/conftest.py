@@ -36,10 +36,11 @@ def _snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own
 
 
-# Variables TensorFlow (and h5py under it) export the first time they are imported: a test that
-# first imports it may add these, and only these.
+# Variables TensorFlow (and h5py under it) and Keras 3 (KMP_*, for OpenMP) export the first time they
+# are imported: a test that first imports them may add these, and only these.
 _IMPORT_VARIABLES = frozenset({"ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH", "TF2_BEHAVIOR",
-                               "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION"})
+                               "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION",
+                               "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"})
 
 
 @pytest.fixture(autouse=True)
