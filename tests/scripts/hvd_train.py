@@ -100,7 +100,7 @@ elif MODE == "equivalence":
         model = build_model(seed=1)
         model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse")
     strategy.fit(model, *data(), batch_size=16, epochs=2, shuffle=False)
-    payload = {"distributed": weights(model)}
+    payload = {"distributed": weights(model), "tf_keras_is": tfdist.keras_compat.tf_keras_flavour(tf)}
     if strategy.rank == 0:
         reference = build_model(seed=1)
         reference.compile(optimizer=K.optimizers.SGD(LR), loss="mse")

@@ -17,14 +17,14 @@ pytestmark = [pytest.mark.horovod, pytest.mark.no_gpu]  # CPU-exact equivalence 
 FLAVOURS = ["tf_keras", "keras_3"]
 
 
-def _job(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300):
+def _job(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300, **env: str):
     """``hvd_train.py MODE OUTDIR ARGS`` under horovodrun, with models from ``keras``."""
     return horovodrun("hvd_train.py", mode, str(outdir), *args, np=2, timeout=timeout,
-                      env={"TFDIST_TEST_KERAS": keras})
+                      env={"TFDIST_TEST_KERAS": keras, **env})
 
 
-def _run(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300) -> list[dict]:
-    result = _job(mode, outdir, *args, keras=keras, timeout=timeout)
+def _run(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300, **env: str) -> list[dict]:
+    result = _job(mode, outdir, *args, keras=keras, timeout=timeout, **env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
@@ -144,9 +144,13 @@ def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kin
         assert error <= 1e-5, f"{kind}: relative error {error:.2e}"
 
 
-@pytest.mark.parametrize("keras", FLAVOURS)
-def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path, keras):
-    rank0, rank1 = _run("equivalence", tmp_path, keras=keras)
+@pytest.mark.parametrize("keras, tf_keras_is", [("tf_keras", "tf_keras"), ("keras_3", "keras_3"),
+                                               ("tf_keras", "keras_3")])
+def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path, keras, tf_keras_is):
+    """Last case: tf-keras objects in a process where ``tf.keras`` (and so Horovod's Keras) is Keras 3."""
+    legacy = "1" if tf_keras_is == "tf_keras" else "0"
+    rank0, rank1 = _run("equivalence", tmp_path, keras=keras, TF_USE_LEGACY_KERAS=legacy)
+    assert rank0["tf_keras_is"] == tf_keras_is
     for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
         distributed, reference = np.array(distributed), np.array(reference)
         np.testing.assert_array_equal(distributed, np.array(other))
