@@ -61,6 +61,41 @@ def test_raw_learning_rate_keeps_a_schedule():
     assert float(upstream.raw_learning_rate(tf.keras.optimizers.SGD(0.25)).numpy()) == 0.25
 
 
+def test_optimizer_is_built_follows_build_of_a_keras_3_optimizer():
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+    assert upstream.optimizer_is_built(optimizer) is False
+    optimizer.build(model.trainable_variables)
+    assert upstream.optimizer_is_built(optimizer) is True
+
+
+def test_raw_learning_rate_of_a_keras_3_optimizer_before_and_after_build():
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.25)
+    before = upstream.raw_learning_rate(optimizer)
+    assert isinstance(before, keras.Variable) and float(before.numpy()) == 0.25
+    optimizer.build(model.trainable_variables)
+    optimizer.learning_rate = 0.5  # the public setter assigns the same variable
+    assert upstream.raw_learning_rate(optimizer) is before and float(before.numpy()) == 0.5
+
+
+def test_raw_learning_rate_keeps_a_keras_3_schedule_through_training():
+    keras = pytest.importorskip("keras")
+    import numpy as np
+
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    optimizer = keras.optimizers.SGD(schedule)
+    assert upstream.raw_learning_rate(optimizer) is schedule
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(np.ones((40, 2), "float32"), np.ones((40, 1), "float32"), batch_size=4, verbose=0)  # 10 steps
+    assert upstream.optimizer_is_built(optimizer) is True
+    assert upstream.raw_learning_rate(optimizer) is schedule
+    assert float(optimizer.learning_rate) == pytest.approx(0.05)  # the public property: the decayed value
+
+
 def test_tensorflow_says_it_uses_legacy_keras():
     assert upstream.tf_uses_legacy_keras(tf) is True  # tfdist set TF_USE_LEGACY_KERAS=1 before import
 

@@ -163,6 +163,8 @@ class DistributedStrategy:
     def _check_model(self, model: Any, callbacks: list | None = None) -> None:
         keras_compat.keras_of(model, "model")
         self._check_flavour(model, "model")
+        if getattr(model, "optimizer", None) is not None:
+            keras_compat.check_same_flavour(model, optimizer=model.optimizer)
         for index, callback in enumerate(callbacks or []):
             keras_compat.check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)})
         if getattr(model, "optimizer", None) is None:
