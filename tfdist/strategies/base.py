@@ -132,7 +132,10 @@ class DistributedStrategy:
         kwargs["callbacks"] = [self._safe_backup(cb) for cb in self._fit_callbacks(callbacks, kwargs)]
         if not self.is_chief:
             kwargs["verbose"] = 0
-        return model.fit(x, y, **kwargs)
+        try:
+            return model.fit(x, y, **kwargs)
+        finally:
+            _stop_samplers(kwargs["callbacks"])
 
     def _safe_backup(self, callback: Any) -> Any:
         """A ``BackupAndRestore`` (or the ChiefOnly around it) wrapped in ``SafeBackup``: a verified
@@ -196,6 +199,17 @@ class DistributedStrategy:
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         """tf.distribute splits a global batch over replicas: scale per-replica sizes up."""
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync)
+
+
+def _stop_samplers(callbacks: list) -> None:
+    """Stop the background threads of ``SystemMetrics`` callbacks: neither Keras calls
+    ``on_train_end`` when ``fit`` raises, and a failed run must leave no thread behind."""
+    from tfdist.callbacks.system_metrics import SystemMetrics
+
+    for callback in callbacks:
+        inner = getattr(callback, "callback", callback)
+        if isinstance(inner, SystemMetrics):
+            inner.close()
 
 
 def _tf_keras_backup() -> tuple[type, ...]:
