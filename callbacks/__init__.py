@@ -7,21 +7,26 @@
 | LearningRateWarmup      | linear warm-up from the single-worker rate to the scaled rate      |
 | LearningRateScale       | multiply the rate over a range of epochs (step decay, ...)         |
 | ChiefOnly               | run any callback on the chief only                                  |
-| Throughput              | examples/s and step time into the epoch logs                        |
-| TensorBoardRun          | chief-only TensorBoard in <logdir>/<run-name>/ with hparams         |
+| Throughput              | examples/s, step time and wall time into the epoch logs             |
+| WorkerMetrics           | every Horovod rank's step time, allreduce time, straggler spread    |
+| ParameterServerMetrics  | coordinator step time vs. local compute time (parameter servers)   |
+| SystemMetrics           | CPU, memory, network, GPU of every task into <run>/system/<task>/   |
+| TensorBoardRun          | chief-only TensorBoard in <logdir>/<run-name>/ with hparams, targets|
 | SafeBackup              | BackupAndRestore with a verified previous copy and clean failures  |
 
 Each works on every backend and is a no-op where the backend already does the job.
 """
-import tfdist  # noqa: F401  (Keras 2 routing before TensorFlow loads)
+import tfdist  # noqa: F401  (tf.keras routing before TensorFlow loads)
 
 from tfdist.callbacks.backup import BackupError, SafeBackup
 from tfdist.callbacks.broadcast import BroadcastInitialState
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.callbacks.learning_rate import LearningRateScale, LearningRateWarmup, warmup_learning_rate
 from tfdist.callbacks.metric_average import MetricAverage
+from tfdist.callbacks.system_metrics import SystemMetrics
 from tfdist.callbacks.tensorboard import TensorBoardRun, default_run_name
 from tfdist.callbacks.throughput import Throughput
+from tfdist.callbacks.worker_metrics import ParameterServerMetrics, WorkerMetrics
 
 __all__ = [
     "BackupError",
@@ -30,9 +35,12 @@ __all__ = [
     "LearningRateScale",
     "LearningRateWarmup",
     "MetricAverage",
+    "ParameterServerMetrics",
     "SafeBackup",
+    "SystemMetrics",
     "TensorBoardRun",
     "Throughput",
+    "WorkerMetrics",
     "default_run_name",
     "warmup_learning_rate",
 ]

@@ -58,6 +58,15 @@ def task_name(model: Any = None) -> str:
     return "single"
 
 
+def _chiefs_run_dir(run_dir: str) -> str:
+    """Rank 0's run directory on every Horovod rank (one broadcast; every rank runs this callback):
+    a default run name holds a timestamp each rank took itself, which may differ by a second."""
+    hvd = _runtime.horovod()
+    if hvd is None or hvd.size() == 1:
+        return run_dir
+    return hvd.broadcast_object(run_dir, root_rank=0, name="tfdist.system_metrics.run_dir")
+
+
 def _cluster_task(task_type: str, task_index: Any) -> str:
     return "chief" if task_type == "chief" else f"{task_type}{int(task_index or 0)}"
 
@@ -68,7 +77,8 @@ class SystemMetrics(tf_keras.callbacks.Callback):
 
     ``run_dir_or_board``: a ``TensorBoardRun`` (its ``run_dir``) or a run directory path.
     ``task`` overrides the folder name (default: ``task_name()``, asked of the running job).
-    Use on every task: each writes only its own folder. ``close()`` ends the sampling at once
+    Use on every task: each writes only its own folder (under Horovod, of rank 0's run directory,
+    which every rank receives at the start of training). ``close()`` ends the sampling at once
     (also after a ``fit`` that raised); ``with SystemMetrics(...) as metrics:`` calls it.
     """
 
@@ -104,6 +114,7 @@ class SystemMetrics(tf_keras.callbacks.Callback):
         import tensorflow as tf
 
         self.close()  # a sampler left running by a fit that raised
+        self.run_dir = _chiefs_run_dir(self.run_dir)
         self.log_dir = os.path.join(self.run_dir, SYSTEM_FOLDER, self.task or task_name(self.model))
         self._writer = tf.summary.create_file_writer(self.log_dir)  # lazily, on the task that writes it
         self.sampler = system_metrics.SystemSampler(self._write, self.interval_s)

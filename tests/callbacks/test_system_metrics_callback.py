@@ -242,6 +242,7 @@ def test_under_horovod_every_rank_writes_its_own_folder_of_the_run(tmp_path, fla
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = tmp_path / "tb" / "run"
     assert sorted(p.name for p in (run / "system").iterdir()) == ["rank0", "rank1"]
+    assert not (tmp_path / "tb" / "run-elsewhere").exists()  # rank 1 got rank 0's run directory
     for rank in (0, 1):
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert report["log_dir"] == str(run / "system" / f"rank{rank}")

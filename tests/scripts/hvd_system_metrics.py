@@ -2,8 +2,8 @@
 
     python hvd_system_metrics.py OUTDIR
 
-Every rank runs SystemMetrics on the chief's TensorBoardRun (named explicitly, so all ranks agree
-on the run directory) and writes OUTDIR/rank<N>.json: its log_dir and whether its sampling thread
+Every rank runs SystemMetrics on its TensorBoardRun (rank 1's named otherwise: it must still write
+into rank 0's run directory) and writes OUTDIR/rank<N>.json: its log_dir and whether its sampling thread
 is gone after fit. TFDIST_TEST_KERAS picks tf_keras (default) or keras_3.
 """
 from __future__ import annotations
@@ -44,7 +44,10 @@ with strategy.scope():
     K.utils.set_random_seed(0)
     model = K.Sequential([K.Input((8,)), K.layers.Dense(16, activation="relu"), K.layers.Dense(1)])
     model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(0.01)), loss="mse")
-board = TensorBoardRun(os.path.join(OUTDIR, "tb"), run_name="run", strategy=strategy, batch_size=16)
+# Rank 1 names its run otherwise, as a default name's per-rank timestamp may: SystemMetrics must
+# still write into rank 0's run directory.
+board = TensorBoardRun(os.path.join(OUTDIR, "tb"), run_name="run" if strategy.rank == 0 else "run-elsewhere",
+                       strategy=strategy, batch_size=16)
 system = SystemMetrics(board, interval_s=0.5)
 strategy.fit(model, x, y, batch_size=16, epochs=3, callbacks=[board, system, SlowEpochs()])
 with open(os.path.join(OUTDIR, f"rank{strategy.rank}.json"), "w") as f:
