@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS = 1
 
-.PHONY: setup demo test test-fast bench bench-network clean
+.PHONY: setup demo report test test-fast bench bench-network clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
 	@bash scripts/demo.sh
+
+report: setup  ## one page comparing the runs of runs/ (what `make demo` ends with): runs/report.html
+	@$(VENV)/bin/tfdist report runs --out runs/report.html
 
 test: setup
 	@$(PY) -m pytest -q

@@ -21,8 +21,10 @@ setup(
         "tfdist.cli",
         "tfdist.cluster",
         "tfdist.environments",
+        "tfdist.horovod",
         "tfdist.advise",
         "tfdist.launch",
+        "tfdist.report",
         "tfdist.strategies",
         "tfdist.testing",
         "tfdist.callbacks",
@@ -35,6 +37,7 @@ setup(
         "tensorboard~=2.21.0",
         "click>=8",
         "PyYAML>=6",
+        "matplotlib>=3.8",  # `tfdist report` draws with it
     ],
     extras_require={
         # Horovod is built from source by scripts/setup.sh (see README); this extra pins it.

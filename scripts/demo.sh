@@ -2,6 +2,7 @@
 # `make demo`: the classifier example trained two ways on this machine, results side by side.
 #   1. Horovod ring-allreduce, 2 ranks (horovodrun --gloo)
 #   2. ParameterServerStrategy, chief + 2 workers + 1 ps (tfdist launch)
+# then `tfdist report` draws every run of $LOGDIR on one page: $LOGDIR/report.html.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -37,3 +38,9 @@ for name in horovod parameter_server; do
 done
 printf '\nTensorBoard: .venv/bin/tensorboard --logdir %s  (then open http://localhost:6006;\n' "$LOGDIR"
 printf 'the HParams tab compares the runs by strategy, workers and batch size)\n'
+
+# One page comparing every run of $LOGDIR (figures drawn with matplotlib, embedded in the HTML).
+report="$(tfdist report "$LOGDIR" --out "$LOGDIR/report.html" 2>"$log/report.err")" \
+  || { quiet <"$log/report.err" >&2; echo "tfdist report failed; see above" >&2; exit 1; }
+printf '\nReport: %s  (open it in a browser; `tfdist report %s --out report.png` for one image)\n' \
+  "$report" "$LOGDIR"

@@ -4,11 +4,13 @@
 #   bash scripts/setup.sh          # what `make setup` runs
 #
 # 1. Debian packages: the build tools Horovod needs (cmake, g++, libhighwayhash-dev, libfarmhash-dev),
-#    and what the multi-host tests' network lab runs (openssh-server, iproute2).
+#    what the multi-host tests' network lab runs (openssh-server, iproute2), and chromium, the
+#    headless browser the tests render `tfdist report`'s page and TensorBoard in.
 # 2. A virtual environment in $VENV (default .venv) with the pinned stack from constraints.txt.
 # 3. Horovod 0.28.1 built from its sdist against the installed TensorFlow (Gloo; NCCL when nvcc is
 #    on PATH), cached as a wheel keyed by Horovod version, TensorFlow version and GPU flavour.
-# 4. tfdist itself, editable, with the test and example extras.
+# 4. tfdist itself, editable, with the test and example extras (matplotlib, for `tfdist report`, is
+#    one of its requirements, pinned with its dependencies in constraints.txt).
 # 5. `horovodrun --check-build` must report TensorFlow and Gloo.
 #
 # A stamp in the venv records a hash of the inputs; when it matches, the script exits at once.
@@ -57,7 +59,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/
 fi
 
 # --- 1. Debian packages -------------------------------------------------------------------
-apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev openssh-server iproute2)
+apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev openssh-server iproute2 chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

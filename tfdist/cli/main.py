@@ -18,6 +18,7 @@ _COMMANDS = {
     "env": "tfdist.cli.env:env",
     "tf-config": "tfdist.cli.tf_config:tf_config",
     "launch": "tfdist.cli.launch:launch",
+    "report": "tfdist.cli.report:report",
 }
 
 

@@ -1,0 +1,259 @@
+"""What the report draws, as plain numbers: the figures are drawn from a :class:`ReportData` only.
+
+    data = report_data(load_runs("runs"))
+    data.loss[0].times, data.loss[0].values      # a run's training loss against wall-clock seconds
+
+Choices, each visible in the figures' labels:
+
+* **time axis**: ``epoch_wall_time_s`` (seconds since training started, at each epoch's end) when
+  the run logged it, else the event's wall time minus the run's first event's;
+* **examples/s of a run**: the run's ``mean_examples_per_second`` record when present (Throughput's
+  summary: first epoch left out), else the mean of ``epoch_examples_per_second`` over the epochs
+  after the first (all epochs when there is only one); per worker the same over
+  ``epoch_worker/<rank>/examples_per_second``;
+* **scaling efficiency**: runs whose hparams are equal except ``workers``, ``global_batch_size``
+  and ``time_to_*`` form a group; repeats of one worker count are averaged; efficiency at ``n``
+  workers = ``throughput(n) / ((n / m) * throughput(m))``, ``m`` the group's smallest worker count
+  (1.0 at ``m``; ``m`` = 1 gives the textbook ``throughput(n) / (n * throughput(1))``);
+* **time-to-target**: the run's ``time_to_target/<target>`` scalars (last value) and every hparam
+  whose name starts with ``time_to_``; NaN means never reached.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+
+from tfdist.report.events import MAIN, Run
+
+TRAIN, VALIDATION = "train", "validation"
+WALL_TIME_TAG = "epoch_wall_time_s"
+LOSS_TAG = "epoch_loss"
+RATE_TAG = "epoch_examples_per_second"
+MEAN_RATE_TAG = "mean_examples_per_second"
+TIME_TO_TARGET_PREFIX = "time_to_target/"
+TIME_TO_HPARAM_PREFIX = "time_to_"
+#: hparams that may differ between runs of one scaling group.
+SCALING_FREE = ("workers", "global_batch_size")
+SYSTEM_PREFIX = "system/"
+SYSTEM_TAGS = ("system/cpu_percent", "system/rss_mb", "system/net_sent_mbit_s", "system/net_recv_mbit_s")
+_WORKER_TAG = re.compile(r"^epoch_worker/(?P<rank>[^/]+)/(?P<metric>.+)$")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's metric against wall-clock seconds; ``clock`` says which clock (see module doc)."""
+
+    run: str
+    sub: str
+    tag: str
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+    clock: str
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A run's examples/s and, when logged, each worker's examples/s and step time (ms)."""
+
+    run: str
+    examples_per_second: float | None
+    source: str
+    per_worker: tuple[tuple[str, float], ...] = ()
+    step_time_ms_per_worker: tuple[tuple[str, float], ...] = ()
+    spread: float | None = None
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One worker count of one scaling group (its runs averaged)."""
+
+    group: str
+    workers: int
+    runs: tuple[str, ...]
+    examples_per_second: float
+    baseline_workers: int
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class TimeToTarget:
+    """Seconds from the start of training until ``run`` reached ``target`` (NaN: never)."""
+
+    run: str
+    target: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the report shows; built by :func:`report_data`."""
+
+    runs: tuple[str, ...]
+    loss: tuple[Curve, ...]
+    accuracy: tuple[Curve, ...]
+    throughput: tuple[Throughput, ...]
+    scaling: tuple[ScalingPoint, ...]
+    time_to_target: tuple[TimeToTarget, ...]
+    system: tuple[Curve, ...]
+    hparam_columns: tuple[str, ...]
+    hparam_rows: tuple[tuple[str, ...], ...]
+
+
+def _mean_after_first(values: Sequence[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    if not values:
+        return None
+    kept = [v for v in values[1:] if math.isfinite(v)] if len(values) > 1 else finite
+    return fmean(kept) if kept else (fmean(finite) if finite else None)
+
+
+def curve(run: Run, sub: str, tag: str) -> Curve | None:
+    """``tag`` of ``<run>/<sub>/`` against wall-clock seconds (``epoch_wall_time_s`` by step when the
+    run's ``train/`` logged it for every step of the series, else event time since the run's first event)."""
+    series = run.series(sub, tag)
+    if series is None:
+        return None
+    wall = run.series(TRAIN, WALL_TIME_TAG)
+    by_step = dict(zip(wall.steps, wall.values)) if wall is not None else {}
+    if by_step and all(step in by_step for step in series.steps):
+        return Curve(run.name, sub, tag, tuple(by_step[s] for s in series.steps), series.values, WALL_TIME_TAG)
+    origin = run.first_wall_time or 0.0
+    return Curve(run.name, sub, tag, tuple(t - origin for t in series.wall_times), series.values, "event time")
+
+
+def accuracy_tag(run: Run) -> str | None:
+    """``epoch_accuracy`` when logged, else the first ``epoch_*accuracy`` tag of ``train/``, else None."""
+    tags = run.tags(TRAIN)
+    if "epoch_accuracy" in tags:
+        return "epoch_accuracy"
+    return next((t for t in tags if t.startswith("epoch_") and t.endswith("accuracy")), None)
+
+
+def throughput(run: Run) -> Throughput:
+    """The run's examples/s overall and per worker (see the module doc for which epochs count)."""
+    record = run.series(MAIN, MEAN_RATE_TAG)
+    if record is not None:
+        rate, source = record.last, MEAN_RATE_TAG
+    else:
+        series = run.series(TRAIN, RATE_TAG)
+        rate = _mean_after_first(series.values) if series is not None else None
+        source = f"mean {RATE_TAG}, epochs 2.." if rate is not None else "not logged"
+    rates: dict[str, float] = {}
+    steps: dict[str, float] = {}
+    for tag in run.tags(TRAIN):
+        match = _WORKER_TAG.match(tag)
+        if match is None:
+            continue
+        mean = _mean_after_first(run.series(TRAIN, tag).values)
+        if mean is None:
+            continue
+        if match["metric"] == "examples_per_second":
+            rates[match["rank"]] = mean
+        elif match["metric"] == "step_time_ms":
+            steps[match["rank"]] = mean
+    spread_series = run.series(TRAIN, "epoch_worker_step_time_spread")
+    spread = _mean_after_first(spread_series.values) if spread_series is not None else None
+    return Throughput(run.name, rate, source, tuple(sorted(rates.items(), key=_rank_key)),
+                      tuple(sorted(steps.items(), key=_rank_key)), spread)
+
+
+def _rank_key(item: tuple[str, float]) -> tuple[int, str]:
+    return (int(item[0]), "") if item[0].isdigit() else (1 << 30, item[0])
+
+
+def _workers(run: Run) -> int | None:
+    value = run.hparams.get("workers")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _group_key(run: Run) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in run.hparams.items()
+                        if k not in SCALING_FREE and not k.startswith(TIME_TO_HPARAM_PREFIX)))
+
+
+def _group_label(key: tuple[tuple[str, str], ...], keys: Iterable[tuple[tuple[str, str], ...]]) -> str:
+    """The hparams that set this group apart from the others (all of them when it is alone)."""
+    others = [dict(k) for k in keys if k != key]
+    mine = dict(key)
+    differing = {k: v for k, v in mine.items() if any(o.get(k) != v for o in others)} if others else {}
+    shown = differing or {k: mine[k] for k in ("strategy",) if k in mine} or mine
+    return ", ".join(f"{k}={v.strip(chr(39))}" for k, v in sorted(shown.items()))
+
+
+def scaling(runs: Sequence[Run], rates: dict[str, float | None]) -> tuple[ScalingPoint, ...]:
+    """Scaling efficiency of every group with two or more worker counts (see the module doc)."""
+    groups: dict[tuple, dict[int, list[Run]]] = {}
+    for run in runs:
+        workers = _workers(run)
+        if workers is not None and rates.get(run.name) is not None and run.hparams:
+            groups.setdefault(_group_key(run), {}).setdefault(workers, []).append(run)
+    points: list[ScalingPoint] = []
+    scaling_groups = {key: counts for key, counts in groups.items() if len(counts) >= 2}
+    for key, counts in sorted(scaling_groups.items()):
+        label = _group_label(key, scaling_groups)
+        means = {n: fmean(rates[r.name] for r in members) for n, members in counts.items()}
+        base = min(means)
+        for n in sorted(means):
+            points.append(ScalingPoint(label, n, tuple(r.name for r in counts[n]), means[n], base,
+                                       means[n] / ((n / base) * means[base])))
+    return tuple(points)
+
+
+def time_to_target(run: Run) -> tuple[TimeToTarget, ...]:
+    """The run's time-to-target records: ``time_to_target/*`` scalars, then ``time_to_*`` hparams."""
+    found: dict[str, float] = {}
+    for tag in run.tags(MAIN):
+        if tag.startswith(TIME_TO_TARGET_PREFIX):
+            found[tag[len(TIME_TO_TARGET_PREFIX):]] = run.series(MAIN, tag).last
+    for name, value in sorted(run.hparams.items()):
+        if name.startswith(TIME_TO_HPARAM_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.setdefault(name[len(TIME_TO_HPARAM_PREFIX):].removeprefix("target/"), float(value))
+    return tuple(TimeToTarget(run.name, target, seconds) for target, seconds in found.items())
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def hparam_table(runs: Sequence[Run]) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Columns (``run``, then the set-up hparams in a fixed order, then the rest sorted) and one row
+    per run; a run without an hparam shows an empty cell."""
+    first = ("strategy", "workers", "batch_size", "global_batch_size")
+    names = {name for run in runs for name in run.hparams}
+    columns = ("run", *[n for n in first if n in names], *sorted(names - set(first)))
+    rows = tuple((run.name, *(_cell(run.hparams[c]) if c in run.hparams else "" for c in columns[1:]))
+                 for run in runs)
+    return columns, rows
+
+
+def report_data(runs: Sequence[Run]) -> ReportData:
+    """The numbers of every figure and of the table, for ``runs`` (from :func:`load_runs`)."""
+    loss = [c for run in runs for sub in (TRAIN, VALIDATION) if (c := curve(run, sub, LOSS_TAG))]
+    accuracy = []
+    for run in runs:
+        tag = accuracy_tag(run)
+        if tag is not None:
+            accuracy += [c for sub in (TRAIN, VALIDATION) if (c := curve(run, sub, tag))]
+    rates = [throughput(run) for run in runs]
+    system = [c for run in runs for sub in run.subs(SYSTEM_PREFIX) for tag in SYSTEM_TAGS
+              if (c := _system_curve(run, sub, tag))]
+    columns, rows = hparam_table(runs)
+    return ReportData(
+        runs=tuple(run.name for run in runs), loss=tuple(loss), accuracy=tuple(accuracy),
+        throughput=tuple(rates),
+        scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}),
+        time_to_target=tuple(t for run in runs for t in time_to_target(run)),
+        system=tuple(system), hparam_columns=columns, hparam_rows=rows)
+
+
+def _system_curve(run: Run, sub: str, tag: str) -> Curve | None:
+    """A system metric of one task against seconds: its step is whole seconds since training started."""
+    series = run.series(sub, tag)
+    if series is None:
+        return None
+    return Curve(run.name, sub, tag, tuple(float(s) for s in series.steps), series.values, "step (s)")
