@@ -14,7 +14,8 @@ parameter-server and multi-worker-mirrored backends tf-keras only (Keras 3 canno
 
 Data: scikit-learn's handwritten digits (8x8, 1,797 images, shipped with the package), or
 ``--data mnist.npz`` in Keras' layout (x_train, y_train, x_test, y_test). TensorBoard logs go
-to ``--logdir/<run-name>/``; the last line printed is the result.
+to ``--logdir/<run-name>/`` (with every worker's step times, the time to ``--target-accuracy`` and
+each task's CPU, memory and network under ``system/``); the last line printed is the result.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import tfdist
 import numpy as np
 import tensorflow as tf
 
-from tfdist.callbacks import TensorBoardRun
+from tfdist.callbacks import SystemMetrics, TensorBoardRun
 
 
 def load_data(path: str | None, seed: int = 0) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="Horovod LR warm-up in epochs (default: 1 under horovod and auto)")
     parser.add_argument("--logdir", default="runs", help="TensorBoard root (default: runs)")
     parser.add_argument("--run-name", help="TensorBoard run name (default: strategy-workers-batch-time)")
+    parser.add_argument("--target-accuracy", type=float, default=0.9,
+                        help="record the wall time at which val_accuracy first reaches this (default: 0.9)")
     args = parser.parse_args(argv)
 
     if args.warmup_epochs is not None and args.strategy not in ("auto", "horovod"):
@@ -99,20 +102,27 @@ def main(argv: list[str] | None = None) -> None:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     board = TensorBoardRun(args.logdir, args.run_name, strategy=strategy, batch_size=args.batch_size,
-                           hparams={"lr": args.lr, "epochs": args.epochs, "keras": args.keras})
-    throughput = strategy.throughput(args.batch_size)
+                           hparams={"lr": args.lr, "epochs": args.epochs, "keras": args.keras},
+                           targets={"val_accuracy": args.target_accuracy})
+    # Throughput and the backend's per-worker figures, then TensorBoard; every task's CPU, memory, network.
+    metrics = strategy.metrics(args.batch_size)
+    throughput = metrics[0]
     start = time.perf_counter()
     strategy.fit(model, x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
-                 validation_data=(x_test, y_test), callbacks=[throughput, board], verbose=2)
+                 validation_data=(x_test, y_test), callbacks=[*metrics, board, SystemMetrics(board)],
+                 verbose=2)
     elapsed = time.perf_counter() - start
     results = strategy.evaluate(model, x_test, y_test, batch_size=args.batch_size, verbose=0,
                                 return_dict=True)
+    board.record_evaluation(results)
     if strategy.is_chief:
-        rate = np.mean(throughput.history[1:] or throughput.history)
+        rate = throughput.mean_examples_per_second  # the first epoch (tracing) left out when there are more
+        reached = board.reached.get(f"val_accuracy>={args.target_accuracy:g}")
         print(f"RESULT strategy={strategy.kind} keras={args.keras} workers={strategy.num_workers} "
               f"test_accuracy={results['accuracy']:.4f} test_loss={results['loss']:.4f} "
-              f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f} logdir={board.run_dir}",
-              flush=True)
+              f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f} "
+              f"time_to_target_s={'not-reached' if reached is None else f'{reached:.1f}'} "
+              f"logdir={board.run_dir}", flush=True)
 
 
 if __name__ == "__main__":

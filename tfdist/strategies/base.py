@@ -162,6 +162,12 @@ class DistributedStrategy:
 
         return Throughput(batch_size, replicas=self.num_replicas_in_sync, workers=self.num_workers, **kwargs)
 
+    def metrics(self, batch_size: int) -> list:
+        """The run's figures for this backend, to put before a ``TensorBoardRun``: ``Throughput``,
+        plus what the backend can measure per worker (Horovod: ``WorkerMetrics``; parameter servers:
+        ``ParameterServerMetrics``). ``batch_size`` is per replica."""
+        return [self.throughput(batch_size)]
+
     # --- hooks ----------------------------------------------------------------------------------
     def _check_model(self, model: Any, callbacks: list | None = None) -> None:
         keras_compat.keras_of(model, "model")

@@ -183,6 +183,12 @@ class HorovodStrategy(DistributedStrategy):
             setattr(wrapped, SCALED_FOR, self.size)
         return wrapped
 
+    def metrics(self, batch_size: int) -> list:
+        """``Throughput`` and every rank's step, allreduce and compute time (``WorkerMetrics``)."""
+        from tfdist.callbacks import WorkerMetrics
+
+        return [*super().metrics(batch_size), WorkerMetrics(batch_size)]
+
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
         """``model.fit`` on every rank; with ``elastic=True`` under Horovod's elastic loop, which

@@ -294,6 +294,13 @@ class ParameterServerStrategy(DistributedStrategy):
     def lr_scale(self) -> float:
         return 1.0
 
+    def metrics(self, batch_size: int) -> list:
+        """``Throughput`` and the coordinator's step time against one step's compute
+        (``ParameterServerMetrics``)."""
+        from tfdist.callbacks import ParameterServerMetrics
+
+        return [*super().metrics(batch_size), ParameterServerMetrics(batch_size)]
+
     def _check_flavour(self, obj: Any, argument: str) -> None:
         keras_compat.refuse_keras_3(
             obj, argument, "parameter_server",
