@@ -28,13 +28,15 @@ run parameter_server tfdist launch --workers 2 --ps 1 -- python examples/classif
   --epochs "$EPOCHS" --logdir "$LOGDIR"
 
 printf '\n=== Results (scikit-learn digits, %s epochs, batch 32 per worker)\n' "$EPOCHS"
-printf '%-18s %-8s %-14s %-12s %-14s %s\n' strategy workers test_accuracy test_loss examples/s train_seconds
+printf '%-18s %-8s %-14s %-12s %-12s %-14s %s\n' strategy workers test_accuracy test_loss examples/s train_seconds \
+  "s_to_val_acc_0.9"
 for name in horovod parameter_server; do
   line="$(grep -o 'RESULT .*' "$log/$name.out" | tail -n1)"
   [ -n "$line" ] || { echo "$name: no RESULT line; see the output above" >&2; exit 1; }
   field() { printf '%s' "$line" | tr ' ' '\n' | grep "^$1=" | cut -d= -f2; }
-  printf '%-18s %-8s %-14s %-12s %-14s %s\n' "$(field strategy)" "$(field workers)" \
-    "$(field test_accuracy)" "$(field test_loss)" "$(field examples_per_second)" "$(field train_seconds)"
+  printf '%-18s %-8s %-14s %-12s %-12s %-14s %s\n' "$(field strategy)" "$(field workers)" \
+    "$(field test_accuracy)" "$(field test_loss)" "$(field examples_per_second)" "$(field train_seconds)" \
+    "$(field time_to_target_s)"
 done
 printf '\nTensorBoard: .venv/bin/tensorboard --logdir %s  (then open http://localhost:6006;\n' "$LOGDIR"
 printf 'the HParams tab compares the runs by strategy, workers and batch size)\n'
