@@ -14,7 +14,9 @@
 | TensorBoardRun          | chief-only TensorBoard in <logdir>/<run-name>/ with hparams, targets|
 | SafeBackup              | BackupAndRestore with a verified previous copy and clean failures  |
 
-Each works on every backend and is a no-op where the backend already does the job.
+Each works with tf-keras and Keras 3 models, and on every backend, as a no-op where the backend
+already does the job; WorkerMetrics (Horovod) and ParameterServerMetrics refuse the other backends
+(``strategy.metrics(batch_size)`` picks the right one).
 """
 import tfdist  # noqa: F401  (tf.keras routing before TensorFlow loads)
 

@@ -36,22 +36,23 @@ its own, and before ``TensorBoardRun``. Horovod only: elsewhere it refuses to ru
 
 ``ParameterServerMetrics`` is the parameter-server counterpart: the coordinator's time per step
 against the compute of one step timed locally on the chief (``coordinator_step_ms``,
-``local_compute_ms``, ``non_compute_share``). It has no per-worker figures: tf-keras' ``fit`` hands
-each step to whichever worker is free (``ClusterCoordinator.schedule``) and neither the closure's
-``RemoteValue`` nor any other public API says which worker ran it; a per-worker counter would need
-per-worker resources passed to the step function, whose signature ``fit`` fixes, and variables
-created under the strategy live on the ps tasks, not on the worker.
+``local_compute_ms``, ``non_compute_share``), and per worker the steps it ran and their time.
+tf-keras' ``fit`` hands each step to whichever worker is free (``ClusterCoordinator.schedule``); the
+coordinator runs every worker's steps from a thread of its own, and tfdist times each step there
+(``tfdist.upstream.time_closures``: no public API names the worker that ran a step).
 """
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import time
 from typing import Any, Callable
 
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
-from tfdist import keras_compat
+from tfdist import keras_compat, upstream
 from tfdist.callbacks import _runtime
 from tfdist.errors import ArgumentValueError, with_fix
 
@@ -257,11 +258,13 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     |                       | updates on the ps tasks, dispatch, waiting), if every worker stays busy; |
     |                       | below 0 when they do not (the coordinator is the bottleneck)             |
 
-    The compute is timed on the chief's processor, which may differ from the workers'. Which worker
-    ran each step is not measured: tf-keras' fit hands each step to whichever worker is free through
-    ``ClusterCoordinator.schedule``, and neither the closure's result nor the public API names the
-    worker; see the module docstring of ``tfdist.callbacks.worker_metrics``. Epoch-level hooks only, as
-    parameter servers require. Needs a model with known input shapes (``Sequential`` with ``Input``
+    Per worker ``i`` (the worker tasks, 0 first): ``worker/<i>/steps`` it ran this epoch,
+    ``worker/<i>/step_time_ms`` (its time per step from dispatch to result, timed by the coordinator's
+    thread for that worker), ``worker/<i>/examples_per_second``, and ``worker_step_time_spread``
+    (slowest / fastest): steps go to whichever worker is free, so a slow worker runs fewer, slower steps.
+
+    The compute is timed on the chief's processor, which may differ from the workers'. Epoch-level
+    hooks only, as parameter servers require. Needs a model with known input shapes (``Sequential`` with ``Input``
     or functional). Parameter servers only: elsewhere it refuses to run.
     """
 
@@ -277,6 +280,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
         self._step: Callable[[], Any] | None = None
         self._start: float | None = None
         self._stop: float | None = None
+        self._workers = _ClosureTimes()
 
     def _build_local_step(self) -> Callable[[], Any]:
         model = self.model
@@ -316,9 +320,14 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
                 f"{type(strategy).__name__}",
                 "use it with make_strategy('parameter_server'); WorkerMetrics measures Horovod jobs"))
         self._step = _in_thread(self._build_local_step)
+        self._workers.start(tf.distribute.experimental.coordinator.ClusterCoordinator(strategy))
+
+    def on_train_end(self, logs=None) -> None:
+        self._workers.stop()
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self._start, self._stop = time.perf_counter(), None
+        self._workers.reset()
 
     def on_test_begin(self, logs=None) -> None:
         if self._start is not None and self._stop is None:
@@ -328,9 +337,81 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
         steps = (self.params or {}).get("steps")
         if self._start is None or not steps or logs is None or self._step is None:
             return
-        step_ms = 1000.0 * ((self._stop or time.perf_counter()) - self._start) / steps
+        seconds = (self._stop or time.perf_counter()) - self._start
+        step_ms = 1000.0 * seconds / steps
         compute_ms = _in_thread(self._time_local_step)
         logs.update(parameter_server_logs(step_ms, compute_ms, _runtime.workers(self.model)))
+        logs.update(per_worker_logs(self._workers.read(), _steps_per_closure(self.model), self.batch_size, seconds))
+
+
+class _ClosureTimes:
+    """Steps (closures) each worker ran and their time, counted by the coordinator's worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[int, list[float]] = {}  # worker index -> [closures, seconds, in flight]
+        self._undo: list[Callable[[], Any]] = []
+
+    def start(self, coordinator: Any) -> None:
+        self.stop()
+        for worker in upstream.coordinator_workers(coordinator):
+            index = worker.worker_index
+            self._counts[index] = [0, 0.0, 0]
+            self._undo.append(upstream.time_closures(worker, functools.partial(self._record, index)))
+
+    def _record(self, index: int, seconds: float) -> None:
+        with self._lock:
+            counts = self._counts[index]
+            counts[0] += 1
+            counts[1] += seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            for counts in self._counts.values():
+                counts[0], counts[1] = 0, 0.0
+
+    def read(self, settle_s: float = 1.0) -> dict[int, tuple[int, float]]:
+        """``{worker: (closures, seconds)}`` so far this epoch. ``fit`` has joined the coordinator by
+        the epoch's end; a closure's time is recorded just after it is marked finished, so wait up
+        to ``settle_s`` for the counts to stop moving."""
+        deadline, last = time.monotonic() + settle_s, None
+        while True:
+            with self._lock:
+                now = {index: (int(c[0]), c[1]) for index, c in self._counts.items()}
+            if now == last or time.monotonic() >= deadline:
+                return now
+            last = now
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        for undo in self._undo:
+            undo()
+        self._undo, self._counts = [], {}
+
+
+def _steps_per_closure(model: Any) -> int:
+    """Training steps in one scheduled closure (the model's steps per execution)."""
+    return upstream.steps_per_execution(model)
+
+
+def per_worker_logs(counts: dict[int, tuple[int, float]], steps_per_closure: int, batch_size: int,
+                    epoch_seconds: float) -> dict[str, float]:
+    """``worker/<i>/steps``, ``.../step_time_ms`` (its time per step, dispatch to result, as the
+    coordinator sees it), ``.../examples_per_second`` and ``worker_step_time_spread`` (slowest /
+    fastest step time of the workers that ran any): an asynchronous straggler runs fewer, slower steps."""
+    logs: dict[str, float] = {}
+    times = []
+    for index in sorted(counts):
+        closures, seconds = counts[index]
+        steps = closures * steps_per_closure
+        logs[f"worker/{index}/steps"] = float(steps)
+        step_ms = 1000.0 * seconds / steps if steps else math.nan
+        logs[f"worker/{index}/step_time_ms"] = step_ms
+        logs[f"worker/{index}/examples_per_second"] = steps * batch_size / epoch_seconds if epoch_seconds > 0 else math.nan
+        if steps:
+            times.append(step_ms)
+    logs["worker_step_time_spread"] = max(times) / min(times) if times and min(times) > 0 else math.nan
+    return logs
 
 
 def parameter_server_logs(step_ms: float, compute_ms: float, workers: int) -> dict[str, float]:

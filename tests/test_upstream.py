@@ -139,3 +139,36 @@ def test_no_private_attribute_is_read_outside_the_door():
             if private.search(line) and not re.match(r"\s*#", line):
                 offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_coordinator_workers_fail_closed_when_the_cluster_moved():
+    from types import SimpleNamespace
+
+    with pytest.raises(upstream.UpstreamChangedError, match="_cluster"):
+        upstream.coordinator_workers(SimpleNamespace())
+    worker = SimpleNamespace(worker_index=0, _process_closure=lambda closure: None)
+    coordinator = SimpleNamespace(_cluster=SimpleNamespace(workers=[worker]))
+    assert upstream.coordinator_workers(coordinator) == [worker]
+    coordinator._cluster.workers = [SimpleNamespace(worker_index=0)]
+    with pytest.raises(upstream.UpstreamChangedError, match="_process_closure"):
+        upstream.coordinator_workers(coordinator)
+
+
+def test_time_closures_records_every_closure_and_undoes_itself():
+    """The real Worker is exercised by tests/strategies/test_parameter_server_metrics.py on a cluster."""
+    class Worker:
+        worker_index = 1
+
+        def _process_closure(self, closure):
+            if closure == "fails":
+                raise RuntimeError("closure failed")
+            return closure * 2
+
+    worker, recorded = Worker(), []
+    undo = upstream.time_closures(worker, recorded.append)
+    assert worker._process_closure(21) == 42
+    with pytest.raises(RuntimeError):
+        worker._process_closure("fails")
+    assert len(recorded) == 2 and all(seconds >= 0 for seconds in recorded)
+    undo()
+    assert worker._process_closure(1) == 2 and len(recorded) == 2

@@ -97,6 +97,44 @@ def raw_learning_rate(optimizer: Any) -> Any:
     return _get(optimizer, "_learning_rate")
 
 
+# --- tf.distribute's ClusterCoordinator -------------------------------------------------------------
+#: The method of a coordinator's per-worker dispatcher that runs one closure (one scheduled step
+#: function) on its worker and waits for the result; its thread calls it once per closure.
+PROCESS_CLOSURE = "_process_closure"
+
+
+def coordinator_workers(coordinator: Any) -> list:
+    """The ClusterCoordinator's per-worker dispatchers (``coordinator._cluster.workers``), one per
+    worker task, each with its ``worker_index`` and a thread calling ``_process_closure``."""
+    workers = _get(_get(coordinator, "_cluster"), "workers")
+    if not isinstance(workers, list):
+        raise _missing(coordinator, "_cluster.workers")
+    for worker in workers:
+        if not isinstance(getattr(worker, "worker_index", None), int):
+            raise _missing(worker, "worker_index")
+        if not callable(getattr(worker, PROCESS_CLOSURE, None)):
+            raise _missing(worker, PROCESS_CLOSURE)
+    return workers
+
+
+def time_closures(worker: Any, record: Any) -> Any:
+    """Make ``worker`` (from ``coordinator_workers``) call ``record(seconds)`` after each closure it
+    runs, timed from dispatch to its result on the coordinator. Returns a function that undoes it."""
+    run = _get(worker, PROCESS_CLOSURE)
+
+    def timed(closure: Any) -> Any:
+        import time
+
+        start = time.perf_counter()
+        try:
+            return run(closure)
+        finally:
+            record(time.perf_counter() - start)
+
+    setattr(worker, PROCESS_CLOSURE, timed)
+    return lambda: vars(worker).pop(PROCESS_CLOSURE, None)
+
+
 # --- tensorflow's lazy tf.keras loader --------------------------------------------------------------
 def tf_uses_legacy_keras(tensorflow: Any) -> bool | None:
     """What TensorFlow decided ``tf.keras`` is at import (``tensorflow._tf_uses_legacy_keras``);

@@ -98,6 +98,18 @@ def test_classifier(strategy, launcher, tmp_path):
     run_dir = Path(result["logdir"])
     assert run_dir.parent == tmp_path / "runs"
     assert list((run_dir / "train").glob("events.out.tfevents.*")), f"no TensorBoard events in {run_dir}"
+    assert result["time_to_target_s"] == "not-reached" or float(result["time_to_target_s"]) > 0
+    # every task that ran the callbacks sampled itself; Horovod's per-worker figures reach the chief's run
+    tasks = {"horovod": ["rank0", "rank1"], "parameter_server": ["chief"]}.get(backend)
+    if tasks is not None:
+        assert sorted(p.name for p in (run_dir / "system").iterdir()) == tasks
+    if backend == "horovod":
+        from tensorboard.backend.event_processing import event_accumulator
+
+        train = event_accumulator.EventAccumulator(str(run_dir / "train"), size_guidance={"tensors": 0})
+        train.Reload()
+        tags = set(train.Tags()["tensors"])
+        assert {"epoch_worker/0/step_time_ms", "epoch_worker/1/step_time_ms", "epoch_comm_share"} <= tags
 
 
 @pytest.mark.parametrize("strategy, launcher", [_case(strategy, LAUNCH[strategy], strategy)
