@@ -37,8 +37,8 @@ Not provided (each raises ``TfdistError`` with the fix when used):
 * ``load_model(..., legacy_opts=...)``: the optimizer is loaded as saved; a saved legacy tf-keras
   optimizer with state is refused (its state cannot be carried into Horovod's wrapper).
 
-Arguments tfdist cannot honour for an optimizer's Keras are refused, never dropped: on Keras 3,
-``groups`` as lists of variables, ``backward_passes_per_step`` > 1 and ``op=Adasum``.
+Arguments tfdist cannot honour for an optimizer's Keras are refused, never dropped: ``op=Adasum``
+(both Kerases), and on Keras 3 ``groups`` as lists of variables and ``backward_passes_per_step`` > 1.
 """
 from __future__ import annotations
 
