@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if strategy.is_chief:
         rate = throughput.mean_examples_per_second  # the first epoch (tracing) left out when there are more
         reached = board.reached.get(f"val_accuracy>={args.target_accuracy:g}")
-        print(f"RESULT strategy={strategy.kind} keras={args.keras} workers={strategy.num_workers} "
+        print(f"RESULT strategy={strategy.kind} workers={strategy.num_workers} keras={args.keras} "
               f"test_accuracy={results['accuracy']:.4f} test_loss={results['loss']:.4f} "
               f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f} "
               f"time_to_target_s={'not-reached' if reached is None else f'{reached:.1f}'} "
