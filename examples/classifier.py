@@ -59,8 +59,9 @@ def load_data(path: str | None, seed: int = 0) -> tuple[tuple[np.ndarray, np.nda
 KERAS = {"2": "tf_keras", "3": "keras"}  # --keras: the package to build with
 
 
-def build_model(keras: ModuleType, input_shape: tuple[int, ...], classes: int = 10) -> tf.Module:
-    """A small CNN from ``keras`` (the ``tf_keras`` or the ``keras`` package)."""
+def build_model(input_shape: tuple[int, ...], classes: int = 10, keras: ModuleType | None = None) -> tf.Module:
+    """A small CNN from ``keras`` (the ``keras`` or, by default, the ``tf_keras`` package)."""
+    keras = keras if keras is not None else importlib.import_module(KERAS["2"])
     return keras.Sequential([
         keras.Input(input_shape),
         keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     keras = importlib.import_module(KERAS[args.keras])
     (x_train, y_train), (x_test, y_test) = load_data(args.data)
     with strategy.scope():
-        model = build_model(keras, x_train.shape[1:])
+        model = build_model(x_train.shape[1:], keras=keras)
         model.compile(optimizer=strategy.optimizer(keras.optimizers.Adam(args.lr)),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
