@@ -21,8 +21,6 @@ def learning_rate_value(optimizer) -> float:
     return float(value.numpy()) if hasattr(value, "numpy") else float(value)
 
 
-_get_lr = learning_rate_value
-
 
 def uses_schedule(optimizer) -> bool:
     """Whether the optimizer's rate is a LearningRateSchedule (both Kerases hide it behind
@@ -73,7 +71,7 @@ class LearningRateWarmup(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None) -> None:
         if self.target_lr is None:
-            self.target_lr = _get_lr(self.model.optimizer)
+            self.target_lr = learning_rate_value(self.model.optimizer)
         if self.start_factor is None:
             self.start_factor = 1.0 / _runtime.replicas(self.model)
         if self.steps_per_epoch is None:
@@ -94,7 +92,7 @@ class LearningRateWarmup(tf_keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if logs is not None:
-            logs["lr"] = _get_lr(self.model.optimizer)
+            logs["lr"] = learning_rate_value(self.model.optimizer)
         if self.verbose and epoch + 1 == self.warmup_epochs and _runtime.is_chief(self.model):
             print(f"Epoch {epoch + 1}: learning-rate warm-up done, rate {self.target_lr:.6g}")
 
@@ -116,7 +114,7 @@ class LearningRateScale(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None) -> None:
         if self.initial_lr is None:
-            self.initial_lr = _get_lr(self.model.optimizer)
+            self.initial_lr = learning_rate_value(self.model.optimizer)
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         if epoch < self.start_epoch or (self.end_epoch is not None and epoch >= self.end_epoch):

@@ -22,6 +22,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
+from tfdist import upstream
 from tfdist.callbacks import MetricAverage, _runtime
 from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
@@ -69,7 +70,7 @@ class BroadcastGlobalVariablesCallback(tf_keras.callbacks.Callback):
     def _broadcast(self) -> None:
         optimizer = self.model.optimizer
         with tf.device(self.device):
-            if optimizer is not None and not _optimizer_built(optimizer):
+            if optimizer is not None and not upstream.optimizer_is_built(optimizer):
                 optimizer.build(self.model.trainable_variables)
             broadcast_variables([v for v in self.model.variables if id(v) not in self._local],
                                 root_rank=self.root_rank)
@@ -111,12 +112,6 @@ class BroadcastGlobalVariablesCallback(tf_keras.callbacks.Callback):
     def on_train_end(self, logs=None) -> None:
         if "train_step" in vars(self.model):  # our wrapper: the model's own train_step again
             del self.model.train_step
-
-
-def _optimizer_built(optimizer: Any) -> bool:
-    from tfdist import upstream
-
-    return upstream.optimizer_is_built(optimizer)
 
 
 class MetricAverageCallback(MetricAverage):

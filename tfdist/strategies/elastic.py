@@ -162,7 +162,9 @@ class CommitState(tf_keras.callbacks.Callback):
         warmup = self.warmup
         if warmup is not None and warmup.target_lr is not None and epoch < math.ceil(warmup.warmup_epochs):
             return float(warmup.target_lr)
-        return float(tf_keras.backend.get_value(self.model.optimizer.learning_rate))
+        from tfdist.callbacks.learning_rate import learning_rate_value
+
+        return learning_rate_value(self.model.optimizer)
 
 
 def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwargs: dict) -> Any:
@@ -170,6 +172,7 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
     import horovod.tensorflow.elastic as hvd_elastic
 
     from tfdist.callbacks import LearningRateWarmup
+    from tfdist.callbacks.learning_rate import learning_rate_value
     from tfdist.strategies import outputs
     from tfdist.strategies.horovod import SCALED_FOR, build_from_first_batch
 
@@ -185,7 +188,7 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
     build_from_first_batch(model, first_x)
     optimizer = model.optimizer
     scaled_for = getattr(optimizer, SCALED_FOR, None) if strategy.options.scale_lr else None
-    rate = float(tf_keras.backend.get_value(optimizer.learning_rate))
+    rate = learning_rate_value(optimizer)
     state = new_state(model, initial_epoch, rate / scaled_for if scaled_for else None)
     every = strategy.options.commit_every_batches
     last: dict = {}
