@@ -24,6 +24,11 @@ and sub-folders as a metric, at its last value):
 | ``mean_examples_per_second_per_worker``,   | epoch left out unless ``include_first_epoch=True``         |
 | ``mean_step_time_ms``                      |                                                            |
 | ``evaluate/<metric>``                      | an ``evaluate`` given this callback, or ``record_evaluation`` |
+| ``advice/predicted_examples_per_second``,  | a run built from a plan (``TFDIST_PLAN``): the prediction, |
+| ``advice/predicted_step_ms``               | at step 0 (the plan is in the HParams and ``plan.json``)   |
+| ``advice/measured_examples_per_second``,   | the same run's ``Throughput`` figure each epoch, its step  |
+| ``advice/measured_step_ms``,               | time by the plan's definition, and their ratio to the      |
+| ``advice/measured_over_predicted``         | prediction                                                 |
 
 The step of each is the epoch (1-based) it was taken at. ``wall_time_s`` comes from ``Throughput``
 when it runs before this callback; otherwise this callback stamps it into the epoch logs itself.
@@ -112,6 +117,16 @@ def _write_scalars(log_dir: str, scalars: Mapping[str, float], step: int) -> Non
     writer.close()
 
 
+def _write_plan(log_dir: str, plan: Any) -> None:
+    """The plan beside the run (``plan.json``) and its prediction as ``advice/`` scalars at step 0."""
+    from tfdist.advise.plan import plan_json, predicted_record
+
+    os.makedirs(log_dir, exist_ok=True)
+    with open(os.path.join(log_dir, "plan.json"), "w") as out:
+        out.write(plan_json(plan))
+    _write_scalars(log_dir, predicted_record(plan), step=0)
+
+
 def _number(value: Any) -> float | None:
     try:
         return float(value)
@@ -126,9 +141,11 @@ def _hparams_tensorboard(flavour: str) -> type:
     base = keras_compat.keras_module(flavour).callbacks.TensorBoard
 
     def __init__(self, log_dir: str, run_name: str, hparams: Mapping[str, Any],
-                 targets: Mapping[str, tuple[str, str, float]] | None = None, **kwargs: Any) -> None:
+                 targets: Mapping[str, tuple[str, str, float]] | None = None, plan: Any = None,
+                 **kwargs: Any) -> None:
         base.__init__(self, log_dir=log_dir, **kwargs)
         self.run_name = run_name
+        self.plan = plan
         self.hparams = dict(hparams)
         self.targets = dict(targets or {})
         self.reached: dict[str, float] = {}
@@ -143,6 +160,8 @@ def _hparams_tensorboard(flavour: str) -> type:
         self._training = True
         base.on_train_begin(self, logs)
         _write_hparams(self.log_dir, self.run_name, self.hparams)
+        if self.plan is not None:
+            _write_plan(self.log_dir, self.plan)
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         logs = logs if logs is not None else {}
@@ -158,6 +177,11 @@ def _hparams_tensorboard(flavour: str) -> type:
             if (value >= threshold) if op == AT_LEAST else (value <= threshold):
                 self.reached[tag] = newly[f"time_to_target/{tag}"] = float(logs["wall_time_s"])
                 newly[f"target_reached/{tag}"] = 1.0
+        rate = _number(logs.get("examples_per_second"))
+        if self.plan is not None and rate is not None and rate > 0:
+            from tfdist.advise.plan import compare
+
+            newly.update(compare(self.plan, rate))
         _write_scalars(self.log_dir, newly, step=epoch + 1)
 
     def on_train_end(self, logs=None) -> None:
@@ -216,13 +240,16 @@ class TensorBoardRun(ChiefOnly):
         record: dict[str, Any] = {"strategy": kind, "workers": workers}
         if batch_size:
             record.update(batch_size=int(batch_size), global_batch_size=int(batch_size) * replicas)
+        self.plan = getattr(strategy, "plan", None)
+        if self.plan is not None:
+            record.update(self.plan.hparams())
         record.update(hparams or {})
         self._arguments = (self.run_dir, self.run_name, record, dict(tensorboard_kwargs))
         super().__init__(self._tensorboard(keras_compat.TF_KERAS), is_chief=is_chief)
 
     def _tensorboard(self, flavour: str) -> Any:
         run_dir, run_name, record, kwargs = self._arguments
-        return _hparams_tensorboard(flavour)(run_dir, run_name, record, self.targets, **kwargs)
+        return _hparams_tensorboard(flavour)(run_dir, run_name, record, self.targets, self.plan, **kwargs)
 
     def set_model(self, model) -> None:
         """Write with the TensorBoard callback of the model's Keras (tf-keras or Keras 3)."""

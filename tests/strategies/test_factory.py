@@ -143,3 +143,15 @@ def test_datasets_with_batch_size_are_batched_globally():
     assert "batch_size" not in kwargs
     assert [int(b[0].shape[0]) for b in x] == [4, 4, 2]
     assert int(kwargs["validation_data"].cardinality()) == 3
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_scale_lr_must_be_a_bool_on_every_backend(value):
+    """`make_strategy("single", scale_lr="yes")` was accepted and used as a truth value."""
+    from tfdist.strategies.multi_worker_mirrored import MultiWorkerMirroredOptions
+    from tfdist.strategies.horovod import HorovodOptions
+    from tfdist.strategies.parameter_server import ParameterServerOptions
+
+    for options_type in (tfdist.strategies.StrategyOptions, HorovodOptions, ParameterServerOptions, MultiWorkerMirroredOptions):
+        with pytest.raises(tfdist.strategies.OptionValueError, match=r"`scale_lr` must be True or False, got"):
+            options_type(scale_lr=value)

@@ -68,8 +68,9 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
     """Predict every strategy and recommend the one soonest to accuracy (without a measured epochs
     factor: the most examples/s), with reasons."""
     predictions = predict_all(cluster, workload)
-    fastest = max(predictions.values(), key=lambda p: p.examples_per_second)
-    best = max(predictions.values(), key=lambda p: _toward_accuracy(p, workload))
+    candidates = [p for name, p in predictions.items() if _may_recommend(name, predictions)]
+    fastest = max(candidates, key=lambda p: p.examples_per_second)
+    best = max(candidates, key=lambda p: _toward_accuracy(p, workload))
     recommended = backend_of(best.name)
     others = {b: p for b in BACKENDS if b != recommended
               for p in [_best_of(predictions, b)] if p is not None}
@@ -103,9 +104,22 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
     return Advice(recommended, best.name, predictions, tuple(reasons))
 
 
+def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:
+    """fp16 compression only where the wire limits plain horovod: elsewhere its casts cost time and
+    its rounding buys nothing."""
+    return name != "horovod_fp16" or predictions["horovod"].bottleneck == "network"
+
+
 def _variant_hints(best: Prediction, predictions: dict[str, Prediction]) -> list[str]:
     hints = []
     plain = predictions["horovod"]
+    fp16 = predictions.get("horovod_fp16")
+    if (best.name == "horovod" and fp16 is not None and not _may_recommend(fp16.name, predictions)
+            and fp16.examples_per_second > plain.examples_per_second):
+        gain = fp16.examples_per_second / plain.examples_per_second
+        hints.append(f"no fp16 compression: plain horovod is limited by {plain.bottleneck}, not the wire; "
+                     f"half the bytes would gain {gain:.2f}x in the model, and where the link is not full the "
+                     "casts cost more than that (measured on the lab's unlimited links)")
     if best.name == "horovod_fp16":
         gain = best.examples_per_second / plain.examples_per_second
         hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): half the bytes "

@@ -78,7 +78,13 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
             model = build_model()
             model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(1e-3)), loss="mse")
         strategy.fit(model, x, y, batch_size=64, epochs=3)
+
+    Under ``auto``, a plan named by ``TFDIST_PLAN`` (``tfdist advise --save``, ``tfdist launch --backend
+    auto``) adds its options; the ones given here win (``tfdist.strategies.planning``).
     """
+    from tfdist.advise.plan import PlanError
+    from tfdist.strategies.planning import resolve_plan
+
     load_backends()
     auto = kind == "auto"
     if auto:
@@ -86,7 +92,17 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
         log.info("tfdist auto strategy: %s (%s)", selection.kind, selection.reason)
         kind = selection.kind
     backend = STRATEGIES.get(kind)
-    strategy = backend(build_options(kind, options, auto=auto))
+    option_names = {name: field_names(STRATEGIES.get(name).Options) for name in STRATEGIES.names()}
+    resolved = resolve_plan(kind, os.environ, options, option_names, auto=auto)
+    if resolved.plan is not None:  # the plan's own values, checked apart: an error names its file
+        try:
+            build_options(kind, dict(resolved.plan.options))
+        except (OptionValueError, UnknownOptionError) as exc:
+            raise PlanError(f"{resolved.source}: `options`: {exc}") from None
+    for notice in resolved.notices:
+        log.warning("%s", notice)
+    strategy = backend(build_options(kind, resolved.options, auto=auto))
+    strategy.plan = resolved.plan
     set_current(strategy)
     strategy.take_role()  # ps and worker tasks of a parameter-server job serve here and exit
     return strategy

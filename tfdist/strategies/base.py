@@ -31,6 +31,8 @@ class DistributedStrategy:
     """
 
     kind: ClassVar[str] = "base"
+    #: The advisor's plan this strategy was built from (``TFDIST_PLAN`` under ``auto``), else None.
+    plan: Any = None
     Options: ClassVar[type[StrategyOptions]] = StrategyOptions
 
     def __init__(self, options: StrategyOptions) -> None:
@@ -125,6 +127,8 @@ class DistributedStrategy:
         kwargs = dict(fit_kwargs)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         self._check_model(model, callbacks)
+        if self.plan is not None:
+            callbacks = self._with_plan_check(callbacks, kwargs.get("batch_size"))
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
@@ -136,6 +140,20 @@ class DistributedStrategy:
             return model.fit(x, y, **kwargs)
         finally:
             _stop_samplers(kwargs["callbacks"])
+
+    def _with_plan_check(self, callbacks: list, batch_size: int | None) -> list:
+        """``callbacks`` measured against the plan: a ``Throughput`` first when none is there (at the
+        fit's batch size, else the plan's), and ``PlanCheck`` last."""
+        from tfdist.callbacks.plan_check import PlanCheck
+        from tfdist.callbacks.throughput import Throughput
+
+        plan = self.plan
+        if batch_size is not None and batch_size != plan.batch_size:
+            log.warning("tfdist plan: the plan was made for batch %d per worker and fit trains with %d: its "
+                        "prediction is for another run", plan.batch_size, batch_size)
+        if not any(isinstance(getattr(cb, "callback", cb), Throughput) for cb in callbacks):
+            callbacks.insert(0, self.throughput(batch_size or plan.batch_size))
+        return [*callbacks, PlanCheck(plan, self.is_chief)]
 
     def _safe_backup(self, callback: Any) -> Any:
         """A ``BackupAndRestore`` (or the ChiefOnly around it) wrapped in ``SafeBackup``: a verified

@@ -19,6 +19,8 @@ from tfdist.strategies.registry import STRATEGIES
 
 #: horovodrun exports HOROVOD_ELASTIC=1 to every rank of an elastic job (and only then).
 HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
+#: Horovod's switch for hierarchical allreduce, read at hvd.init().
+HOROVOD_HIERARCHICAL_ALLREDUCE = "HOROVOD_HIERARCHICAL_ALLREDUCE"
 log = logging.getLogger("tfdist")
 #: Set on an optimizer ``strategy.optimizer()`` scaled: the size its learning rate was scaled for.
 SCALED_FOR = "_tfdist_lr_scaled_for"
@@ -48,6 +50,9 @@ class HorovodOptions(StrategyOptions):
         / ``--host-discovery-script``, or ``tfdist launch --backend horovod --elastic``).
     commit_every_batches: with ``elastic``, also commit every this many batches (0: at epoch ends
         only). A lost rank costs at most this many batches instead of the epoch under way.
+    hierarchical_allreduce: Horovod's hierarchical allreduce (``HOROVOD_HIERARCHICAL_ALLREDUCE=1``:
+        reduce inside each host, then a ring among hosts), for several GPUs per host; set before
+        Horovod starts, so it is refused once ``hvd.init()`` has run.
     """
 
     shard_data: bool = True
@@ -59,9 +64,12 @@ class HorovodOptions(StrategyOptions):
     pin_gpu: bool = True
     elastic: bool = False
     commit_every_batches: int = 0
+    hierarchical_allreduce: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require_bool("shard_data", self.shard_data)
+        require_bool("hierarchical_allreduce", self.hierarchical_allreduce)
         require_bool("average_gradients", self.average_gradients)
         require_bool("pin_gpu", self.pin_gpu)
         require_bool("elastic", self.elastic)
@@ -82,6 +90,17 @@ class HorovodOptions(StrategyOptions):
                 f"`root_rank`={self.root_rank} with `elastic`: Horovod's elastic mode always restores from "
                 "rank 0 (ranks are renumbered when hosts leave or join)",
                 "drop root_rank (or pass root_rank=0) with elastic=True"))
+
+
+def _request_hierarchical_allreduce(hvd: Any) -> None:
+    """Ask Horovod for hierarchical allreduce, which it reads from its environment at ``init``."""
+    if hvd.is_initialized() and os.environ.get(HOROVOD_HIERARCHICAL_ALLREDUCE) != "1":
+        raise OptionValueError(with_fix(
+            "`hierarchical_allreduce`=True, but Horovod was initialised before make_strategy and reads "
+            f"{HOROVOD_HIERARCHICAL_ALLREDUCE} only at hvd.init()",
+            f"drop the earlier hvd.init() (make_strategy calls it), or export {HOROVOD_HIERARCHICAL_ALLREDUCE}=1 "
+            "before the script starts"))
+    os.environ[HOROVOD_HIERARCHICAL_ALLREDUCE] = "1"  # Horovod's own switch; hvd.init() reads it
 
 
 @STRATEGIES.register("horovod", "Horovod ring-allreduce over Gloo/MPI/NCCL (launch with horovodrun)")
@@ -113,6 +132,8 @@ class HorovodStrategy(DistributedStrategy):
                 "make_strategy('auto') to run the same script as a single process")
         import horovod.tensorflow as hvd
 
+        if options.hierarchical_allreduce:
+            _request_hierarchical_allreduce(hvd)
         hvd.init()
         self._hvd = hvd
         if options.pin_gpu:

@@ -28,6 +28,7 @@ class MultiWorkerMirroredOptions(StrategyOptions):
     communication: Literal["auto", "ring", "nccl"] = "auto"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require_bool("shard_data", self.shard_data)
         if self.communication not in _IMPLEMENTATIONS:
             raise OptionValueError(with_fix(

@@ -39,6 +39,9 @@ class StrategyOptions:
 
     scale_lr: bool = True
 
+    def __post_init__(self) -> None:
+        require_bool("scale_lr", self.scale_lr)
+
 
 def options_for(kind: str, by_backend: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The ``make_strategy(kind, ...)`` options from a table of each backend's own, for scripts that

@@ -84,6 +84,7 @@ class ParameterServerOptions(StrategyOptions):
     chief_startup_timeout: float = 600.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require_bool("shard_data", self.shard_data)
         if self.shards is not None and self.min_shard_bytes is not None:
             raise OptionValueError(with_fix("pass either `shards` or `min_shard_bytes`, not both",

@@ -1,0 +1,92 @@
+"""A run started from a plan, measured against it: one warning when it is slow, one line at the end.
+
+``strategy.fit`` adds ``PlanCheck`` (last, after the ``Throughput`` whose ``examples_per_second`` it
+reads) whenever the strategy was built from a plan (``TFDIST_PLAN``). On the chief only:
+
+* after the first timed epoch (the second: the first includes tracing and start-up), a run below
+  ``SLOW_RATIO`` of its predicted examples/s logs one warning naming the bottleneck the advisor
+  assumed and what to check;
+* at the end of training it logs ``tfdist plan: measured X examples/s, predicted Y (R x)`` over the
+  epochs after the first (all of them when there was only one), and writes the same figures as JSON
+  to ``TFDIST_PLAN_RESULT`` when the launcher set it (``tfdist launch --backend auto`` prints them).
+
+The TensorBoard record of the same comparison (``advice/`` scalars) is ``TensorBoardRun``'s.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from typing import Any
+
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
+
+from tfdist.advise.plan import PLAN_RESULT_ENV, Plan, compare, slow_warning
+
+log = logging.getLogger("tfdist")
+#: The epoch (0-based) after which a slow run is reported: the first timed one.
+CHECK_EPOCH = 1
+
+
+class PlanCheck(tf_keras.callbacks.Callback):
+    """Compare the run's examples/s with ``plan``'s prediction (see the module docstring)."""
+
+    def __init__(self, plan: Plan, is_chief: bool, result_path: str | None = None) -> None:
+        super().__init__()
+        self.plan = plan
+        self.is_chief = is_chief
+        self.result_path = result_path if result_path is not None else os.environ.get(PLAN_RESULT_ENV)
+        self.rates: list[float] = []
+        self.warned = False
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        rate = (logs or {}).get("examples_per_second")
+        if rate is None:
+            return
+        self.rates.append(float(rate))
+        if self.is_chief and epoch == CHECK_EPOCH and not self.warned:
+            warning = slow_warning(self.plan, float(rate))
+            if warning is not None:
+                self.warned = True
+                log.warning("%s", warning)
+
+    def measured(self) -> float | None:
+        """Mean examples/s over the epochs after the first (all of them when there was only one)."""
+        rates = self.rates[1:] or self.rates
+        return sum(rates) / len(rates) if rates else None
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        measured = self.measured()
+        if not self.is_chief:
+            return
+        if measured is None:
+            log.warning("tfdist plan: no examples/s measured (no Throughput callback reached an epoch end); "
+                        "nothing to compare with the predicted %s examples/s",
+                        f"{self.plan.predicted_examples_per_second:,.0f}")
+            return
+        record = compare(self.plan, measured)
+        log.warning("tfdist plan: measured %s examples/s, predicted %s (%.2fx); step %.1f ms, predicted %.1f ms",
+                    f"{measured:,.0f}", f"{self.plan.predicted_examples_per_second:,.0f}",
+                    record["advice/measured_over_predicted"], record["advice/measured_step_ms"],
+                    self.plan.predicted_step_ms)
+        if self.result_path:
+            _write_json(self.result_path, {"epochs": len(self.rates), **_plain(record),
+                                           "predicted_examples_per_second": self.plan.predicted_examples_per_second,
+                                           "predicted_step_ms": self.plan.predicted_step_ms})
+
+
+def _plain(record: dict[str, float]) -> dict[str, float]:
+    return {key.removeprefix("advice/"): value for key, value in record.items()}
+
+
+def _write_json(path: str, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically; a failure is logged, never raised (training is done)."""
+    try:
+        folder = os.path.dirname(os.path.abspath(path))
+        handle, temporary = tempfile.mkstemp(prefix=".plan-result-", suffix=".json", dir=folder)
+        with os.fdopen(handle, "w") as out:
+            json.dump(payload, out, allow_nan=False)
+        os.replace(temporary, path)
+    except (OSError, ValueError) as exc:
+        log.warning("tfdist plan: could not write the measured figures to %s (%s)", path, exc)

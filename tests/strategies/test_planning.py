@@ -1,0 +1,108 @@
+"""make_strategy("auto") applying a plan (TFDIST_PLAN), with TensorFlow: the options land in the strategy
+object, the run records itself against the prediction (advice/ scalars, the HParams, plan.json, one
+warning when slow, the result file), and under a real horovodrun the planned fp16 is what each rank runs."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tfdist  # noqa: E402
+from tfdist.advise.plan import _VARIANT_OPTIONS, PLAN_ENV, PLAN_RESULT_ENV, Plan, PlanError, save_plan  # noqa: E402
+from tfdist.advise.recommend import backend_of  # noqa: E402
+from tfdist.strategies import option_names  # noqa: E402
+
+
+def _plan(backend: str = "single", options=None, workers: int = 1, rate: float = 1e9) -> Plan:
+    return Plan(backend=backend, variant=backend if backend != "horovod" else "horovod_fp16",
+                options=dict(options or {}), workers=workers, ps=0, batch_size=16,
+                predicted_examples_per_second=rate, predicted_step_ms=1000 * 16 * workers / rate,
+                bottleneck="network", explanation="the network: a test's link", inputs={})
+
+
+def test_every_planned_option_is_an_option_of_its_backend():
+    for variant, options in _VARIANT_OPTIONS.items():
+        assert set(options) <= set(option_names(backend_of(variant))), variant
+    assert set(option_names("parameter_server")) >= {"shards"}
+
+
+def _fit(strategy, logdir):
+    import tf_keras as K
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    with strategy.scope():
+        model = K.Sequential([K.Input((4,)), K.layers.Dense(1)])
+        model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(0.01)), loss="mse")
+    board = tfdist.callbacks.TensorBoardRun(str(logdir), "run", batch_size=16)
+    return strategy.fit(model, x, y, batch_size=16, epochs=3, verbose=0, callbacks=[board])
+
+
+def test_auto_applies_the_plan_and_the_run_records_itself_against_it(tmp_path, caplog):
+    from tfdist.report.events import load_runs
+
+    path = save_plan(_plan(options={"scale_lr": False}), str(tmp_path / "plan.json"))
+    result = tmp_path / "measured.json"
+    with mock.patch.dict(os.environ, {PLAN_ENV: path, PLAN_RESULT_ENV: str(result)}), \
+            caplog.at_level(logging.WARNING, logger="tfdist"):
+        strategy = tfdist.make_strategy("auto")
+        assert strategy.kind == "single" and strategy.options.scale_lr is False
+        assert strategy.plan is not None and strategy.plan.predicted_examples_per_second == 1e9
+        history = _fit(strategy, tmp_path / "runs")  # no Throughput given: fit adds one for the plan
+    assert "examples_per_second" in history.history
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line for line in lines if line.startswith("tfdist plan: applying plan file")]
+    slow = [line for line in lines if "x the predicted 1,000,000,000" in line]
+    assert len(slow) == 1 and "limited by the network: a test's link" in slow[0]  # once, after epoch 2
+    assert [line for line in lines if line.startswith("tfdist plan: measured ")]
+    measured = json.loads(result.read_text())
+    assert measured["epochs"] == 3 and 0 < measured["measured_over_predicted"] < 0.75
+    assert measured["predicted_examples_per_second"] == 1e9
+    run = load_runs(str(tmp_path / "runs"))[0]
+    assert run.series(".", "advice/predicted_examples_per_second").values == (1e9,)
+    ratios = run.series(".", "advice/measured_over_predicted")
+    assert ratios.steps == (1, 2, 3) and all(0 < v < 1 for v in ratios.values)
+    rates = run.series(".", "advice/measured_examples_per_second").values
+    assert rates == pytest.approx(tuple(history.history["examples_per_second"]), rel=1e-6)
+    assert run.hparams["plan/backend"] == "single" and run.hparams["plan/scale_lr"] is False
+    assert json.loads((tmp_path / "runs" / "run" / "plan.json").read_text())["backend"] == "single"
+
+
+def test_a_plans_bad_option_value_names_the_file(tmp_path):
+    path = save_plan(_plan(options={"scale_lr": "yes"}), str(tmp_path / "plan.json"))
+    with mock.patch.dict(os.environ, {PLAN_ENV: path}), pytest.raises(PlanError) as info:
+        tfdist.make_strategy("auto")
+    assert str(info.value).startswith(f"plan file {path!r} ({PLAN_ENV}): `options`: `scale_lr` must be True or")
+
+
+def test_a_plan_for_horovod_on_a_single_process_is_refused(tmp_path):
+    path = save_plan(_plan("horovod", {"compression": "fp16"}, workers=2), str(tmp_path / "plan.json"))
+    with mock.patch.dict(os.environ, {PLAN_ENV: path}), pytest.raises(PlanError) as info:
+        tfdist.make_strategy("auto")
+    assert "`backend` is 'horovod', but this task was launched as a single job; fix: launch the job as the " \
+           "plan says (horovodrun -np 2 ...)" in str(info.value)
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("explicit", [{}, {"compression": "none"}], ids=["planned", "overridden"])
+def test_under_horovodrun_each_rank_runs_the_planned_compression(tmp_path, run_horovod, explicit):
+    path = save_plan(_plan("horovod", {"compression": "fp16"}, workers=2), str(tmp_path / "plan.json"))
+    result = tmp_path / "measured.json"
+    job = run_horovod("plan_job.py", str(tmp_path), json.dumps(explicit),
+                      env={PLAN_ENV: path, PLAN_RESULT_ENV: str(result)})
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    want = explicit.get("compression", "fp16")
+    assert [(r["kind"], r["options"]["compression"], r["plan"]) for r in ranks] == [
+        ("horovod", want, "horovod_fp16")] * 2
+    output = job.stdout + job.stderr
+    overrides = [line for line in output.splitlines() if "win over the plan" in line]
+    assert len(overrides) == (2 if explicit else 0), overrides  # one line per task
+    assert json.loads(result.read_text())["epochs"] == 3  # the chief's measured figures

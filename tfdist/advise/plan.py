@@ -1,0 +1,341 @@
+"""The plan: what ``tfdist advise`` recommends, as a file a run applies and records itself against.
+
+A plan names the backend, the ``make_strategy`` options that make the advisor's winning variant
+(``horovod_fp16`` -> ``compression="fp16"``), the cluster it was made for (workers, ps tasks) and the
+prediction (examples/s of all workers together, and the step time derived from it). It is made from an
+advice (:func:`plan_from_advice`), written by ``tfdist advise --save`` and by ``tfdist launch --backend
+auto``, and read where the job runs from the environment variable ``TFDIST_PLAN`` (a path, or the
+plan's JSON itself): ``make_strategy("auto")`` then builds the planned backend with the planned options.
+
+    plan = plan_from_advice(advice, cluster, workload)
+    save_plan(plan, "plan.json")                     # atomic
+    os.environ[PLAN_ENV] = "plan.json"               # on every task, before the script starts
+    plan = load_plan(os.environ[PLAN_ENV])           # what make_strategy("auto") does
+
+Every check here is pure Python, without TensorFlow: the file's format and version, the options
+against a table of each backend's option names (:func:`check_options`), the run's cluster against the
+planned one (:func:`check_run`), and the script's explicit options against the plan's
+(:func:`merge_options`). Each failure is a :class:`PlanError` naming the file and the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import stat
+import tempfile
+from typing import Any, Mapping, Sequence
+
+from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.recommend import Advice, backend_of
+from tfdist.errors import TfdistError, with_fix
+
+#: The environment variable that names the plan a run applies: a path, or the plan's JSON itself.
+PLAN_ENV = "TFDIST_PLAN"
+#: Set by ``tfdist launch --backend auto``: where the chief writes the measured figures at the end.
+PLAN_RESULT_ENV = "TFDIST_PLAN_RESULT"
+#: The format this tfdist writes and reads; a plan of a newer format is refused.
+PLAN_VERSION = 1
+#: Largest plan file read (a plan is about 1 KB).
+MAX_PLAN_BYTES = 1 << 20
+#: A run below this share of its predicted examples/s logs one warning after its first timed epoch.
+SLOW_RATIO = 0.75
+#: The ``make_strategy`` options each advisor variant stands for.
+_VARIANT_OPTIONS: dict[str, dict[str, Any]] = {
+    "horovod": {},
+    "horovod_fp16": {"compression": "fp16"},
+    "horovod_hierarchical": {"hierarchical_allreduce": True},
+    "multi_worker_mirrored": {},
+    "parameter_server": {},
+}
+_FIELDS = ("version", "backend", "variant", "options", "workers", "ps", "batch_size",
+           "predicted_examples_per_second", "predicted_step_ms", "bottleneck", "explanation", "inputs")
+
+
+class PlanError(TfdistError, ValueError):
+    """A plan file that cannot be applied: the message names the file and the field, and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A recommendation to apply.
+
+    backend: the strategy name (``horovod``, ``parameter_server``, ``multi_worker_mirrored``);
+    variant: the advisor's winning variant; options: ``make_strategy`` options for ``backend``;
+    workers / ps: the training processes and ps tasks it was made for; batch_size: per worker.
+    predicted_examples_per_second: all workers together; predicted_step_ms: the time in which every
+    worker does one step, ``1000 * batch_size * workers / examples/s`` (for a synchronous backend the
+    step itself; for parameter servers, which step at their own pace, their harmonic mean);
+    bottleneck / explanation: what the advisor assumed limits the run; inputs: what it was told.
+    """
+
+    backend: str
+    variant: str
+    options: Mapping[str, Any]
+    workers: int
+    ps: int
+    batch_size: int
+    predicted_examples_per_second: float
+    predicted_step_ms: float
+    bottleneck: str
+    explanation: str
+    inputs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    version: int = PLAN_VERSION
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of the file, fields in a fixed order."""
+        return {name: (dict(value) if isinstance(value := getattr(self, name), Mapping) else value)
+                for name in _FIELDS}
+
+    def describe(self) -> str:
+        """One line: backend, variant, options and the prediction."""
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.options.items())) or "no options"
+        variant = f" ({self.variant})" if self.variant != self.backend else ""
+        return (f"plan: {self.backend}{variant}, {options}; {self.workers} worker(s)"
+                + (f", {self.ps} ps" if self.ps else "")
+                + f"; predicted {self.predicted_examples_per_second:,.0f} examples/s, "
+                  f"step {self.predicted_step_ms:,.1f} ms")
+
+    def hparams(self) -> dict[str, Any]:
+        """The plan as HParams entries (``plan/backend``, ``plan/variant``, ``plan/<option>``, ...)."""
+        record: dict[str, Any] = {"plan/backend": self.backend, "plan/variant": self.variant,
+                                  "plan/workers": self.workers, "plan/ps": self.ps,
+                                  "plan/predicted_examples_per_second": self.predicted_examples_per_second}
+        for name, value in sorted(self.options.items()):
+            record[f"plan/{name}"] = value if isinstance(value, (bool, int, float, str)) else repr(value)
+        return record
+
+    def step_ms_of(self, examples_per_second: float) -> float:
+        """The step time (this plan's definition) at a measured rate."""
+        return 1000.0 * self.batch_size * self.workers / examples_per_second
+
+
+def plan_from_advice(advice: Advice, cluster: Cluster, workload: Workload) -> Plan:
+    """The plan of ``advice``: its recommended variant as options, for ``cluster`` and ``workload``.
+
+    Parameter servers get ``shards=P`` with P > 1 ps tasks: the advisor models every variable split
+    evenly over the P servers (memory and ps links alike). Only options that keep accuracy are
+    planned: ``steps_per_execution`` (staler updates) is never set.
+    """
+    prediction = advice.predictions[advice.variant]
+    options = dict(_VARIANT_OPTIONS[advice.variant])
+    ps = cluster.ps if advice.recommended == "parameter_server" else 0
+    if ps > 1:
+        options["shards"] = ps
+    rate = prediction.examples_per_second
+    inputs = {"hosts": cluster.hosts, "workers_per_host": cluster.workers_per_host,
+              "speeds": list(cluster.speeds), "bandwidths_bytes_per_s": list(cluster.bandwidths),
+              "ps_bandwidth_bytes_per_s": cluster.ps_bandwidth, "latency_s": cluster.latency_s,
+              "params": workload.params, "dtype_bytes": workload.dtype_bytes, "step_ms": workload.step_ms,
+              "overlap": workload.overlap}
+    return Plan(backend=advice.recommended, variant=advice.variant, options=options, workers=cluster.workers,
+                ps=ps, batch_size=workload.batch_size, predicted_examples_per_second=rate,
+                predicted_step_ms=1000.0 * workload.batch_size * cluster.workers / rate,
+                bottleneck=prediction.bottleneck, explanation=prediction.explanation, inputs=inputs)
+
+
+def plan_json(plan: Plan) -> str:
+    """The plan as strict JSON (no NaN or infinities)."""
+    return json.dumps(plan.as_dict(), indent=2, allow_nan=False) + "\n"
+
+
+def save_plan(plan: Plan, path: str) -> str:
+    """Write ``plan`` to ``path`` atomically (a temporary sibling renamed over it); the path."""
+    text = plan_json(plan)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+def _fail(source: str, field: str | None, problem: str, fix: str) -> PlanError:
+    where = f"{source}: `{field}`" if field else source
+    return PlanError(with_fix(f"{where} {problem}", fix))
+
+
+def _read(value: str) -> tuple[str, str]:
+    """``(source, text)`` of a TFDIST_PLAN value: inline JSON, or a file's text."""
+    if value.lstrip().startswith("{"):
+        return f"{PLAN_ENV} (inline JSON)", value
+    source = f"plan file {value!r} ({PLAN_ENV})"
+    if not value.strip():
+        raise _fail(f"{PLAN_ENV}", None, "is set but empty",
+                    f"set {PLAN_ENV} to a plan file (tfdist advise ... --save plan.json), or unset it")
+    try:
+        mode = os.stat(value).st_mode
+        if not stat.S_ISREG(mode):
+            raise _fail(source, None, "is not a regular file", f"point {PLAN_ENV} at the plan's JSON file")
+        with open(value, "rb") as handle:
+            data = handle.read(MAX_PLAN_BYTES + 1)
+    except FileNotFoundError:
+        raise _fail(source, None, "does not exist",
+                    f"write it with `tfdist advise ... --save {value}` on this host, or unset {PLAN_ENV}") from None
+    except OSError as exc:
+        raise _fail(source, None, f"cannot be read ({exc.strerror})",
+                    f"make it readable, or unset {PLAN_ENV}") from None
+    if len(data) > MAX_PLAN_BYTES:
+        raise _fail(source, None, f"is over {MAX_PLAN_BYTES:,} bytes, not a plan",
+                    f"point {PLAN_ENV} at the file `tfdist advise --save` wrote")
+    try:
+        return source, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(source, None, "is not UTF-8 text", "write it again with `tfdist advise ... --save`") from None
+
+
+def _number(source: str, raw: Mapping[str, Any], field: str, *, integer: bool, minimum: float) -> Any:
+    value = raw[field]
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < minimum:
+        kind = "a whole number" if integer else "a finite number"
+        raise _fail(source, field, f"must be {kind} >= {minimum:g}, got {value!r}",
+                    "write the plan again with `tfdist advise ... --save`")
+    return value
+
+
+def parse_plan(text: str, source: str = "plan") -> Plan:
+    """A :class:`Plan` from its JSON text; ``source`` names it in errors."""
+    try:
+        raw = json.loads(text, parse_constant=lambda name: _reject_constant(source, name))
+    except json.JSONDecodeError as exc:
+        raise _fail(source, None, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
+                    "truncated or edited", "write it again with `tfdist advise ... --save`") from None
+    if not isinstance(raw, dict):
+        raise _fail(source, None, f"holds a JSON {type(raw).__name__}, not a plan object",
+                    "write it again with `tfdist advise ... --save`")
+    version = raw.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > PLAN_VERSION:
+        raise _fail(source, "version", f"is {version}: the plan was written by a newer tfdist (this one reads "
+                    f"version {PLAN_VERSION})", "upgrade tfdist on this host, or write the plan with this one")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise _fail(source, unknown[0], f"is not a plan field (fields: {', '.join(_FIELDS)})",
+                    f"remove {unknown[0]!r}, or write the plan again with `tfdist advise ... --save`")
+    missing = [name for name in _FIELDS if name not in raw and name != "inputs"]
+    if missing:
+        raise _fail(source, missing[0], "is missing", "write the plan again with `tfdist advise ... --save`")
+    if version != PLAN_VERSION:
+        raise _fail(source, "version", f"must be {PLAN_VERSION}, got {version!r}",
+                    "write the plan again with `tfdist advise ... --save`")
+    for name in ("backend", "variant", "bottleneck", "explanation"):
+        if not isinstance(raw[name], str) or not raw[name]:
+            raise _fail(source, name, f"must be a non-empty string, got {raw[name]!r}",
+                        "write the plan again with `tfdist advise ... --save`")
+    if backend_of(raw["variant"]) != raw["backend"]:
+        raise _fail(source, "variant", f"{raw['variant']!r} is not a variant of backend {raw['backend']!r}",
+                    "write the plan again with `tfdist advise ... --save`")
+    for name in ("options", "inputs"):
+        if not isinstance(raw.get(name, {}), dict):
+            raise _fail(source, name, f"must be a JSON object, got {type(raw[name]).__name__}",
+                        "write the plan again with `tfdist advise ... --save`")
+    return Plan(backend=raw["backend"], variant=raw["variant"], options=dict(raw["options"]),
+                workers=_number(source, raw, "workers", integer=True, minimum=1),
+                ps=_number(source, raw, "ps", integer=True, minimum=0),
+                batch_size=_number(source, raw, "batch_size", integer=True, minimum=1),
+                predicted_examples_per_second=float(_number(source, raw, "predicted_examples_per_second",
+                                                            integer=False, minimum=1e-12)),
+                predicted_step_ms=float(_number(source, raw, "predicted_step_ms", integer=False, minimum=0)),
+                bottleneck=raw["bottleneck"], explanation=raw["explanation"], inputs=dict(raw.get("inputs", {})))
+
+
+def _reject_constant(source: str, name: str) -> None:
+    raise _fail(source, None, f"holds {name}, which is not JSON", "write it again with `tfdist advise ... --save`")
+
+
+def load_plan(value: str) -> tuple[Plan, str]:
+    """``(plan, source)`` from a ``TFDIST_PLAN`` value: a path, or inline JSON."""
+    source, text = _read(value)
+    return parse_plan(text, source), source
+
+
+def check_options(plan: Plan, source: str, option_names: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a backend no strategy registered, an unknown option, or another backend's option.
+
+    ``option_names``: every registered backend's option names (``{"horovod": [...], ...}``).
+    """
+    if plan.backend not in option_names:
+        raise _fail(source, "backend", f"is {plan.backend!r}, not a backend (known: "
+                    f"{', '.join(sorted(option_names))})", "write the plan again with `tfdist advise ... --save`")
+    own = set(option_names[plan.backend])
+    for name in sorted(plan.options):
+        if name in own:
+            continue
+        owners = sorted(b for b, names in option_names.items() if name in names)
+        what = (f"is an option of {' and '.join(owners)}, not of {plan.backend}" if owners
+                else f"is not an option of any backend ({plan.backend}'s: {', '.join(sorted(own))})")
+        raise _fail(source, f"options.{name}", what,
+                    f"remove it from the plan, or write the plan again with `tfdist advise ... --save`")
+
+
+def check_run(plan: Plan, source: str, kind: str, workers: int, ps: int) -> None:
+    """Refuse to apply ``plan`` to a run of backend ``kind`` with ``workers`` training processes and
+    ``ps`` ps tasks unless they are the planned ones."""
+    if kind != plan.backend:
+        raise _fail(source, "backend", f"is {plan.backend!r}, but this task was launched as a {kind} job",
+                    f"launch the job as the plan says ({_launch_hint(plan)}), or unset {PLAN_ENV}")
+    if workers != plan.workers:
+        raise _fail(source, "workers", f"is {plan.workers}, but this run has {workers} worker(s)",
+                    f"launch {plan.workers} worker(s) ({_launch_hint(plan)}), or plan for {workers} with "
+                    f"`tfdist advise --workers {workers} ... --save`")
+    if plan.backend == "parameter_server" and ps != plan.ps:
+        raise _fail(source, "ps", f"is {plan.ps}, but this run has {ps} ps task(s)",
+                    f"launch {plan.ps} ps task(s) ({_launch_hint(plan)}), or plan for {ps} with "
+                    f"`tfdist advise --ps {ps} ... --save`")
+
+
+def _launch_hint(plan: Plan) -> str:
+    if plan.backend == "horovod":
+        return f"horovodrun -np {plan.workers} ..."
+    if plan.backend == "parameter_server":
+        return f"tfdist launch --workers {plan.workers} --ps {plan.ps} ..."
+    return f"tfdist launch --backend {plan.backend} --workers {plan.workers} ..."
+
+
+def merge_options(plan: Plan, explicit: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The options to build: the plan's, with the script's explicit ones winning; and one notice per
+    planned option the script overrode (``"compression='none' (the script's) over the plan's 'fp16'"``)."""
+    merged = {**plan.options, **explicit}
+    notices = [f"{name}={explicit[name]!r} (the script's) over the plan's {value!r}"
+               for name, value in sorted(plan.options.items()) if name in explicit and explicit[name] != value]
+    return merged, notices
+
+
+def compare(plan: Plan, measured_examples_per_second: float) -> dict[str, float]:
+    """The ``advice/`` record of one measurement against the plan."""
+    return {"advice/measured_examples_per_second": measured_examples_per_second,
+            "advice/measured_step_ms": plan.step_ms_of(measured_examples_per_second),
+            "advice/measured_over_predicted": measured_examples_per_second / plan.predicted_examples_per_second}
+
+
+def predicted_record(plan: Plan) -> dict[str, float]:
+    """The ``advice/`` scalars of the prediction itself."""
+    return {"advice/predicted_examples_per_second": plan.predicted_examples_per_second,
+            "advice/predicted_step_ms": plan.predicted_step_ms}
+
+
+_CHECKS = {
+    "network": "the links between the worker hosts (rate, and other traffic on them: measure with "
+               "`tfdist advise --probe`)",
+    "ps link": "the parameter servers' links (rate, and whether more ps tasks or shards spread the load)",
+    "slowest worker": "the slowest worker (its load: other jobs, CPU quota, a smaller GPU)",
+    "compute": "the workers' compute (other jobs on the hosts, the input pipeline feeding them, CPU quotas)",
+}
+
+
+def slow_warning(plan: Plan, measured_examples_per_second: float) -> str | None:
+    """The warning for a run below ``SLOW_RATIO`` of its prediction, naming what the advisor assumed
+    limits it and what to check; None when the run is fast enough."""
+    ratio = measured_examples_per_second / plan.predicted_examples_per_second
+    if ratio >= SLOW_RATIO:
+        return None
+    check = _CHECKS.get(plan.bottleneck, "the cluster against the plan's inputs")
+    return (f"tfdist plan: measured {measured_examples_per_second:,.0f} examples/s, {ratio:.2f}x the "
+            f"predicted {plan.predicted_examples_per_second:,.0f}; the advisor assumed the run is limited by "
+            f"{plan.explanation}; check {check}")
