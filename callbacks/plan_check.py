@@ -82,11 +82,14 @@ def _plain(record: dict[str, float]) -> dict[str, float]:
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
     """Write ``payload`` to ``path`` atomically; a failure is logged, never raised (training is done)."""
+    temporary = None
     try:
-        folder = os.path.dirname(os.path.abspath(path))
-        handle, temporary = tempfile.mkstemp(prefix=".plan-result-", suffix=".json", dir=folder)
+        handle, temporary = tempfile.mkstemp(prefix=".plan-result-", suffix=".json",
+                                             dir=os.path.dirname(os.path.abspath(path)))
         with os.fdopen(handle, "w") as out:
             json.dump(payload, out, allow_nan=False)
         os.replace(temporary, path)
     except (OSError, ValueError) as exc:
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
         log.warning("tfdist plan: could not write the measured figures to %s (%s)", path, exc)
