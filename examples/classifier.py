@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
               f"test_accuracy={results['accuracy']:.4f} test_loss={results['loss']:.4f} "
               f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f} "
               f"time_to_target_s={'not-reached' if reached is None else f'{reached:.1f}'} "
+              f"plan={strategy.plan.variant if strategy.plan else 'none'} "
+              f"compression={getattr(strategy.options, 'compression', 'none')} "
               f"logdir={board.run_dir}", flush=True)
 
 

@@ -223,3 +223,17 @@ def test_the_comparison_and_the_slow_warning():
     assert "0.50x the predicted" in warning and "check the links between the worker hosts" in warning
     assert plan.explanation in warning
     assert all(math.isfinite(v) for v in record.values())
+
+
+def test_the_launcher_passes_the_plan_inline_and_reads_the_result_back(tmp_path):
+    from tfdist.advise.plan import PLAN_RESULT_ENV, plan_environment, result_summary
+
+    plan = _plan("50mbit")
+    env = plan_environment(plan, str(tmp_path / "measured.json"))
+    assert load_plan(env[PLAN_ENV])[0] == plan and env[PLAN_RESULT_ENV] == str(tmp_path / "measured.json")
+    assert "no measured figures came back" in result_summary(plan, env[PLAN_RESULT_ENV])
+    (tmp_path / "measured.json").write_text(json.dumps(
+        {"measured_examples_per_second": plan.predicted_examples_per_second * 0.99,
+         "measured_step_ms": plan.predicted_step_ms / 0.99}))
+    line = result_summary(plan, env[PLAN_RESULT_ENV])
+    assert line.startswith("tfdist launch: measured ") and "(0.99x)" in line

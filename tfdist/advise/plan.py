@@ -339,3 +339,28 @@ def slow_warning(plan: Plan, measured_examples_per_second: float) -> str | None:
     return (f"tfdist plan: measured {measured_examples_per_second:,.0f} examples/s, {ratio:.2f}x the "
             f"predicted {plan.predicted_examples_per_second:,.0f}; the advisor assumed the run is limited by "
             f"{plan.explanation}; check {check}")
+
+
+def plan_environment(plan: Plan, result_path: str | None = None) -> dict[str, str]:
+    """The variables a launcher adds to every task: the plan inline (no file needed on the hosts) and,
+    optionally, where the chief writes its measured figures."""
+    env = {PLAN_ENV: json.dumps(plan.as_dict(), separators=(",", ":"), allow_nan=False)}
+    if result_path is not None:
+        env[PLAN_RESULT_ENV] = result_path
+    return env
+
+
+def result_summary(plan: Plan, result_path: str) -> str:
+    """The launcher's last line: measured against predicted, from the chief's result file."""
+    try:
+        with open(result_path) as handle:
+            measured = json.load(handle)
+        rate = float(measured["measured_examples_per_second"])
+        step = float(measured["measured_step_ms"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return (f"tfdist launch: no measured figures came back ({result_path} is missing or unreadable: the "
+                "chief writes it at the end of fit, on its own host); predicted "
+                f"{plan.predicted_examples_per_second:,.0f} examples/s")
+    return (f"tfdist launch: measured {rate:,.0f} examples/s, predicted {plan.predicted_examples_per_second:,.0f} "
+            f"({rate / plan.predicted_examples_per_second:.2f}x); step {step:,.1f} ms, predicted "
+            f"{plan.predicted_step_ms:,.1f} ms")
