@@ -19,18 +19,14 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
-from typing import Any, Literal, MutableMapping
+from typing import Any, MutableMapping
 
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, TfdistError, with_fix
+from tfdist.keras_flavour import KERAS_3, PACKAGES, TF_KERAS, Flavour, flavour_of  # noqa: F401  (re-exported)
 
 TF_USE_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 
-Flavour = Literal["tf_keras", "keras_3"]
-TF_KERAS: Flavour = "tf_keras"
-KERAS_3: Flavour = "keras_3"
-#: The package each flavour's classes live in.
-PACKAGES: dict[str, str] = {TF_KERAS: "tf_keras", KERAS_3: "keras"}
 #: How the user gets the tf-keras flavour, for error messages.
 USE_TF_KERAS = (f"build the model with tf-keras: `import tf_keras` and use `tf_keras.` in place of "
                 f"`keras.` (or start Python with {TF_USE_LEGACY_KERAS}=1 and use `tf.keras`)")
@@ -61,21 +57,6 @@ def require_tf_keras() -> None:
     if importlib.util.find_spec("tf_keras") is None:
         raise KerasVersionError("tf-keras is not installed; tfdist's callbacks and the parameter-server "
                                 "backend need it. Fix: pip install 'tf-keras~=2.21.0' (match your TensorFlow).")
-
-
-def flavour_of(obj: Any) -> Flavour | None:
-    """``"tf_keras"`` or ``"keras_3"`` by the top-level package of the first Keras class in
-    ``type(obj).__mro__`` (a user's subclass counts as its Keras base); ``None`` for anything else,
-    and for tfdist's own classes (its callbacks), which work with both."""
-    for cls in type(obj).__mro__:
-        package = (cls.__module__ or "").split(".", 1)[0]
-        if package == "tfdist":  # tfdist's callbacks work with both
-            return None
-        if package == "tf_keras":
-            return TF_KERAS
-        if package == "keras":
-            return KERAS_3
-    return None
 
 
 def keras_module(flavour: Flavour) -> ModuleType:

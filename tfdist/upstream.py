@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfdist.errors import TfdistError, with_fix
+from tfdist.keras_flavour import KERAS_3, flavour_of
 
 PINNED = "TensorFlow 2.21 / tf-keras 2.21 / Keras 3.15"
 
@@ -79,8 +80,6 @@ def refused_by_parameter_servers(callback: Any) -> bool:
 def optimizer_is_built(optimizer: Any) -> bool:
     """Whether an optimizer has created its slot variables: tf-keras' private ``optimizer._built``
     (which tf-keras itself reads as False until ``build`` sets it), Keras 3's public ``built``."""
-    from tfdist.keras_compat import KERAS_3, flavour_of
-
     if not callable(getattr(optimizer, "build", None)):
         raise _missing(optimizer, "build")
     attribute = "built" if flavour_of(optimizer) == KERAS_3 else "_built"

@@ -173,21 +173,17 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
 
     from tfdist.callbacks import LearningRateWarmup
     from tfdist.callbacks.learning_rate import learning_rate_value
-    from tfdist.strategies import outputs
-    from tfdist.strategies.horovod import SCALED_FOR, build_from_first_batch
 
-    strategy._check_model(model)
     kwargs = dict(fit_kwargs)
     callbacks = list(kwargs.pop("callbacks", None) or [])
     _refuse_backup(callbacks)
     epochs = int(kwargs.pop("epochs", 1))
     initial_epoch = int(kwargs.pop("initial_epoch", 0))
-    if strategy.is_chief:
-        outputs.check_writable([*outputs.output_paths(callbacks), *strategy._output_dirs()])
-    first_x, _, _ = strategy._prepare_fit_inputs(x, y, dict(kwargs))
-    build_from_first_batch(model, first_x)
+    strategy.check_fit(model, callbacks)
+    first_x, _, _ = strategy.fit_inputs(x, y, dict(kwargs))
+    strategy.build_from_first_batch(model, first_x)
     optimizer = model.optimizer
-    scaled_for = getattr(optimizer, SCALED_FOR, None) if strategy.options.scale_lr else None
+    scaled_for = strategy.scaled_for(optimizer) if strategy.options.scale_lr else None
     rate = learning_rate_value(optimizer)
     state = new_state(model, initial_epoch, rate / scaled_for if scaled_for else None)
     every = strategy.options.commit_every_batches
@@ -199,9 +195,9 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
                  state.epoch, state.batch)
         if state.lr_per_replica is not None:
             optimizer.learning_rate = state.lr_per_replica * size
-        run_x, run_y, run_kwargs = strategy._prepare_fit_inputs(x, y, dict(kwargs))
+        run_x, run_y, run_kwargs = strategy.fit_inputs(x, y, dict(kwargs))
         steps = steps_per_epoch(run_x, run_kwargs) if every else 0
-        ours = strategy._fit_callbacks(list(callbacks), run_kwargs)
+        ours = strategy.fit_callbacks(list(callbacks), run_kwargs)
         warmups = [cb for cb in ours if isinstance(cb, LearningRateWarmup)]
         for warmup in warmups:  # re-read the (rescaled) rate as the warm-up's target
             warmup.target_lr = None

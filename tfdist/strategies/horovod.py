@@ -204,11 +204,11 @@ class HorovodStrategy(DistributedStrategy):
             setattr(wrapped, SCALED_FOR, self.size)
         return wrapped
 
-    def metrics(self, batch_size: int) -> list:
-        """``Throughput`` and every rank's step, allreduce and compute time (``WorkerMetrics``)."""
+    def _worker_figures(self, batch_size: int, clock: Any) -> list:
+        """Every rank's step, allreduce and compute time (``WorkerMetrics``), for ``metrics``."""
         from tfdist.callbacks import WorkerMetrics
 
-        return [*super().metrics(batch_size), WorkerMetrics(batch_size)]
+        return [WorkerMetrics(batch_size, clock=clock)]
 
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
@@ -219,6 +219,32 @@ class HorovodStrategy(DistributedStrategy):
         from tfdist.strategies.elastic import elastic_fit
 
         return elastic_fit(self, model, x, y, fit_kwargs)
+
+    # --- the hooks elastic fit drives (tfdist.strategies.elastic) ------------------------------
+    def check_fit(self, model: Any, callbacks: list) -> None:
+        """What ``fit`` checks before training: the model, and (on the chief) every output path."""
+        from tfdist.strategies import outputs
+
+        self._check_model(model)
+        if self.is_chief:
+            outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
+
+    def fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        """This rank's share of the training data, as ``fit`` prepares it for the current size."""
+        return self._prepare_fit_inputs(x, y, kwargs)
+
+    def fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
+        """``callbacks`` with the backend's own (broadcast, metric averaging, warm-up, ...)."""
+        return self._fit_callbacks(callbacks, kwargs)
+
+    def build_from_first_batch(self, model: Any, x: Any) -> None:
+        """Create a lazily built model's (and optimizer's) variables before the first broadcast."""
+        build_from_first_batch(model, x)
+
+    @staticmethod
+    def scaled_for(optimizer: Any) -> int | None:
+        """The rank count ``optimizer()`` scaled this optimizer's learning rate for, else None."""
+        return getattr(optimizer, SCALED_FOR, None)
 
     # --- data ---------------------------------------------------------------------------------
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
