@@ -42,18 +42,19 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
 
 
 def readme_launch_options(containing: str) -> tuple[str, ...]:
-    """The options of the one ``tfdist launch`` line in the README's "Several hosts" block that
-    contains ``containing``: what comes between ``tfdist launch`` and ``--``. The lab tests run these
-    options (adding the lab's ssh port and key, and their own script), so the README shows commands
-    that were run."""
+    """The options of the one ``tfdist launch`` line in the "Several hosts" block (the first console
+    block of docs/several-hosts.md, once the README's) that contains ``containing``: what comes
+    between ``tfdist launch`` and ``--``. The lab tests run these options (adding the lab's ssh port
+    and key, and their own script), so the docs show commands that were run."""
     import re
     import shlex
 
-    section = (REPO / "README.md").read_text().split("\n## Several hosts\n", 1)[1]
-    block = re.search(r"^```console\n(.*?)^```", section, flags=re.S | re.M).group(1)
+    page = (REPO / "docs" / "several-hosts.md").read_text()
+    block = re.search(r"^```console\n(.*?)^```", page, flags=re.S | re.M).group(1)
     found = [line for line in block.splitlines() if line.startswith("tfdist launch ") and containing in line]
     if len(found) != 1:
-        raise AssertionError(f"the README's Several hosts block has {len(found)} launch lines with {containing!r}")
+        raise AssertionError(f"the Several hosts block of docs/several-hosts.md has {len(found)} "
+                             f"launch lines with {containing!r}")
     words = shlex.split(found[0])
     return tuple(words[2:words.index("--")])
 

@@ -3,7 +3,7 @@ and says what argues the other way.
 
 The lab (issue 11): 2 workers on namespace hosts, 1 ps on a third, batch 64; the benchmarks' MLPs
 (benchmarks/workload.py): small 784-512-512-10 = 669,706 params, large 784-2048-2048-10 =
-5,824,522 params. Compute per step from the loopback benchmark (README: Horovod 10,100 and 1,596
+5,824,522 params. Compute per step from the loopback benchmark (benchmarks/README.md: Horovod 10,100 and 1,596
 examples/s at 128 examples per step, i.e. ~12.7 and ~80 ms a step with communication): 10 and 70 ms.
 Measured: identical workers -> Horovod faster at every rate; one worker at 25 % of a core -> parameter
 servers faster (2.0x small, 1.6x large). The direction is checked, not the ratios.
