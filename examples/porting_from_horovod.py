@@ -3,7 +3,7 @@
     python examples/porting_from_horovod.py                                   # one process
     horovodrun -np 2 -H localhost:2 python examples/porting_from_horovod.py   # 2 Horovod ranks
 
-The README's "Porting from Horovod" maps each Horovod line to its replacement here. The model,
+docs/horovod.md, "Porting from Horovod", maps each Horovod line to its replacement here. The model,
 optimizer, batch size, warm-up and checkpoint are Horovod's; scikit-learn's 8x8 digits stand in
 for MNIST so that it runs offline, and 20% of them are held out for the result line.
 """

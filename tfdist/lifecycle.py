@@ -5,7 +5,7 @@
 * ``exit_when_chief_leaves``: the evaluator's watch, in a background thread.
 * ``wait_for_tasks``: the chief's start-up check that every task of the cluster answers.
 
-The contract between chief and servers (README, "When a task fails"): a server waits up to
+The contract between chief and servers (docs/parameter-servers.md, "When a task dies"): a server waits up to
 ``startup_timeout`` for the chief to appear, and ``grace`` after it disappeared for a restarted
 chief to come back, then exits 0 (the chief came and went) or 1 (it never came). A chief checks
 that every server answers within its own start-up timeout and fails naming the missing ones.

@@ -1,7 +1,7 @@
 """Detectors of where a process runs. Each reads an environment mapping and never writes it.
 
 ``detect_environment`` tries them in the order of ``DETECTION_ORDER``, the same order the
-README documents for ``make_strategy("auto")``.
+docs/strategies.md documents for ``make_strategy("auto")``.
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from tfdist.strategies.registry import STRATEGIES
 
 log = logging.getLogger("tfdist")
 
-# Chosen by measurement (README, "steps_per_execution"): 10 steps per dispatch makes updates
+# Chosen by measurement (docs/parameter-servers.md, "`steps_per_execution`"): 10 steps per dispatch makes updates
 # staler, and asynchronous Adam on the embedding test model diverged in 3 of 5 runs with 10
 # (Adagrad: 0 of 3), so batching dispatches is opt-in.
 DEFAULT_STEPS_PER_EXECUTION = 1
@@ -58,7 +58,7 @@ class ParameterServerOptions(StrategyOptions):
     shards: split every variable into exactly this many shards across the ps tasks.
     min_shard_bytes: split variables into shards of at least this size (at most one per ps).
     steps_per_execution: steps per coordinator dispatch when compile() left it at 1
-        (default DEFAULT_STEPS_PER_EXECUTION = 1: no batching; see the README's figures).
+        (default DEFAULT_STEPS_PER_EXECUTION = 1: no batching; see docs/parameter-servers.md).
     checkpoint_dir: the chief saves weights here every epoch; the evaluator task evaluates them.
     cluster: the cluster instead of TF_CONFIG: a dict ({"chief": [...], "worker": [...],
         "ps": [...]}), a tf.train.ClusterSpec or a tf.distribute cluster resolver; then
@@ -295,12 +295,12 @@ class ParameterServerStrategy(DistributedStrategy):
     def lr_scale(self) -> float:
         return 1.0
 
-    def metrics(self, batch_size: int) -> list:
-        """``Throughput`` and the coordinator's step time against one step's compute
-        (``ParameterServerMetrics``)."""
+    def _worker_figures(self, batch_size: int, clock: Any) -> list:
+        """The coordinator's step time against one step's compute, and each worker's steps
+        (``ParameterServerMetrics``), for ``metrics``."""
         from tfdist.callbacks import ParameterServerMetrics
 
-        return [*super().metrics(batch_size), ParameterServerMetrics(batch_size)]
+        return [ParameterServerMetrics(batch_size, clock=clock)]
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
         keras_compat.refuse_keras_3(

@@ -1,7 +1,7 @@
 """The ``auto`` rule: a pure function of environment variables and the local GPU count.
 
 The detectors of ``tfdist.environments.DETECTION_ORDER`` are asked in order; the first that names
-a strategy wins (README, "The auto table"):
+a strategy wins (docs/strategies.md, "The `auto` table"):
 
 | order | detector   | condition                                              | strategy              |
 |-------|------------|--------------------------------------------------------|-----------------------|
