@@ -7,8 +7,9 @@ truncated (a full disk, a node lost mid-write), every relaunch fails in the rest
 
 * after each backup the chief reads the new checkpoint back in full; only a readable one is copied to
   ``<backup_dir>/chief.previous`` (written beside it, then renamed over the old copy in one step);
-* a save that fails (full disk, file-size limit) raises one ``BackupError`` line; the previous copy
-  is untouched;
+* a save that fails (full disk, file-size limit) raises one ``BackupError`` line saying whether an
+  earlier backup is kept (or that none exists yet); the half-written checkpoint (TensorFlow's
+  ``ckpt-N_temp`` directory) is removed and the previous copy is untouched;
 * before restoring, the chief reads the newest checkpoint; if it is unreadable and the previous copy
   is good, the previous copy replaces it, with a warning naming the epoch training resumes after;
   with no good copy, a ``BackupError`` names the directory and the fix. Under Horovod every rank
@@ -69,6 +70,29 @@ def _replace_directory(source: str, target: str) -> None:
         os.rename(target, retired)
     os.rename(staging, target)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+def remove_partial_saves(checkpoint_dir: str) -> list[str]:
+    """Remove what a failed save left in ``checkpoint_dir``: TensorFlow writes a checkpoint's shards
+    into ``<prefix>_temp/`` and renames them into place only when every shard is written. The
+    removed paths."""
+    removed = []
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(checkpoint_dir, name)
+        if name.endswith("_temp") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def has_backup(backup_dir: str) -> bool:
+    """Whether ``backup_dir`` holds a backup to resume from (the newest or the verified previous copy)."""
+    return any(tf.train.latest_checkpoint(os.path.join(backup_dir, name)) is not None
+               for name in ("chief", PREVIOUS))
 
 
 def keep_previous(backup_dir: str) -> str | None:
@@ -146,11 +170,16 @@ class SafeBackup(tf_keras.callbacks.Callback):
         try:
             self.callback.on_epoch_end(epoch, logs)
         except (OSError, tf.errors.OpError) as exc:
+            if self.is_chief:  # only the chief writes <backup_dir>/chief
+                remove_partial_saves(os.path.join(self.backup_dir, "chief"))
+            if has_backup(self.backup_dir):
+                kept, then = "the previous backup is kept", "training resumes from the previous backup"
+            else:
+                kept, then = "no earlier backup exists", "training starts again from the first epoch"
             raise BackupError(with_fix(
-                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({_reason(exc)}); the "
-                "previous backup is kept",
-                "free disk space (or raise the file-size limit) and relaunch: training resumes from the "
-                "previous backup")) from None
+                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({_reason(exc)}); "
+                f"{kept}",
+                f"free disk space (or raise the file-size limit) and relaunch: {then}")) from None
         if self.is_chief:
             reason = keep_previous(self.backup_dir)
             if reason is not None:

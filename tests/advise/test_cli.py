@@ -1,7 +1,9 @@
 """``tfdist advise`` (tfdist/cli/advise.py): the table, --json, and errors that name the flag and the fix."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -117,3 +119,102 @@ def test_a_measured_ps_epochs_factor_turns_the_answer_in_the_table():
     assert "Recommended: horovod" in result.output
     assert "reaches the target accuracy sooner although parameter_server is faster per" in result.output
     assert "--ps-epochs-factor" in error(run(*uneven, "--ps-epochs-factor", "0"))
+
+
+# --- hostile input: bounded before use, short messages, never non-JSON ---------------------------------------
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_billion_workers_is_refused_at_once_without_building_anything():
+    """It used to build a billion-entry example for the --worker-speeds message: MemoryError, or a hang."""
+    args = ["--workers", "1000000000", "--params", "1M", "--batch-size", "32", "--step-ms", "10",
+            "--bandwidth", "1gbit", "--worker-speeds", "1,1"]
+    done = subprocess.run([sys.executable, "-m", "tfdist", "advise", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "Error: Invalid value for '--workers': 1000000000 is not in the range 1<=x<=100000 (the advisor "
+        "models at most 100,000 workers); fix: give 1 to 100,000")
+
+
+def test_the_speeds_message_stays_short_at_the_worker_limit():
+    """At --workers 100000 the message was 200 KB (an example with one entry per worker)."""
+    text = error(run("--workers", "100000", "--ps", "0", "--params", "1M", "--batch-size", "32", "--step-ms",
+                     "10", "--bandwidth", "1gbit", "--worker-speeds", "1,1"))
+    assert len(text) < 300, len(text)
+    assert "2 speed(s) for 100000 worker(s); fix: give one speed per worker, e.g. 1,1,...,0.25 (100,000 values)" \
+        in text
+
+
+@pytest.mark.parametrize("rate", ["1e-300bit", "8bit", "999bit", "0.1kbit"])
+def test_rates_below_one_kbit_are_refused(rate):
+    """1e-300bit used to exit 0 with "0 bit/s" and "inf ms", and --json wrote Infinity."""
+    text = error(run(*LAB[:-1], rate, "--json"))
+    assert "'--bandwidth'" in text and "below 1 kbit/s" in text and "; fix: " in text
+
+
+@pytest.mark.parametrize("flag", ["--step-ms", "--latency-ms", "--overlap", "--ps-overhead-ms",
+                                  "--allreduce-overhead-ms", "--ps-epochs-factor"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_no_number_option_takes_nan_or_infinity(flag, value):
+    options = dict(zip(LAB[::2], LAB[1::2]))
+    options[flag] = value
+    text = error(run(*[x for pair in options.items() for x in pair]))
+    assert f"'{flag}'" in text and "finite" in text
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--batch-size", "1000000001"], "--batch-size"), (["--ps", "100001"], "--ps"),
+    (["--workers-per-host", "9" * 5000], "--workers-per-host"), (["--dtype-bytes", "9" * 5000], "--dtype-bytes"),
+    (["--worker-speeds", "1,1e9"], "--worker-speeds"), (["--step-ms", "1e-4"], "--step-ms"),
+])
+def test_counts_and_numbers_are_bounded_with_short_messages(args, flag):
+    options = dict(zip(LAB[::2], LAB[1::2]))
+    options.update(dict(zip(args[::2], args[1::2])))
+    text = error(run(*[x for pair in options.items() for x in pair]))
+    assert f"'{flag}'" in text and len(text) < 400, text[:500]
+
+
+def test_the_widest_accepted_input_gives_strict_json_with_finite_numbers():
+    result = run("--workers", "100000", "--ps", "0", "--params", "10T", "--dtype-bytes", "16", "--batch-size",
+                 "1000000000", "--step-ms", "0.001", "--bandwidth", "1kbit", "--worker-speeds",
+                 ",".join(["1000000"] * 99_999 + ["1"]), "--json")
+    assert result.exit_code == 0, result.output[-2000:]
+    data = _strict_json(result.output)
+    figures = [v for s in data["strategies"].values() for v in s.values() if isinstance(v, float)]
+    assert figures and all(math.isfinite(v) for v in figures)
+
+
+def test_a_non_finite_prediction_fails_the_run_instead_of_writing_infinity(monkeypatch):
+    import tfdist.advise
+
+    from tfdist.advise.recommend import Advice
+
+    real = tfdist.advise.advise
+
+    def broken(cluster, workload):
+        advice = real(cluster, workload)
+        p = advice.predictions["horovod"]
+        return Advice(advice.recommended, advice.variant,
+                      {**advice.predictions, "horovod": dataclasses.replace(p, step_ms=float("inf"))},
+                      advice.reasons)
+
+    monkeypatch.setattr("tfdist.cli.advise.advise_cluster", broken)
+    result = run(*LAB, "--json")
+    assert result.exit_code == 1 and "Infinity" not in result.output and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: the prediction strategies.horovod.step_ms is not a finite number, which JSON cannot hold; fix: "
+        "report this input as a bug; meanwhile check the inputs' units")
+
+
+def test_a_cluster_too_large_for_the_ps_model_is_refused_quickly():
+    """The parameter-server prediction walks hosts x workers: 3,000 single-worker hosts took minutes."""
+    big = ["--workers", "3000", "--params", "1M", "--batch-size", "8", "--step-ms", "10", "--bandwidth", "1gbit"]
+    text = error(run(*big, "--ps", "1"))
+    assert "'--workers'" in text and "too large for the parameter-server model" in text
+    assert run(*big, "--ps", "0").exit_code == 0  # the allreduce predictions alone are cheap
+    assert run(*big, "--ps", "1", "--gpus-per-host", "10").exit_code == 0  # 300 hosts x 3,000 workers

@@ -78,3 +78,59 @@ def test_workload_bytes():
     assert workload.model_bytes == 2_678_824
     assert workload.step_s == 0.01
     assert Workload(params=10, batch_size=1, step_ms=1.0, dtype_bytes=2).model_bytes == 20
+
+
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"speeds": (1e7, 1e7)}, "speeds", "from 1e-06 to 1e+06"),
+    ({"bandwidths": (1.0,)}, "bandwidths", "1 kbit/s to 100 Tbit/s"),
+    ({"bandwidths": (1e300,)}, "bandwidths", "1 kbit/s to 100 Tbit/s"),
+    ({"ps_bandwidth": 100.0}, "ps_bandwidth", "1 kbit/s"),
+    ({"intra_host_bandwidth": 1e-300}, "intra_host_bandwidth", "1 kbit/s"),
+    ({"workers": 10**30}, "workers", "got a number of 31 digits"),
+    ({"workers": 1001, "ps": 1}, "workers", "too large for the parameter-server model"),
+])
+def test_values_that_would_make_predictions_non_finite_or_endless_are_refused(kwargs, field, words):
+    with pytest.raises(AdviseError) as info:
+        Cluster(**{"workers": 2, "bandwidths": (GBIT,), **kwargs})
+    assert info.value.field == field
+    assert words in str(info.value) and "; fix: " in str(info.value) and len(str(info.value)) < 400
+
+
+def test_the_ps_model_size_counts_hosts_not_workers():
+    Cluster(workers=1000, bandwidths=(GBIT,), ps=1)  # 1,000 hosts x 1,000 workers: at the bound
+    Cluster(workers=4000, bandwidths=(GBIT,), ps=1, workers_per_host=16)  # 250 hosts x 4,000
+    Cluster(workers=100_000, bandwidths=(GBIT,), ps=0)  # no parameter-server prediction at all
+
+
+def test_the_speeds_count_message_stays_short_at_the_limit():
+    with pytest.raises(AdviseError) as info:
+        Cluster(workers=100_000, bandwidths=(GBIT,), speeds=(1.0, 1.0))
+    assert len(str(info.value)) < 300 and "1,1,...,0.25 (100,000 values)" in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"step_ms": 1e-4}, "step_ms"), ({"step_ms": 2e9}, "step_ms"), ({"ps_overhead_ms": 2e6}, "ps_overhead_ms"),
+    ({"allreduce_overhead_ms": float("inf")}, "allreduce_overhead_ms"),
+    ({"ps_epochs_factor": float("inf")}, "ps_epochs_factor"), ({"ps_epochs_factor": 1e7}, "ps_epochs_factor"),
+    ({"params": 10**14}, "params"), ({"batch_size": 10**10}, "batch_size"),
+])
+def test_workload_bounds(kwargs, field):
+    with pytest.raises(AdviseError) as info:
+        Workload(**{"params": 10, "batch_size": 64, "step_ms": 10.0, **kwargs})
+    assert info.value.field == field and "; fix: " in str(info.value)
+
+
+@pytest.mark.parametrize("workers, per_host, ps", [(2, 1, 3), (7, 2, 10), (5, 5, 2), (100, 3, 1000), (3, 1, 0)])
+def test_colocated_ps_count_per_host_is_round_robin(workers, per_host, ps):
+    cluster = Cluster(workers=workers, bandwidths=(GBIT,), ps=ps, ps_placement="colocated",
+                      workers_per_host=per_host)
+    for host in range(cluster.hosts):
+        assert cluster.ps_on(host) == sum(1 for j in range(ps) if j % cluster.hosts == host)
+    assert sum(cluster.ps_on(h) for h in range(cluster.hosts)) == ps
+
+
+def test_example_speeds_is_short_whatever_the_count():
+    from tfdist.advise.cluster import example_speeds
+
+    assert example_speeds(1) == "1,0.25" and example_speeds(3) == "1,1,0.25"
+    assert example_speeds(10**9) == "1,1,...,0.25 (1,000,000,000 values)"

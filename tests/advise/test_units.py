@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.units import MAX_RATE, format_bytes, format_rate, parse_count, parse_rate
+from tfdist.advise.units import MAX_RATE, MIN_RATE, format_bytes, format_rate, parse_count, parse_rate
 from tfdist.errors import TfdistError
 
 
 @pytest.mark.parametrize("text, bytes_per_second", [
     ("50mbit", 50e6 / 8), ("1gbit", 125e6), ("25gbit", 25e9 / 8), ("10gbps", 10e9 / 8),
     ("10Gbps", 10e9 / 8), ("1Gbit/s", 125e6), ("100 Mb/s", 100e6 / 8), ("200mbit", 25e6),
-    ("1.5GB/s", 1.5e9), ("100MB/s", 100e6), ("100MBps", 100e6), ("2 bytes/s", 2.0), ("8bit", 1.0),
+    ("1.5GB/s", 1.5e9), ("100MB/s", 100e6), ("100MBps", 100e6), ("125 bytes/s", 125.0), ("1000bit", 125.0),
     ("1kbit", 125.0), ("1Kibit", 1024 / 8), ("1GiB/s", 2.0**30), ("1e3mbit", 125e6), (".5gbit", 62.5e6),
     ("  1gbit  ", 125e6), ("1GBIT", 125e6), ("3tbit", 3e12 / 8),
 ])
@@ -35,6 +35,9 @@ def test_accepted_rates(text, bytes_per_second):
     ("0.0gbit", ["not a positive rate"]),
     ("1e400gbit", ["above 100 Tbit/s"]),
     ("200tbit", ["above 100 Tbit/s"]),
+    ("1e-300bit", ["below 1 kbit/s", "check the unit"]),  # predicted "0 bit/s" and "inf ms" before
+    ("8bit", ["below 1 kbit/s"]),
+    ("124 bytes/s", ["below 1 kbit/s"]),
     ("nan", ["is not a rate"]),
     ("inf gbit", ["is not a rate"]),
     ("", ["is not a rate"]),
@@ -67,11 +70,11 @@ def test_any_text_is_a_positive_finite_rate_or_an_advise_error(text):
     except AdviseError as exc:
         assert "; fix: " in str(exc)
     else:
-        assert math.isfinite(value) and 0 < value <= MAX_RATE
+        assert math.isfinite(value) and MIN_RATE <= value <= MAX_RATE
 
 
-@settings(max_examples=examples(300), deadline=None)
-@given(st.floats(min_value=1e-3, max_value=1e4), st.sampled_from(["k", "m", "g"]))
+@settings(max_examples=examples(300), deadline=None)  # from 1 kbit/s (MIN_RATE) up
+@given(st.floats(min_value=1, max_value=1e4), st.sampled_from(["k", "m", "g"]))
 def test_bits_and_bytes_agree_and_rates_round_trip(number, prefix):
     bits = parse_rate(f"{number!r}{prefix}bit")
     assert parse_rate(f"{number!r}{prefix.upper()}B/s") == pytest.approx(8 * bits)

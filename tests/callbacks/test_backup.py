@@ -66,3 +66,27 @@ def test_a_full_disk_fails_the_save_cleanly_and_keeps_the_previous_backup(tmp_pa
     resumed = _run("resume", tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _epochs(tmp_path) == ["0", "1", "2", "3"]  # from the backup of epoch 2: none lost, none repeated
+
+
+# The first backup hits a file-size limit (set before training; SIGXFSZ ignored, so the write fails with
+# EFBIG instead of killing the process): nothing earlier exists to keep.
+_FIRST_SAVE_FAILS = """\
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (512, resource.RLIM_INFINITY))
+sys.argv = [sys.argv[1], "resume", sys.argv[2]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_failed_first_backup_leaves_no_temp_checkpoint_and_says_none_exists(tmp_path):
+    starved = subprocess.run([sys.executable, "-c", _FIRST_SAVE_FAILS, str(SCRIPTS / "backup_train.py"),
+                              str(tmp_path)], capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert starved.returncode != 0
+    last = starved.stderr.strip().splitlines()[-1]
+    assert last.startswith("tfdist.callbacks.backup.BackupError: writing the backup of epoch 1 to "), last
+    assert "failed (File too large); no earlier backup exists; fix: free disk space" in last
+    assert "training starts again from the first epoch" in last and "previous backup is kept" not in last
+    chief = tmp_path / "backup" / "chief"
+    left = sorted(p.name for p in chief.rglob("*")) if chief.exists() else []
+    assert not [name for name in left if "_temp" in name or name.startswith("part-")], left

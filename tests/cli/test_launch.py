@@ -494,3 +494,179 @@ def test_elastic_horovod_refuses_a_start_size_it_would_wait_for_forever(tmp_path
                                          "/bin/echo"])
     assert result.exit_code == 2, result.output
     assert message in result.output and not (tmp_path / "ran").exists()
+
+
+# --- hostile arguments: refused before anything is reserved or started ------------------------------------
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """The launchers replaced by recorders: a test that reaches one records it instead of starting tasks."""
+    import tfdist.cli.launch as module
+
+    calls = []
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: calls.append(("tf", *args[:4])) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: calls.append(("horovod", *args[2:4])) or 0)
+    return calls
+
+
+def _refused(args: list[str]) -> str:
+    result = CliRunner().invoke(launch, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert result.output.rstrip("\n").endswith(line) and len(line) < 400, line[:500]
+    return line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "1000000000"], "Error: Invalid value for '--workers': 1000000000 is not in the range "
+                                  "1<=x<=10000 (tfdist's limit is 10,000 tasks per cluster); fix: give 1 to 10,000"),
+    (["--ps", "10001"], "Error: Invalid value for '--ps': 10001 is not in the range 1<=x<=10000"),
+    (["--workers", "9" * 5000], "Error: Invalid value for '--workers': '999999999999999999999999'... (5000 "
+                                "characters) is not in the range"),
+    (["--backend", "horovod", "-np", "10001"], "Error: Invalid value for '-np' / '--num-proc': 10001 is not in"),
+    (["--workers", "9000", "--ps", "2000"], "Error: the cluster has 11,001 tasks (1 chief + 9000 worker(s) + "
+                                            "2000 ps); tfdist's limit is 10,000 tasks per cluster; fix: "),
+    (["--workers", "9999", "--evaluator"], "Error: the cluster has 10,002 tasks"),
+])
+def test_task_counts_are_bounded_by_the_tf_config_limit(no_launch, args, message):
+    """`--workers 1000000000` used to reserve ports for 20 s, then die with EMFILE in free_ports."""
+    assert _refused([*args, "--", "true"]).startswith(message)
+    assert no_launch == []
+
+
+def test_the_limit_is_tf_configs(no_launch):
+    from tfdist.cli.launch import MAX_TASKS as LAUNCH_LIMIT
+    from tfdist.cluster.limits import MAX_TASKS
+
+    assert LAUNCH_LIMIT is MAX_TASKS
+    result = CliRunner().invoke(launch, ["--workers", str(MAX_TASKS - 2), "--ps", "1", "--", "true"])
+    assert result.exit_code == 0, result.output  # the largest cluster is not refused (and not started here)
+    assert no_launch == [("tf", "parameter_server", ("true",), MAX_TASKS - 2, 1)]
+
+
+@pytest.mark.parametrize("option", ["--grace", "--task-timeout"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1"])
+def test_times_are_finite(no_launch, option, value):
+    """--task-timeout nan used to be accepted: "the job ends in 0 s"."""
+    line = _refused([option, value, "--", "true"])
+    assert line.startswith(f"Error: Invalid value for '{option}': ") and "; fix: give a finite number from 0 to " \
+        in line
+    assert no_launch == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hosts", ""], "Error: --hosts is empty; fix: give e.g. --hosts h1:2,h2:2,h3:1, or drop --hosts to run "
+                      "every task on this machine"),
+    (["--hosts", "  "], "Error: --hosts is empty"),
+    (["-H", ""], "Error: --hosts is empty"),
+    (["--backend", "horovod", "--hosts", ""], "Error: --hosts is empty"),
+    (["--hosts", "a:3", "--ps-hosts", ""], "Error: --ps-hosts is empty; fix: "),
+    (["--hosts", "a:3", "--chief-host", ""], "Error: --chief-host is empty; fix: "),
+    (["--hosts", "a:2,b:2", "--ps-hosts", "b,"], "Error: --ps-hosts 'b,' has an empty entry; fix: "),
+    (["--backend", "horovod", "--network-interface", ""], "Error: --network-interface is empty; fix: "),
+])
+def test_an_empty_host_option_is_a_usage_error(no_launch, args, message):
+    """`--hosts ''` used to run everything on this machine and exit 0; `--ps-hosts ''` said "or add  to --hosts"."""
+    line = _refused([*args, "--", "true"])
+    assert line.startswith(message), line
+    assert "add  to" not in line and no_launch == []
+
+
+def test_auto_checks_the_model_form_before_the_hosts(no_launch):
+    """`--backend auto --model nocolon` used to complain about the missing --hosts."""
+    line = _refused(["--backend", "auto", "--model", "nocolon", "--batch-size", "8", "--", "true"])
+    assert line == ("Error: Invalid value for '--model': 'nocolon' is not MODULE:FUNCTION (no colon); fix: give "
+                    "the function that builds the Keras model as MODULE:FUNCTION, e.g. models:build_model")
+
+
+def test_valid_arguments_reach_the_launcher(no_launch):
+    result = CliRunner().invoke(launch, ["--workers", "3", "--ps", "2", "--hosts", "a:3,b:2", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert no_launch == [("tf", "parameter_server", ("true",), 3, 2)]
+
+
+def test_ports_that_cannot_be_reserved_are_a_usage_error_not_a_traceback(monkeypatch):
+    import tfdist.cluster
+
+    def exhausted(n, host="127.0.0.1"):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(tfdist.cluster, "free_ports", exhausted)
+    line = _refused(["--workers", "2", "--bind-all", "--", "true"])
+    assert line.startswith("Error: cannot reserve the cluster's ports on this machine, nothing was started (Too "
+                           "many open files); fix: ")
+
+
+def test_tasks_that_cannot_be_started_fail_the_run_in_one_line(monkeypatch):
+    import tfdist.launch.local
+
+    def cannot(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(tfdist.launch.local, "run_local_cluster", cannot)
+    result = CliRunner().invoke(launch, ["--workers", "1", "--bind-all", "--", "true"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.splitlines()[-1].startswith(
+        "Error: cannot start every task (Resource temporarily unavailable); the tasks already started were stopped")
+
+
+def test_no_command_imports_another():
+    """Commands share the library (tfdist.advise.render, ...), never each other's modules."""
+    import ast
+
+    commands = {"advise", "env", "launch", "report", "tf_config"}
+    cli_dir = Path(__file__).resolve().parents[2] / "tfdist" / "cli"
+    for name in commands:
+        tree = ast.parse((cli_dir / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        others = {f"tfdist.cli.{other}" for other in commands - {name}}
+        assert not imported & others, f"tfdist/cli/{name}.py imports {sorted(imported & others)}"
+
+
+# --- horovodrun's failures summed up in the last line --------------------------------------------------------
+
+_RANK_FAILED = """\
+Traceback (most recent call last):
+  File "/venv/bin/horovodrun", line 8, in <module>
+    sys.exit(run_commandline())
+  File "/venv/lib/python3.11/site-packages/horovod/runner/gloo_run.py", line 284, in launch_gloo
+    raise RuntimeError('Horovod detected that one or more processes exited with non-zero '
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. The first process to do so was:
+Process name: 1
+Exit code: 2
+"""
+_NO_INTERFACE = """\
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/horovod/runner/driver/driver_service.py", line 211, in get_local_interfaces
+    raise ValueError('No interface is found for address 127.0.0.1.')
+ValueError: No interface is found for address 127.0.0.1.
+"""
+
+
+@pytest.mark.parametrize("stderr, summary", [
+    (_RANK_FAILED, "tfdist launch: horovodrun exited with code 1: rank 1 exited with code 2; its output is above"),
+    (_NO_INTERFACE, "tfdist launch: horovodrun exited with code 1: ValueError: No interface is found for address "
+                    "127.0.0.1.; its output is above"),
+])
+def test_a_horovodrun_traceback_passes_through_and_is_summed_up_last(tmp_path, monkeypatch, stderr, summary):
+    (tmp_path / "stderr.txt").write_text(stderr)
+    _fake_horovodrun(tmp_path, f"echo 'rank output' \ncat {tmp_path / 'stderr.txt'} >&2\nexit 1\n", monkeypatch)
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[-1] == summary
+    assert "\n".join(lines[:-1]).endswith(stderr.rstrip("\n"))  # horovodrun's own output, unchanged, above
+
+
+@pytest.mark.horovod
+def test_a_failing_rank_of_real_horovodrun_is_named_in_the_last_line(tmp_path):
+    script = "import os, sys\nsys.exit(2 if os.environ.get('HOROVOD_RANK') == '1' else 0)\n"
+    result = subprocess.run([sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-np", "2", "--",
+                             sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+                            env=subprocess_env())
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "RuntimeError: Horovod detected that one or more processes exited" in result.stderr  # passed through
+    assert result.stderr.strip().splitlines()[-1] == (
+        "tfdist launch: horovodrun exited with code 1: rank 1 exited with code 2; its output is above")

@@ -8,16 +8,22 @@ examples/s and scaling efficiency per strategy, and a recommendation with its re
     workload = Workload(params=669_706, batch_size=64, step_ms=10.0)
     advice = advise(cluster, workload)
     advice.recommended, advice.reasons
+    print(render(advice, cluster, workload))   # the table of `tfdist advise`; advice_json(advice): --json
 
-The model, its equations and its assumptions: :mod:`tfdist.advise.cost` and docs/advise.md.
+The model, its equations and its assumptions: :mod:`tfdist.advise.cost` and docs/advise.md. What
+users type becomes a Cluster and a Workload in :mod:`tfdist.advise.inputs` (``manual_inputs``, and
+``build_inputs`` from a probe); the text and JSON are :mod:`tfdist.advise.render`'s.
 """
 from __future__ import annotations
 
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
+from tfdist.advise.inputs import build_inputs, manual_inputs
 from tfdist.advise.recommend import BACKENDS, Advice, advise
+from tfdist.advise.render import advice_json, render
 from tfdist.advise.units import format_bytes, format_rate, parse_count, parse_rate
 
-__all__ = ["BACKENDS", "Advice", "AdviseError", "Cluster", "Prediction", "Workload", "advise", "format_bytes",
-           "format_rate", "parse_count", "parse_rate", "predict_all"]
+__all__ = ["BACKENDS", "Advice", "AdviseError", "Cluster", "Prediction", "Workload", "advice_json",
+           "advise", "build_inputs", "format_bytes", "format_rate", "manual_inputs", "parse_count",
+           "parse_rate", "predict_all", "render"]

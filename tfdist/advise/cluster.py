@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 from tfdist.advise.errors import AdviseError
+from tfdist.advise.units import MAX_COUNT, MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
 
 PS_PLACEMENTS = ("separate", "colocated")
@@ -29,8 +30,33 @@ DEFAULT_ALLREDUCE_OVERHEAD_MS = 1.0
 #: the ps path costs ~8 ms more per step than Horovod's on the small MLP). Where RPCs cost more (the
 #: network lab's namespaces: ~70 ms), measure it: ``Workload.ps_overhead_ms``.
 DEFAULT_PS_OVERHEAD_MS = 5.0
+# Bounds on every number the model takes. Inside them every prediction is finite (the widest case:
+# 10**13 float64 parameters over 1 kbit/s links, or a 1 us step on a worker 10**6 times faster, stays
+# far from float overflow), and one prediction takes well under a second.
 MAX_WORKERS = 100_000
+MAX_BATCH_SIZE = 10**9
+MAX_PARAMS = MAX_COUNT
+#: Compute time of one step (ms): 1 us to about 11.6 days.
+MIN_STEP_MS, MAX_STEP_MS = 1e-3, 1e9
+#: Relative worker speeds, and the widest spread between the slowest and the fastest.
+MIN_SPEED, MAX_SPEED = 1e-6, 1e6
 _MAX_SPEED_RATIO = 1e6
+#: Fixed costs per step (ms) and the ps epochs factor.
+MAX_OVERHEAD_MS = 1e6
+MAX_PS_EPOCHS_FACTOR = 1e6
+MAX_LATENCY_S = 10.0
+#: The parameter-server prediction walks every worker for every worker host (hosts x workers
+#: steps, a few passes): above this many it would take minutes, so such a cluster is refused.
+MAX_PS_MODEL_SIZE = 10**6
+_SHOWN_SPEEDS = 4
+
+
+def example_speeds(workers: int) -> str:
+    """A ``--worker-speeds`` example for ``workers`` workers, short whatever the count:
+    ``1,0.25``, ``1,1,0.25``, or ``1,1,...,0.25 (5000 values)``."""
+    if workers <= _SHOWN_SPEEDS:
+        return ",".join(["1"] * max(1, workers - 1) + ["0.25"])
+    return f"1,1,...,0.25 ({workers:,} values)"
 
 
 def _positive(value: float, field: str, fix: str) -> None:
@@ -41,8 +67,26 @@ def _positive(value: float, field: str, fix: str) -> None:
 
 def _whole(value: int, field: str, low: int, high: int, fix: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise AdviseError(with_fix(f"`{field}` must be a whole number from {low} to {high}, got {value!r}",
+        huge = isinstance(value, int) and abs(value) > 10**18
+        shown = f"a number of {len(str(abs(value)))} digits" if huge else repr(value)
+        raise AdviseError(with_fix(f"`{field}` must be a whole number from {low} to {high}, got {shown}",
                                    fix), field)
+
+
+def _within(value: float, field: str, low: float, high: float, unit: str, fix: str) -> None:
+    """A positive finite number from ``low`` to ``high``."""
+    _positive(value, field, fix)
+    if not low <= value <= high:
+        raise AdviseError(with_fix(f"`{field}` must be from {low:g} to {high:g}{unit}, got {value!r}", fix),
+                          field)
+
+
+def _rate(value: float, field: str, fix: str) -> None:
+    """A link rate in bytes/s from MIN_RATE (1 kbit/s) to MAX_RATE (100 Tbit/s)."""
+    _positive(value, field, fix)
+    if not MIN_RATE <= value <= MAX_RATE:
+        raise AdviseError(with_fix(f"`{field}` must be from {MIN_RATE:g} to {MAX_RATE:g} bytes/s (1 kbit/s "
+                                   f"to 100 Tbit/s), got {value!r}", fix), field)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +116,12 @@ class Workload:
     allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS
 
     def __post_init__(self) -> None:
-        _whole(self.params, "params", 1, 10**13, "give the model's parameter count, e.g. 669706")
-        _whole(self.batch_size, "batch_size", 1, 10**9, "give the examples per step per worker, e.g. 64")
+        _whole(self.params, "params", 1, MAX_PARAMS, "give the model's parameter count, e.g. 669706")
+        _whole(self.batch_size, "batch_size", 1, MAX_BATCH_SIZE,
+               "give the examples per step per worker, e.g. 64")
         _whole(self.dtype_bytes, "dtype_bytes", 1, 16, "4 for float32, 2 for float16/bfloat16")
-        _positive(self.step_ms, "step_ms", "time a step on one worker, e.g. 10 (milliseconds)")
+        _within(self.step_ms, "step_ms", MIN_STEP_MS, MAX_STEP_MS, " milliseconds",
+                "time a step on one worker, e.g. 10 (milliseconds)")
         if (isinstance(self.overlap, bool) or not isinstance(self.overlap, (int, float))
                 or not 0 <= self.overlap <= 1):
             raise AdviseError(with_fix(f"`overlap` must be from 0 to 1, got {self.overlap!r}",
@@ -84,13 +130,16 @@ class Workload:
         for field, default in (("ps_overhead_ms", DEFAULT_PS_OVERHEAD_MS),
                                ("allreduce_overhead_ms", DEFAULT_ALLREDUCE_OVERHEAD_MS)):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
-                raise AdviseError(with_fix(f"`{field}` must be 0 or more milliseconds, got {value!r}",
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not 0 <= value <= MAX_OVERHEAD_MS):
+                raise AdviseError(with_fix(f"`{field}` must be 0 or more milliseconds (at most "
+                                           f"{MAX_OVERHEAD_MS:g}), got {value!r}",
                                            f"give the measured fixed cost of a step, e.g. {default:g}"),
                                   field)
         if self.ps_epochs_factor is not None:
-            _positive(self.ps_epochs_factor, "ps_epochs_factor", "give the epochs parameter servers need to "
-                      "reach the target over the epochs allreduce needs, e.g. 1.3; or leave it out")
+            _within(self.ps_epochs_factor, "ps_epochs_factor", 0.0, MAX_PS_EPOCHS_FACTOR, "",
+                    "give the epochs parameter servers need to reach the target over the epochs allreduce "
+                    "needs, e.g. 1.3; or leave it out")
 
     @property
     def model_bytes(self) -> int:
@@ -134,7 +183,7 @@ class Cluster:
         if len(speeds) != self.workers:
             raise AdviseError(with_fix(f"`speeds` has {len(speeds)} value(s) for {self.workers} worker(s)",
                                        f"give one speed per worker ({self.workers}), e.g. "
-                                       f"{','.join(['1'] * max(1, self.workers - 1) + ['0.25'])}"), "speeds")
+                                       f"{example_speeds(self.workers)}"), "speeds")
         for speed in speeds:
             _positive(speed, "speeds", "each speed is > 0: 1 is the speed step_ms was timed at, 0.25 a "
                       "quarter of it")
@@ -142,6 +191,9 @@ class Cluster:
             raise AdviseError(with_fix(f"`speeds` span more than {_MAX_SPEED_RATIO:.0e}x: {min(speeds)!r} "
                                        f"to {max(speeds)!r}", "drop the stalled worker from the cluster"),
                               "speeds")
+        for speed in speeds:
+            _within(speed, "speeds", MIN_SPEED, MAX_SPEED, "", "give relative speeds, e.g. 1 for the speed "
+                    "step_ms was timed at and 0.25 for a quarter of it")
         object.__setattr__(self, "speeds", tuple(float(s) for s in speeds))
         if self.ps_placement not in PS_PLACEMENTS:
             raise AdviseError(with_fix(f"`ps_placement` must be one of {PS_PLACEMENTS}, got "
@@ -156,16 +208,23 @@ class Cluster:
                                        f"host(s)", "give one rate for all hosts, or one per worker host"),
                               "bandwidths")
         for rate in bandwidths:
-            _positive(rate, "bandwidths", "give the link rate in bytes/s, e.g. parse_rate('1gbit')")
+            _rate(rate, "bandwidths", "give the link rate in bytes/s, e.g. parse_rate('1gbit')")
         object.__setattr__(self, "bandwidths", tuple(float(b) for b in bandwidths))
         if self.ps_bandwidth is None:
             object.__setattr__(self, "ps_bandwidth", min(bandwidths))
-        _positive(self.ps_bandwidth, "ps_bandwidth", "give the ps hosts' link rate in bytes/s")
-        _positive(self.intra_host_bandwidth, "intra_host_bandwidth", "e.g. parse_rate('80gbit')")
+        _rate(self.ps_bandwidth, "ps_bandwidth", "give the ps hosts' link rate in bytes/s")
+        _rate(self.intra_host_bandwidth, "intra_host_bandwidth", "e.g. parse_rate('80gbit')")
         if (isinstance(self.latency_s, bool) or not isinstance(self.latency_s, (int, float))
-                or not math.isfinite(self.latency_s) or not 0 <= self.latency_s <= 10):
-            raise AdviseError(with_fix(f"`latency_s` must be from 0 to 10 seconds, got {self.latency_s!r}",
+                or not math.isfinite(self.latency_s) or not 0 <= self.latency_s <= MAX_LATENCY_S):
+            raise AdviseError(with_fix(f"`latency_s` must be from 0 to {MAX_LATENCY_S:g} seconds, got "
+                                       f"{self.latency_s!r}",
                                        "give the one-way latency, e.g. 0.0001 (0.1 ms)"), "latency_s")
+        if self.ps and self.hosts * self.workers > MAX_PS_MODEL_SIZE:
+            raise AdviseError(with_fix(
+                f"`workers` {self.workers:,} on {self.hosts:,} worker host(s) with ps tasks is too large for "
+                f"the parameter-server model (worker hosts x workers at most {MAX_PS_MODEL_SIZE:,})",
+                "model a smaller cluster (per-worker figures carry over), put several workers on a host "
+                "(`workers_per_host`), or set `ps` to 0 to leave parameter_server out"), "workers")
 
     @property
     def hosts(self) -> int:
@@ -180,6 +239,6 @@ class Cluster:
 
     def ps_on(self, host: int) -> int:
         """How many ps tasks share worker host ``host`` (0 unless colocated)."""
-        if self.ps_placement != "colocated":
+        if self.ps_placement != "colocated" or not 0 <= host < self.hosts:
             return 0
-        return sum(1 for j in range(self.ps) if j % self.hosts == host)
+        return self.ps // self.hosts + (host < self.ps % self.hosts)  # ps j goes to host j mod H

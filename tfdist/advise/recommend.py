@@ -18,9 +18,11 @@ import dataclasses
 
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.cost import Prediction, predict_all
+from tfdist.launch.backends import MODELLED
 
-#: The backends a recommendation names (tfdist's strategy and launcher names).
-BACKENDS = ("horovod", "parameter_server", "multi_worker_mirrored")
+#: The backends a recommendation names (tfdist's strategy and launcher names): the modelled ones of
+#: the one backend table, tfdist.launch.backends.
+BACKENDS = MODELLED
 #: Below this ratio between the two best backends the difference is inside the model's error.
 CLOSE_RATIO = 1.15
 

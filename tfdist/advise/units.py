@@ -8,7 +8,9 @@ Rates are returned in **bytes per second**. The rules:
 * bytes: a capital ``B``: ``B/s``, ``Bps``, ``byte/s``, ``bytes/s`` (``1.5GB/s``, ``100MBps``);
 * prefixes: ``k m g t`` (powers of 1000) and ``ki mi gi ti`` (powers of 1024), any case;
 * a number alone is refused (is ``50`` bits or bytes, per second or per millisecond?), and so are
-  ``BPS``-style all-capital units, zero, negative, infinite and absurd (> 100 Tbit/s) rates.
+  ``BPS``-style all-capital units, zero, negative, infinite and absurd rates: below 1 kbit/s
+  (``MIN_RATE``: slower than any link worth modelling; ``1e-300bit`` would predict infinite step
+  times) or above 100 Tbit/s (``MAX_RATE``).
 
     >>> parse_rate("1gbit")
     125000000.0
@@ -25,6 +27,9 @@ from tfdist.errors import with_fix
 
 #: The fastest rate accepted, in bytes/s (100 Tbit/s): above it the input is a typo.
 MAX_RATE = 100e12 / 8
+#: The slowest rate accepted, in bytes/s (1 kbit/s): below it the input is a typo (a unit off by
+#: 10**6) and the predictions leave any useful range (a 1 MB model takes hours per step).
+MIN_RATE = 1e3 / 8
 #: The largest parameter count accepted (10**13: ten times the largest published models).
 MAX_COUNT = 10**13
 _MAX_TEXT = 64
@@ -94,6 +99,9 @@ def parse_rate(text: str, field: str = "--bandwidth") -> float:
     if not math.isfinite(value) or value > MAX_RATE:
         raise AdviseError(with_fix(f"{_subject(field, text)} is above 100 Tbit/s",
                                    "check the unit: e.g. 100gbit, not 100tbit"), field)
+    if value < MIN_RATE:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is below 1 kbit/s, the slowest link the "
+                                   "advisor models", "check the unit: e.g. 50mbit or 1gbit"), field)
     return value
 
 

@@ -8,13 +8,22 @@ import sys
 import click
 from click.core import ParameterSource
 
+from tfdist.advise.cluster import MAX_BATCH_SIZE
+from tfdist.advise.inputs import parse_model_ref
 from tfdist.cli.strict import StrictCommand
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed
+from tfdist.cluster.limits import MAX_TASKS, limit_text
+from tfdist.launch.backends import LAUNCHABLE
+from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
 from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster, plan_worker_cluster
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 
-BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod")
 AUTO = "auto"  # probe --hosts, ask `tfdist advise`, launch the recommended backend
 AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
+MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
+MAX_TASK_TIMEOUT = 86_400.0  # s: a day
+_TASKS = BoundedInt(1, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
+_MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))  # click names the option
 _SSH = {"hosts", "ssh_port", "ssh_identity_file"}
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
@@ -59,18 +68,18 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 
 
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--backend", type=click.Choice((*BACKENDS, AUTO)), default="parameter_server",
+@click.option("--backend", type=click.Choice((*LAUNCHABLE, AUTO)), default="parameter_server",
               show_default=True,
               help="parameter_server: chief, workers and ps; multi_worker_mirrored: peer workers; "
                    "horovod: call horovodrun; auto (with --hosts, --model, --batch-size): probe the hosts, "
                    "ask `tfdist advise` and launch the backend it recommends.")
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--workers", type=_TASKS, default=2, show_default=True,
               help="parameter_server, multi_worker_mirrored: number of workers (auto: default the slots "
                    "left after the ps).")
-@click.option("--ps", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--ps", type=_TASKS, default=1, show_default=True,
               help="parameter_server: number of parameter servers.")
 @click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
-@click.option("-np", "--num-proc", "num_proc", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("-np", "--num-proc", "num_proc", type=_TASKS, default=2, show_default=True,
               help="horovod: number of ranks (with --hosts: default the total slots).")
 @click.option("-H", "--hosts", metavar="HOST:SLOTS,...",
               help="Run the tasks on these hosts over ssh (one worker, ps or evaluator per slot; the chief takes "
@@ -80,15 +89,15 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
               "(default: the first host).")
 @click.option("--ps-hosts", metavar="HOST,...", help="parameter_server with --hosts: the ps tasks' hosts, "
               "round-robin (default: the last host, then the one before, ...).")
-@click.option("--ssh-port", type=click.IntRange(1, 65535),
+@click.option("--ssh-port", type=BoundedInt(1, 65535),
               help="with --hosts: the port of every host's sshd.")
 @click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False),
               help="with --hosts: the private key ssh uses.")
 @click.option("--elastic", is_flag=True, help="horovod with --hosts: elastic Horovod (hosts may leave and "
               "join); needs --min-np.")
-@click.option("--min-np", type=click.IntRange(min=1),
+@click.option("--min-np", type=_TASKS,
               help="horovod --elastic: the fewest ranks to go on with.")
-@click.option("--max-np", type=click.IntRange(min=1),
+@click.option("--max-np", type=_TASKS,
               help="horovod --elastic: the most ranks to scale up to.")
 @click.option("--network-interface", metavar="IFACE",
               help="horovod: horovodrun's --network-interface, the interface the ranks talk over (e.g. "
@@ -97,15 +106,16 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
               help="Let TensorFlow's servers listen on every interface (its default) instead of only "
                    "on their host's address (127.0.0.1 without --hosts). The gRPC runtime has no "
                    "authentication.")
-@click.option("--model", metavar="MODULE:FUNCTION",
+@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
               help="auto: the function that builds the Keras model, timed on each worker host.")
-@click.option("--batch-size", type=click.IntRange(min=1), help="auto: examples per step per worker.")
-@click.option("--probe-seconds", type=click.FloatRange(0.5, 60), default=AUTO_PROBE_SECONDS,
+@click.option("--batch-size", type=BoundedInt(1, MAX_BATCH_SIZE), help="auto: examples per step per worker.")
+@click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True,
               help="auto: seconds of transfer per measured link.")
-@click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
+@click.option("--grace", type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
-@click.option("--task-timeout", type=click.FloatRange(min=0), default=DEFAULT_TASK_TIMEOUT, show_default=True,
+@click.option("--task-timeout", type=FiniteFloat(0, MAX_TASK_TIMEOUT), default=DEFAULT_TASK_TIMEOUT,
+              show_default=True,
               help="parameter_server: seconds the chief gets to exit by itself after the job lost a "
                    "task it cannot go on without (a ps task, every worker, or a worker before it "
                    "served); then the launcher stops the job with exit code 1.")
@@ -155,31 +165,53 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     from tfdist.launch.remote import SshOptions
 
     _reject_foreign_options(ctx, backend)
+    try:
+        check_host_options(hosts, chief_host, ps_hosts)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+    if network_interface is not None and not network_interface.strip():
+        raise click.UsageError("--network-interface is empty; fix: name the interface the ranks talk over, "
+                               "e.g. --network-interface eth0, or drop --network-interface")
+    if backend == AUTO:
+        _check_auto(ctx, hosts)
     if shutil.which(command[0]) is None:
-        raise click.BadParameter(f"{command[0]!r} is not an executable on PATH; fix: give the full "
+        raise click.BadParameter(f"{_shown(command[0])} is not an executable on PATH; fix: give the full "
                                  "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
     ssh = SshOptions(ssh_port, ssh_identity_file)
     if backend == AUTO:
+        if _given(ctx, "workers"):
+            _check(check_cluster_size, workers, ps)
         backend, hosts, workers = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
                                                   probe_seconds)
     if backend == "horovod":
+        given_np = num_proc if _given(ctx, "num_proc") else None
+        num_proc = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
         raise SystemExit(_launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
                                          network_interface))
+    peers = backend == "multi_worker_mirrored"
+    _check(check_cluster_size, workers, 0 if peers else ps, evaluator, chief=not peers)
+    if hosts is not None:
+        _check(check_placement, hosts, workers, 0 if peers else ps, evaluator, chief=not peers,
+               chief_host=chief_host, ps_hosts=ps_hosts)
     raise SystemExit(_launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
                                         ssh, bind_all, grace, task_timeout))
 
 
-def _choose_backend(ctx: click.Context, hosts: str | None, workers: int, ps: int, model: str | None,
-                    batch_size: int | None, ssh, probe_seconds: float) -> tuple[str, str, int]:
-    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers)`` to
-    launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
-    from tfdist.advise import AdviseError
-    from tfdist.advise import advise as advise_cluster
-    from tfdist.advise.probe import default_workers, probe_hosts
-    from tfdist.cli.advise import build_inputs, render, render_measured
-    from tfdist.launch.hosts import parse_hosts, place_tasks
+def _shown(text: str, limit: int = 80) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
-    if not hosts:
+
+def _check(check, *args, **kwargs):
+    """Call a check of :mod:`tfdist.launch.checks`; its LaunchError is a usage error (exit 2)."""
+    try:
+        return check(*args, **kwargs)
+    except LaunchError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _check_auto(ctx: click.Context, hosts: str | None) -> None:
+    """--backend auto needs --hosts (it compares links between hosts), --model and --batch-size."""
+    if hosts is None:
         raise click.UsageError("--backend auto needs --hosts: it compares the link rates between hosts; fix: "
                                "add --hosts h1:1,h2:1,... , or on one machine pick --backend "
                                "parameter_server, multi_worker_mirrored or horovod")
@@ -187,6 +219,19 @@ def _choose_backend(ctx: click.Context, hosts: str | None, workers: int, ps: int
         if not _given(ctx, name):
             raise click.UsageError(f"--backend auto needs {_FLAGS[name]} to time a step on each worker host; "
                                    f"fix: add e.g. {example}")
+
+
+def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model: str,
+                    batch_size: int, ssh, probe_seconds: float) -> tuple[str, str, int]:
+    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers)`` to
+    launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
+    from tfdist.advise import AdviseError
+    from tfdist.advise import advise as advise_cluster
+    from tfdist.advise.inputs import build_inputs
+    from tfdist.advise.probe import default_workers, probe_hosts
+    from tfdist.advise.render import render, render_measured
+    from tfdist.launch.hosts import parse_hosts, place_tasks
+
     try:
         slots = parse_hosts(hosts)
         if not _given(ctx, "workers"):
@@ -243,8 +288,8 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
     from tfdist.launch.remote import prepare_host_cluster
 
     try:
-        shim = None if bind_all or hosts else shim_library()
-        if hosts:
+        shim = None if bind_all or hosts is not None else shim_library()
+        if hosts is not None:
             peers = backend == "multi_worker_mirrored"
             _, tasks = prepare_host_cluster(command, hosts, workers, 0 if peers else ps, os.environ,
                                             os.getcwd(), evaluator=evaluator, chief=not peers,
@@ -259,6 +304,10 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
                                           bind_shim=shim)
     except (LaunchError, BindShimError) as exc:
         raise click.UsageError(str(exc)) from None
+    except OSError as exc:  # e.g. EMFILE: more ports than this process may open
+        raise click.UsageError(f"cannot reserve the cluster's ports on this machine, nothing was started "
+                               f"({exc.strerror or exc}); fix: launch fewer tasks, or raise the open-file "
+                               "limit (ulimit -n)") from None
     except KeyboardInterrupt:  # Ctrl-C while checking the hosts: nothing was started yet
         report_to_stderr("interrupted before any task started")
         return 130
@@ -269,56 +318,53 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
     if bind_all:
         report_to_stderr("warning: --bind-all: the servers listen on every interface and the gRPC runtime "
                          "has no authentication; anyone who reaches these ports can run code in them")
-    if hosts:
+    if hosts is not None:
         where = "every interface" if bind_all else "its host's address only"
         report_to_stderr(f"{', '.join(f'{task.name} on {task.address}' for task in tasks)}; each server "
                          f"listens on {where}")
     else:
         where = "every interface, ports" if bind_all else "127.0.0.1 ports"
         report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
-    return run_local_cluster(tasks, policy, grace=grace)
+    try:
+        return run_local_cluster(tasks, policy, grace=grace)
+    except OSError as exc:  # a task could not be started (EMFILE, EAGAIN, ...); the started ones are stopped
+        raise click.ClickException(f"cannot start every task ({exc.strerror or exc}); the tasks already "
+                                   "started were stopped; fix: launch fewer tasks on this machine, or raise "
+                                   "its limits (ulimit -n, ulimit -u)") from None
 
 
 def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
                  ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: str,
                  grace: float, run_command, network_interface: str | None = None) -> int:
-    """horovodrun (elastic or not) with -H/-p/-i. -np defaults to the total slots of --hosts
-    (elastic: to --min-np). With --hosts, horovodrun's ssh is tfdist's wrapper
+    """horovodrun (elastic or not) with -H/-p/-i and ``num_proc`` ranks (checked and defaulted by
+    ``tfdist.launch.checks.horovod_ranks``). With --hosts, horovodrun's ssh is tfdist's wrapper
     (``tfdist.launch.ssh_wrapper``: host keys checked, keepalives, every rank supervised so it
-    stops with the launcher), installed in a temporary directory removed afterwards."""
+    stops with the launcher), installed in a temporary directory removed afterwards. When horovodrun
+    fails, the last line says why (``tfdist.launch.horovod_output``); its own output stays above."""
     import shutil
     import tempfile
     from pathlib import Path
 
-    from tfdist.launch.hosts import parse_hosts, total_slots
+    from tfdist.launch.horovod_output import explain_failure
 
-    np_given = _given(ctx, "num_proc")
-    if hosts:
-        slots = total_slots(parse_hosts(hosts))
-        if not np_given and not elastic:
-            num_proc = slots
-        elif np_given and num_proc > slots:
-            default = f"--min-np {min_np}" if elastic else f"the {slots} slots"
-            raise click.UsageError(f"-np {num_proc} needs {num_proc} slots but --hosts {hosts} gives "
-                                   f"{slots}; fix: add slots to --hosts, or drop -np (it defaults to "
-                                   f"{default})")
     nic = [] if network_interface is None else ["--network-interface", network_interface]
-    if not hosts:
+    if hosts is None:
         argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
                                   ssh_identity_file=ssh.identity_file)
-        return run_command([argv[0], *nic, *argv[1:]], grace=grace)
+        return run_command([argv[0], *nic, *argv[1:]], grace=grace, explain=explain_failure)
     from tfdist.launch.elastic import elastic_horovodrun_command, with_ssh_wrapper
 
     workdir = Path(tempfile.mkdtemp(prefix="tfdist-horovod-"))
     try:
         if elastic:
-            argv = elastic_horovodrun_command(command, hosts, min_np, max_np, num_proc if np_given else None,
-                                              workdir, ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
+            argv = elastic_horovodrun_command(command, hosts, min_np, max_np,
+                                              num_proc if _given(ctx, "num_proc") else None, workdir,
+                                              ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
                                               horovodrun=horovodrun, network_interface=network_interface)
         else:
             static = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
                                         ssh_identity_file=ssh.identity_file)
             argv = with_ssh_wrapper([static[0], *nic, *static[1:]], workdir)
-        return run_command(argv, grace=grace, name="horovodrun")
+        return run_command(argv, grace=grace, name="horovodrun", explain=explain_failure)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

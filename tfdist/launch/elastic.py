@@ -116,6 +116,31 @@ def with_ssh_wrapper(argv: Sequence[str], workdir: Path, path: str | None = None
     return ["env", f"PATH={bindir}{os.pathsep}{path}", *argv]
 
 
+def elastic_start_size(hosts: str, min_np: int, max_np: int | None, np: int | None) -> int:
+    """The ranks an elastic job over ``hosts`` starts with (``np``, default ``min_np``), after checking
+    ``min_np`` / ``max_np`` / ``np`` against each other and the slots of ``hosts``. Pure: the
+    launcher calls it before anything is written or started."""
+    slots = sum(entry.slots for entry in parse_hosts(hosts))
+    if isinstance(min_np, bool) or not isinstance(min_np, int) or min_np < 1:
+        raise LaunchError(with_fix(f"--min-np is {min_np!r}", "pass --min-np 1 or more"))
+    if max_np is not None and (isinstance(max_np, bool) or not isinstance(max_np, int) or max_np < min_np):
+        raise LaunchError(with_fix(f"--max-np is {max_np!r}, below --min-np {min_np}",
+                                   f"pass --max-np {min_np} or more, or leave it out (no upper bound)"))
+    if min_np > slots:
+        raise LaunchError(with_fix(f"--min-np {min_np} needs more slots than --hosts {hosts!r} has ({slots})",
+                                   f"pass --min-np {slots} or less, or add hosts"))
+    start = min_np if np is None else np
+    if isinstance(start, bool) or not isinstance(start, int) or not min_np <= start <= (max_np or start):
+        raise LaunchError(with_fix(f"-np {np!r} is outside --min-np {min_np} .. --max-np {max_np}",
+                                   f"pass -np between them, or leave it out (the job starts with --min-np "
+                                   f"{min_np} ranks and grows as hosts are found)"))
+    if start > slots:
+        raise LaunchError(with_fix(f"-np {start} needs {start} slots but --hosts {hosts!r} has {slots} (Horovod "
+                                   "would wait for slots that never come)",
+                                   f"pass -np {slots} or less, or leave it out (it defaults to --min-np {min_np})"))
+    return start
+
+
 def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, max_np: int | None,
                                np: int | None, workdir: Path, ssh_port: int | None = None,
                                ssh_identity_file: str | None = None, horovodrun: str | None = None,
@@ -137,24 +162,7 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
                                    "`tfdist launch --backend horovod --elastic --min-np 1 --hosts h1:1,h2:1 "
                                    "-- python train.py`"))
     parsed = [(entry.host, entry.slots) for entry in parse_hosts(hosts)]
-    slots = sum(count for _, count in parsed)
-    if isinstance(min_np, bool) or not isinstance(min_np, int) or min_np < 1:
-        raise LaunchError(with_fix(f"--min-np is {min_np!r}", "pass --min-np 1 or more"))
-    if max_np is not None and (isinstance(max_np, bool) or not isinstance(max_np, int) or max_np < min_np):
-        raise LaunchError(with_fix(f"--max-np is {max_np!r}, below --min-np {min_np}",
-                                   f"pass --max-np {min_np} or more, or leave it out (no upper bound)"))
-    if min_np > slots:
-        raise LaunchError(with_fix(f"--min-np {min_np} needs more slots than --hosts {hosts!r} has ({slots})",
-                                   f"pass --min-np {slots} or less, or add hosts"))
-    start = min_np if np is None else np
-    if isinstance(start, bool) or not isinstance(start, int) or not min_np <= start <= (max_np or start):
-        raise LaunchError(with_fix(f"-np {np!r} is outside --min-np {min_np} .. --max-np {max_np}",
-                                   f"pass -np between them, or leave it out (the job starts with --min-np "
-                                   f"{min_np} ranks and grows as hosts are found)"))
-    if start > slots:
-        raise LaunchError(with_fix(f"-np {start} needs {start} slots but --hosts {hosts!r} has {slots} (Horovod "
-                                   "would wait for slots that never come)",
-                                   f"pass -np {slots} or less, or leave it out (it defaults to --min-np {min_np})"))
+    start = elastic_start_size(hosts, min_np, max_np, np)
     port = DEFAULT_SSH_PORT if ssh_port is None else int(ssh_port)
     launcher = horovodrun or find_horovodrun() or "horovodrun"
     argv = with_ssh_wrapper([launcher, "--gloo", "-np", str(start), "--min-np", str(min_np)], Path(workdir), path)

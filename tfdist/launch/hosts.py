@@ -69,20 +69,21 @@ def parse_hosts(text: str, flag: str = "--hosts") -> tuple[HostSlots, ...]:
     for raw in text.split(","):
         entry = raw.strip()
         if not entry:
-            raise HostsError(f"{flag} {text!r} has an empty entry; fix: remove the extra comma, {example}")
+            raise HostsError(f"{flag} {_short(text)!r} has an empty entry; fix: remove the extra comma, "
+                             f"{example}")
         host, colon, slots_text = entry.rpartition(":") if ":" in entry else (entry, "", "1")
         if colon and not (slots_text.isascii() and slots_text.isdigit()):
-            raise HostsError(f"{flag} entry {entry!r} has slots {slots_text!r}, which is not a whole number; "
-                             f"fix: write HOST:SLOTS, {example}")
+            raise HostsError(f"{flag} entry {_short(entry)!r} has slots {_short(slots_text)!r}, which is not "
+                             f"a whole number; fix: write HOST:SLOTS, {example}")
         slots = int(slots_text) if len(slots_text) <= 6 else MAX_SLOTS + 1
         if not 1 <= slots <= MAX_SLOTS:
-            raise HostsError(f"{flag} entry {entry!r} has {slots_text} slots; fix: give each host 1 to "
-                             f"{MAX_SLOTS} slots (one per task it runs)")
+            raise HostsError(f"{flag} entry {_short(entry)!r} has {_short(slots_text)} slots; fix: give each "
+                             f"host 1 to {MAX_SLOTS} slots (one per task it runs)")
         reason = host_problem(host) if host else "the host is empty"
         if reason is not None or ":" in host:
             why = reason or "IPv6 addresses are not supported here"
-            raise HostsError(f"{flag} entry {entry!r}: {why}; fix: use the host's DNS name (as ssh reaches "
-                             "it) or its IPv4 address")
+            raise HostsError(f"{flag} entry {_short(entry)!r}: {why}; fix: use the host's DNS name (as ssh "
+                             "reaches it) or its IPv4 address")
         if any(known.host == host for known in entries):
             raise HostsError(f"{flag} lists host {host!r} twice; fix: list each host once with all its "
                              f"slots, e.g. {host}:2")
@@ -100,17 +101,28 @@ def check_reachable_names(hosts: Sequence[HostSlots]) -> None:
                          "name or address)")
 
 
+def _short(text: str, limit: int = 80) -> str:
+    """``text``, cut to ``limit`` characters for a message."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _names(text: str | None, hosts: Sequence[HostSlots], flag: str) -> list[str] | None:
     if text is None:
         return None
     names = [name.strip() for name in text.split(",")]
     known = [h.host for h in hosts]
+    if not any(names):
+        raise HostsError(f"{flag} is empty; fix: name hosts of --hosts ({_short(','.join(known))}), or drop "
+                         f"{flag}")
+    if not all(names):
+        raise HostsError(f"{flag} {_short(text)!r} has an empty entry; fix: remove the extra comma")
     for name in names:
         if name not in known:
-            raise HostsError(f"{flag} names {name!r}, which is not in --hosts ({','.join(known)}); fix: "
-                             f"pick hosts from --hosts, or add {name} to --hosts")
+            raise HostsError(f"{flag} names {_short(name)!r}, which is not in --hosts "
+                             f"({_short(','.join(known))}); fix: pick hosts from --hosts, or add "
+                             f"{_short(name)} to --hosts")
     if len(set(names)) != len(names):
-        raise HostsError(f"{flag} {text!r} names a host twice; fix: name each host once")
+        raise HostsError(f"{flag} {_short(text)!r} names a host twice; fix: name each host once")
     return names
 
 

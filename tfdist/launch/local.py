@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from typing import IO, Callable, Sequence
 
 from tfdist.launch.plan import LaunchError, TaskProcess
@@ -40,6 +41,9 @@ from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, StopSignals, clo
 from tfdist.lifecycle import reachable
 
 GRACE_SECONDS = 5.0
+TAIL_LINES = 200  # last stderr lines of run_command's command kept for ``explain``
+TAIL_LINE_BYTES = 2000
+PUMP_JOIN_SECONDS = 5.0  # a grandchild may hold the pipe open after the command exits
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 SUPERVISOR_MARGIN = 5.0  # s beyond the grace for a remote supervisor to stop its task and exit
 
@@ -47,16 +51,17 @@ __all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run
 
 
 def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
-           stdin: bytes | None = None) -> subprocess.Popen:
+           stdin: bytes | None = None, pipe_stderr: bool = False) -> subprocess.Popen:
     """Start one task; with ``stdin``, write it to the task's stdin and keep that pipe open (a
-    supervisor of ``tfdist.launch.remote_task`` stops its task when the pipe closes)."""
+    supervisor of ``tfdist.launch.remote_task`` stops its task when the pipe closes).
+    ``capture``: stdout and stderr on one pipe; ``pipe_stderr``: stderr alone on a pipe."""
     if threading.current_thread() is not threading.main_thread():
         raise LaunchError("tasks must be started from the main thread, since their parent-death signal "
                           "fires when the thread that started them exits; fix: call run_local_cluster "
                           "or run_command from the main thread")
+    stderr = subprocess.STDOUT if capture else subprocess.PIPE if pipe_stderr else None
     process = start_group(command, env=env, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                          stdout=subprocess.PIPE if capture else None,
-                          stderr=subprocess.STDOUT if capture else None)
+                          stdout=subprocess.PIPE if capture else None, stderr=stderr)
     if stdin is not None:
         try:
             process.stdin.write(stdin)  # one short line: fits the pipe's buffer, never blocks
@@ -71,6 +76,20 @@ def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Loc
         with lock:
             sink.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             sink.flush()
+    stream.close()
+
+
+def _tee(stream: IO[bytes], sink: IO[bytes] | None, tail: deque[str]) -> None:
+    """Copy ``stream`` to ``sink`` (this process's stderr) line by line, unchanged, keeping its last
+    lines (decoded, shortened) in ``tail``."""
+    for line in iter(stream.readline, b""):
+        if sink is not None:
+            sink.write(line)
+            sink.flush()
+        else:
+            sys.stderr.write(line.decode(errors="replace"))
+            sys.stderr.flush()
+        tail.append(line[:TAIL_LINE_BYTES].decode(errors="replace").rstrip("\r\n"))
     stream.close()
 
 
@@ -169,9 +188,15 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
 
 
 def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
-                report: Callable[[str], None] | None = None, name: str | None = None) -> int:
+                report: Callable[[str], None] | None = None, name: str | None = None,
+                explain: Callable[[Sequence[str]], str | None] | None = None) -> int:
     """Run one launcher command (horovodrun) and return its exit code; ``name`` (default: the
     command's file name) is what the exit report calls it.
+
+    With ``explain``, the command's stderr passes through a pipe (unchanged, line by line, to this
+    process's stderr) and, when it fails, ``explain(last lines)`` may say why in a few words: the
+    report, the last line, is then ``horovodrun exited with code 1: <why>; its output is above``
+    (``tfdist.launch.horovod_output.explain_failure`` reads horovodrun's tracebacks).
 
     A stop signal is passed on as SIGINT, which horovodrun handles like Ctrl-C by stopping its
     ranks; SIGKILL follows after ``grace`` seconds. If this process dies, horovodrun gets SIGTERM.
@@ -179,16 +204,27 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
     report = report or report_to_stderr
     name = name or os.path.basename(command[0])
     code: int | None = None
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    pump: threading.Thread | None = None
     with StopSignals() as guard:
-        process = _start(command, None, capture=False)
+        process = _start(command, None, capture=False, pipe_stderr=explain is not None)
         try:
+            if explain is not None:  # the thread starts after the fork (see the module docstring)
+                sink = getattr(sys.stderr, "buffer", None)
+                pump = threading.Thread(target=_tee, args=(process.stderr, sink, tail), daemon=True)
+                pump.start()
             while not guard.stopped.is_set():
                 if process.poll() is not None:
-                    report(describe_exit(name, process.returncode))
                     code = exit_code(process.returncode)
                     break
                 time.sleep(0.1)
         finally:
             guard.quiet()
             terminate([process], grace, first=signal.SIGINT)
+            if pump is not None:
+                pump.join(timeout=PUMP_JOIN_SECONDS)  # its output first: the summary is the last line
+    if code is not None:
+        line = describe_exit(name, process.returncode)
+        why = explain(list(tail)) if explain is not None and process.returncode != 0 else None
+        report(f"{line}: {why}; its output is above" if why else line)
     return 130 if code is None else code

@@ -1,0 +1,90 @@
+"""Option types shared by the commands (tfdist/cli/types.py): bounded, finite, short messages."""
+from __future__ import annotations
+
+import math
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from support import examples
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed
+from tfdist.errors import TfdistError
+
+
+def _command(option_type, default=None):
+    @click.command()
+    @click.option("--x", type=option_type, default=default)
+    def command(x):
+        click.echo(repr(x))
+    return command
+
+
+def _run(option_type, value: str):
+    return CliRunner().invoke(_command(option_type), ["--x", value])
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e400"])
+def test_finite_float_refuses_nan_and_infinity(value):
+    """click's FloatRange(min=0) accepts nan (and inf without a max)."""
+    result = _run(FiniteFloat(0, 10), value)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--x': {value!r} is not a finite number; fix: give a finite number from 0 to 10" \
+        in result.output
+
+
+@pytest.mark.parametrize("value, accepted", [("0", True), ("10", True), ("10.0001", False), ("-0.0", True),
+                                              ("1e1", True), (" 5 ", True), ("x", False), ("", False)])
+def test_finite_float_bounds(value, accepted):
+    result = _run(FiniteFloat(0, 10), value)
+    assert (result.exit_code == 0) is accepted, result.output
+
+
+def test_finite_float_open_low_bound_and_long_text():
+    assert "is not above 0 to 1; fix: give a positive finite number above 0 to 1" in _run(
+        FiniteFloat(0, 1, low_open=True), "0").output
+    result = _run(FiniteFloat(0, 1), "1" * 5000)
+    assert result.exit_code == 2 and "(5000 characters) is too long for a number" in result.output
+    assert len(result.output) < 400
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.text(max_size=50))
+def test_finite_float_gives_a_finite_number_in_range_or_exit_2(text):
+    result = _run(FiniteFloat(-5, 5), text)
+    if result.exit_code == 0:
+        value = float(result.output)
+        assert math.isfinite(value) and -5 <= value <= 5
+    else:
+        assert result.exit_code == 2 and "Traceback" not in result.output and "; fix: " in result.output
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "0 is not in the range 1<=x<=10000; fix: give 1 to 10,000"),  # the limit is named above only
+    ("10001", "10001 is not in the range 1<=x<=10000 (the limit); fix: give 1 to 10,000"),
+    ("9" * 5000, "'999999999999999999999999'... (5000 characters) is not in the range 1<=x<=10000 (the limit)"),
+    ("1.5", "'1.5' is not a whole number; fix: give one from 1 to 10,000"),
+    ("", "'' is not a whole number"),
+])
+def test_bounded_int_messages_are_short(value, message):
+    result = _run(BoundedInt(1, 10_000, limit="the limit"), value)
+    assert result.exit_code == 2 and message in result.output and len(result.output) < 400
+
+
+def test_bounded_int_accepts_its_range_and_signs():
+    assert _run(BoundedInt(-3, 3), "-3").output == "-3\n"
+    assert _run(BoundedInt(-3, 3), "+3").output == "3\n"
+    assert CliRunner().invoke(_command(BoundedInt(1, 3), default=2), []).output == "2\n"
+
+
+def test_parsed_maps_a_library_error_to_the_option():
+    def parse(text: str) -> int:
+        if text != "ok":
+            raise TfdistError(f"{text!r} is not ok; fix: write ok")
+        return 1
+
+    assert _run(Parsed("OK", parse), "ok").output == "1\n"
+    result = _run(Parsed("OK", parse), "no")
+    assert result.exit_code == 2 and "Invalid value for '--x': 'no' is not ok; fix: write ok" in result.output

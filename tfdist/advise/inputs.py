@@ -1,0 +1,143 @@
+"""The advisor's inputs from what a user typed or what the probe measured: a Cluster and a Workload.
+
+Shared by ``tfdist advise`` and ``tfdist launch --backend auto``. Every problem is an
+:class:`AdviseError` whose ``field`` names the value (``bandwidths``, ``speeds``, ``model``, ...), so
+a command maps it to its own option; messages stay one short line whatever the cluster's size.
+
+    cluster, workload = manual_inputs(workers=2, bandwidths=(parse_rate("1gbit"),), params=669_706,
+                                      batch_size=64, step_ms=10.0)
+    cluster, workload, found = build_inputs(probe_hosts(...), workers=2, ps=1, batch_size=64)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Sequence
+
+from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_HOST_BANDWIDTH,
+                                   DEFAULT_LATENCY_S, DEFAULT_PS_OVERHEAD_MS, MAX_SPEED, MAX_WORKERS,
+                                   MIN_SPEED, Cluster, Workload, example_speeds)
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.units import parse_rate
+from tfdist.errors import with_fix
+
+if TYPE_CHECKING:
+    from tfdist.advise.probe import ProbeResult
+
+_MAX_MODEL_TEXT = 200
+
+
+def parse_model_ref(text: str, field: str = "--model") -> str:
+    """``text`` if it has the ``MODULE:FUNCTION`` form (``models:build_model``,
+    ``pkg.models:build``), else an :class:`AdviseError` naming ``field`` (left out of the message when
+    empty: click names the option). Nothing is imported."""
+    raw = str(text)
+    shown = repr(raw if len(raw) <= 60 else raw[:60] + "...")
+    shown = f"{field} {shown}" if field else shown  # click names the option itself: field=""
+    fix = "give the function that builds the Keras model as MODULE:FUNCTION, e.g. models:build_model"
+    if len(raw) > _MAX_MODEL_TEXT:
+        raise AdviseError(with_fix(f"{shown} is too long for MODULE:FUNCTION", fix), "model")
+    module, colon, function = raw.strip().partition(":")
+    if not colon:
+        raise AdviseError(with_fix(f"{shown} is not MODULE:FUNCTION (no colon)", fix), "model")
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise AdviseError(with_fix(f"{shown}: {module!r} is not a module name", fix), "model")
+    if not function.isidentifier():
+        raise AdviseError(with_fix(f"{shown}: {function!r} is not a function name", fix), "model")
+    return raw.strip()
+
+
+def _subject(field: str, text: str) -> str:
+    shown = repr(text if len(text) <= 24 else text[:24] + "...")
+    return f"{field} {shown}" if field else shown
+
+
+def _parts(text: str, field: str, what: str, fix: str, name: str) -> list[str]:
+    """``text`` split at commas, at most MAX_WORKERS parts (counted before the list is built)."""
+    if text.count(",") >= MAX_WORKERS:
+        prefix = f"{field}: " if field else ""
+        raise AdviseError(with_fix(f"{prefix}{text.count(',') + 1:,} {what} are more than the advisor models "
+                                   f"({MAX_WORKERS:,} workers at most)", fix), name)
+    return text.split(",")
+
+
+def parse_rates(text: str, field: str = "--bandwidth") -> tuple[float, ...]:
+    """One link rate, or one per worker host, comma-separated (``1gbit`` or ``1gbit,50mbit``), in
+    bytes/s; see :func:`tfdist.advise.units.parse_rate`."""
+    parts = _parts(str(text), field, "rates", "give one rate for all hosts, or one per host", "bandwidths")
+    return tuple(parse_rate(part, field=field) for part in parts)
+
+
+def parse_speeds(text: str, field: str = "--worker-speeds") -> tuple[float, ...]:
+    """Relative worker speeds, comma-separated (``1,1,0.25``): each a finite number from MIN_SPEED
+    to MAX_SPEED (1 = the speed the step time was measured at)."""
+    fix = "give one relative speed per worker, e.g. 1,1,0.25 (1 = the speed --step-ms was timed at)"
+    speeds = []
+    for part in _parts(str(text), field, "speeds", fix, "speeds"):
+        try:
+            speed = float(part) if len(part) <= 40 else None
+        except ValueError:
+            speed = None
+        if speed is None:
+            raise AdviseError(with_fix(f"{_subject(field, part.strip())} is not a number", fix), "speeds")
+        if not 0 < speed < float("inf"):
+            raise AdviseError(with_fix(f"{_subject(field, part.strip())} is not a positive speed",
+                                       "every speed is > 0, e.g. 0.25 for a worker four times slower"),
+                              "speeds")
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise AdviseError(with_fix(f"{_subject(field, part.strip())} is not from {MIN_SPEED:g} to "
+                                       f"{MAX_SPEED:g}", fix), "speeds")
+        speeds.append(speed)
+    return tuple(speeds)
+
+
+def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_size: int, step_ms: float,
+                  speeds: Sequence[float] | None = None, workers_per_host: int = 1, ps: int = 0,
+                  ps_placement: str = "separate", ps_bandwidth: float | None = None,
+                  latency_ms: float = DEFAULT_LATENCY_S * 1000,
+                  intra_host_bandwidth: float = DEFAULT_INTRA_HOST_BANDWIDTH, dtype_bytes: int = 4,
+                  overlap: float = 0.0, ps_epochs_factor: float | None = None,
+                  ps_overhead_ms: float = DEFAULT_PS_OVERHEAD_MS,
+                  allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS) -> tuple[Cluster, Workload]:
+    """The Cluster and Workload a user described (rates in bytes/s, latency in ms); the counts of
+    ``bandwidths`` (one, or one per worker host) and ``speeds`` (one per worker) are checked first,
+    with messages in the user's terms."""
+    host_count = -(-workers // workers_per_host) if workers_per_host >= 1 else 0
+    if len(bandwidths) not in (1, host_count):
+        raise AdviseError(with_fix(f"{len(bandwidths)} rates for {host_count} worker host(s) ({workers} "
+                                   f"workers, {workers_per_host} per host)",
+                                   "give one rate for all hosts or one per host"), "bandwidths")
+    if speeds is not None and len(speeds) != workers:
+        raise AdviseError(with_fix(f"{len(speeds)} speed(s) for {workers} worker(s)",
+                                   f"give one speed per worker, e.g. {example_speeds(workers)}"), "speeds")
+    cluster = Cluster(workers=workers, bandwidths=tuple(bandwidths), speeds=tuple(speeds or ()),
+                      workers_per_host=workers_per_host, ps=ps, ps_placement=ps_placement,
+                      ps_bandwidth=ps_bandwidth, latency_s=latency_ms / 1000,
+                      intra_host_bandwidth=intra_host_bandwidth)
+    workload = Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
+                        overlap=overlap, ps_epochs_factor=ps_epochs_factor, ps_overhead_ms=ps_overhead_ms,
+                        allreduce_overhead_ms=allreduce_overhead_ms)
+    return cluster, workload
+
+
+def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, params: int | None = None,
+                 step_ms: float | None = None, dtype_bytes: int | None = None,
+                 worker_speeds: Sequence[float] | None = None,
+                 overlap: float = 0.0) -> tuple[Cluster, Workload, ProbeResult]:
+    """The advisor's Cluster and Workload from what the probe measured (and what the user gave):
+    ``(cluster, workload, found)``. Raises :class:`AdviseError` with the field that is wrong."""
+    from tfdist.launch.plan import LaunchError
+
+    try:
+        cluster = found.to_cluster(workers, ps)
+    except LaunchError as exc:  # the placement of --hosts (place_tasks)
+        raise AdviseError(str(exc), "hosts") from None
+    if worker_speeds is not None:
+        if len(worker_speeds) != workers:
+            raise AdviseError(with_fix(f"{len(worker_speeds)} speed(s) for {workers} worker(s)",
+                                       f"give one speed per worker, e.g. {example_speeds(workers)}"),
+                              "speeds")
+        cluster = dataclasses.replace(cluster, speeds=tuple(worker_speeds))
+    workload = found.to_workload(batch_size, step_ms=step_ms, params=params,
+                                 dtype_bytes=None if found.params is not None else dtype_bytes,
+                                 overlap=overlap)
+    return cluster, workload, found

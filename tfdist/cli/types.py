@@ -1,0 +1,137 @@
+"""Option types shared by the commands: bounded whole numbers, finite floats, and library parsers.
+
+click's own ``IntRange`` / ``FloatRange`` have two gaps for hostile input: ``FloatRange`` lets
+``nan`` (and, without a max, ``inf``) through, and both echo the whole value in their message (a
+5,000-digit ``--workers`` gives a 5,000-character error). These types read the text first, refuse
+non-finite numbers, and keep every message one short line that names the accepted range and ends
+with ``; fix: ...``; click adds ``Invalid value for '--option':`` in front.
+
+    @click.option("--grace", type=FiniteFloat(0, 3600), default=5.0)
+    @click.option("--workers", type=BoundedInt(1, MAX_TASKS, limit="tfdist's limit is 10,000 tasks"))
+    @click.option("--bandwidth", type=Parsed("RATE", lambda text: parse_rate(text, field="")))
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import click
+
+from tfdist.errors import TfdistError
+
+#: Longest number text read (a float needs ~25 characters; more is a typo or an attack).
+MAX_NUMBER_TEXT = 40
+_SHOWN = 24
+
+
+def shown(text: object) -> str:
+    """The value as a message echoes it: ``'12'``, or ``'123456...' (5000 characters)`` when long."""
+    text = str(text)
+    if len(text) <= _SHOWN:
+        return repr(text)
+    return f"{text[:_SHOWN]!r}... ({len(text)} characters)"
+
+
+def _g(number: float) -> str:
+    return f"{number:,}" if isinstance(number, int) else f"{number:g}"
+
+
+class BoundedInt(click.IntRange):
+    """A whole number from ``low`` to ``high``, checked as text first (no giant int is built).
+
+    ``limit`` says why ``high`` is the bound (``"tfdist's limit is 10,000 tasks per cluster"``). A
+    ``click.IntRange`` for ``--help`` (which shows the range), with its own ``convert``.
+    """
+
+    def __init__(self, low: int, high: int, limit: str | None = None) -> None:
+        super().__init__(low, high)
+        self.low, self.high, self.limit = low, high, limit
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not (digits.isascii() and digits.isdigit()):
+            self.fail(f"{shown(value)} is not a whole number; fix: give one from {_g(self.low)} to "
+                      f"{_g(self.high)}", param, ctx)
+        number = int(text) if len(digits) <= MAX_NUMBER_TEXT else None
+        if number is None or not self.low <= number <= self.high:
+            why = f" ({self.limit})" if self.limit and (number is None or number > self.high) else ""
+            self.fail(f"{text if len(text) <= _SHOWN else shown(text)} is not in the range "
+                      f"{self.low}<=x<={self.high}{why}; fix: give {_g(self.low)} to {_g(self.high)}",
+                      param, ctx)
+        return number
+
+    def __repr__(self) -> str:
+        return f"BoundedInt({self.low}, {self.high})"
+
+
+class FiniteFloat(click.FloatRange):
+    """A finite number from ``low`` to ``high`` (``low_open``: strictly above ``low``); ``nan``,
+    ``inf`` and over-long text are refused with the range in the message (``click.FloatRange``
+    lets ``nan`` through). A ``click.FloatRange`` for ``--help``, with its own ``convert``."""
+
+    def __init__(self, low: float, high: float, low_open: bool = False, unit: str = "") -> None:
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise ValueError(f"FiniteFloat needs finite low <= high, got {low!r}, {high!r}")
+        super().__init__(low, high, min_open=low_open)
+        self.low, self.high, self.low_open, self.unit = low, high, low_open, unit
+
+    def _range(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        above = f"above {_g(self.low)}" if self.low_open else f"from {_g(self.low)}"
+        return f"{above} to {_g(self.high)}{unit}"
+
+    def _kind(self) -> str:
+        return "positive finite number" if self.low > 0 or (self.low == 0 and self.low_open) else \
+            "finite number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, bool):
+            self.fail(f"{shown(value)} is not a number; fix: give a {self._kind()} {self._range()}", param,
+                      ctx)
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            text = str(value).strip()
+            if len(text) > MAX_NUMBER_TEXT:
+                self.fail(f"{shown(value)} is too long for a number; fix: give a {self._kind()} "
+                          f"{self._range()}", param, ctx)
+            try:
+                number = float(text)
+            except ValueError:
+                self.fail(f"{shown(value)} is not a number; fix: give a {self._kind()} {self._range()}",
+                          param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{shown(value)} is not a finite number; fix: give a {self._kind()} {self._range()}",
+                      param, ctx)
+        below = number <= self.low if self.low_open else number < self.low
+        if below or number > self.high:
+            self.fail(f"{shown(value)} is not {self._range()}; fix: give a {self._kind()} {self._range()}",
+                      param, ctx)
+        return number
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self.low}, {self.high})"
+
+
+class Parsed(click.ParamType):
+    """A value a library function parses: ``parse(text)`` returns it or raises a ``TfdistError``
+    whose message (naming the value, ending with the fix) becomes the option's error."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self.parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):  # a default already converted, or a value set in code
+            return value
+        try:
+            return self.parse(value)
+        except TfdistError as exc:
+            self.fail(str(exc), param, ctx)
+
+    def __repr__(self) -> str:
+        return f"Parsed({self.name})"
