@@ -227,12 +227,14 @@ def test_figures_are_consistent(scenario):
 @given(scenarios(), st.floats(0.05, 0.9))
 def test_a_slower_worker_hurts_allreduce_more_than_parameter_servers(scenario, slowdown):
     """Slowing the slowest worker costs the synchronous ring at least the share it costs the
-    asynchronous ps; on one worker per host, ps on their own hosts, equal links, no overlap and LAN
-    latency (with overlap, or a latency-bound ring, a slower worker can hide behind the ring)."""
+    asynchronous ps; on one worker per host, ps on their own hosts, equal links, no overlap, LAN
+    latency (with overlap, or a latency-bound ring, a slower worker can hide behind the ring) and the
+    same fixed cost per step on both (fixed costs are worker CPU work and slow with the worker: a
+    larger ps fixed cost slows the ps side more, see the next test)."""
     cluster, workload = scenario
     cluster = {**cluster, "workers_per_host": 1, "ps_placement": "separate", "latency_s": 1e-4,
                "bandwidths": cluster["bandwidths"][:1]}
-    workload = {**workload, "overlap": 0.0}
+    workload = {**workload, "overlap": 0.0, "ps_overhead_ms": 1.0, "allreduce_overhead_ms": 1.0}
     speeds = list(cluster["speeds"])
     slowest = speeds.index(min(speeds))
     speeds[slowest] *= slowdown
@@ -240,6 +242,19 @@ def test_a_slower_worker_hurts_allreduce_more_than_parameter_servers(scenario, s
     kept = {name: after[name].examples_per_second / before[name].examples_per_second for name in before}
     assert all(k <= 1 + 1e-9 for k in kept.values())
     assert kept["horovod"] <= kept["parameter_server"] + 1e-9
+
+
+def test_a_larger_ps_fixed_cost_can_make_a_slow_worker_cost_the_ps_side_as_much():
+    """The case hypothesis found with the default fixed costs (ps 5 ms, allreduce 1 ms per step): a
+    compute-light step on a slow link, where the ps side's fixed cost dominates what slows; both keep
+    about 97.6 % and the ring by a hair more."""
+    cluster = {"workers": 2, "workers_per_host": 1, "speeds": (1.0, 1.0), "bandwidths": (1e5,), "ps": 2,
+               "ps_placement": "separate", "latency_s": 1e-4, "intra_host_bandwidth": 1e8}
+    workload = {"params": 1259, "batch_size": 1, "step_ms": 0.25, "overlap": 0.0}
+    before, after = _all(cluster, workload), _all({**cluster, "speeds": (1.0, 0.5)}, workload)
+    kept = {name: after[name].examples_per_second / before[name].examples_per_second for name in before}
+    assert kept["horovod"] == pytest.approx(kept["parameter_server"], abs=1e-3)
+    assert kept["horovod"] > kept["parameter_server"]
 
 
 @settings(max_examples=examples(200), deadline=None)
