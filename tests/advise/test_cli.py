@@ -218,3 +218,24 @@ def test_a_cluster_too_large_for_the_ps_model_is_refused_quickly():
     assert "'--workers'" in text and "too large for the parameter-server model" in text
     assert run(*big, "--ps", "0").exit_code == 0  # the allreduce predictions alone are cheap
     assert run(*big, "--ps", "1", "--gpus-per-host", "10").exit_code == 0  # 300 hosts x 3,000 workers
+
+
+def test_save_writes_the_plan_the_advice_recommends(tmp_path):
+    from tfdist.advise.plan import load_plan
+
+    path = tmp_path / "plan.json"
+    result = invoke("advise", "--workers", "2", "--ps", "1", "--params", "669706", "--batch-size", "64",
+                    "--step-ms", "10", "--bandwidth", "50mbit", "--save", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    plan, _ = load_plan(str(path))
+    assert (plan.backend, plan.variant, dict(plan.options)) == ("horovod", "horovod_fp16", {"compression": "fp16"})
+    advice = json.loads(result.stdout)
+    assert plan.predicted_examples_per_second == pytest.approx(
+        advice["strategies"]["horovod_fp16"]["examples_per_second"], rel=1e-6)
+
+
+def test_save_to_a_folder_that_does_not_exist_is_refused_before_anything(tmp_path):
+    result = invoke("advise", "--workers", "2", "--params", "669706", "--batch-size", "64", "--step-ms", "10",
+                    "--bandwidth", "50mbit", "--save", str(tmp_path / "no" / "plan.json"))
+    assert result.exit_code == 2 and "Invalid value for '--save'" in result.output
+    assert "does not exist; fix:" in result.output and "Recommended" not in result.output

@@ -278,3 +278,13 @@ def test_fixed_costs_are_worker_cpu_work_and_run_at_the_workers_speed():
     serialize_and_links = cost.parameter_server(even, costly).step_ms - 10.0 - 40.0
     fast, slow = 10.0 + 40.0 + serialize_and_links, 40.0 + 160.0 + serialize_and_links
     assert cost.parameter_server(uneven, costly).examples_per_second == pytest.approx(64_000 / fast + 64_000 / slow)
+
+
+def test_the_json_never_rounds_a_positive_figure_to_zero():
+    """The advise fuzzer found a microsecond step on a fast worker written as "step_ms": 0.0."""
+    cluster = Cluster(workers=2, speeds=(1e6, 1e6), ps=1, bandwidths=(1e13,), latency_s=0.0)
+    workload = Workload(params=1, batch_size=1, step_ms=0.001, allreduce_overhead_ms=0.0)
+    prediction = cost.predict_all(cluster, workload)["horovod"]
+    assert 0 < prediction.step_ms < 5e-5  # rounds to 0.0 at 4 decimals
+    figures = prediction.as_dict()
+    assert figures["step_ms"] == float(f"{prediction.step_ms:.4g}") and figures["scaling_efficiency"] > 0

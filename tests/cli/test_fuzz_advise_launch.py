@@ -552,7 +552,7 @@ def test_launch_argument_checking(case):
     def choose(ctx, hosts, workers, ps, *rest):
         calls.append(("auto", hosts, workers if ctx.get_parameter_source("workers").name != "DEFAULT" else None,
                       ps))
-        return "horovod", hosts, workers
+        return "horovod", hosts, workers, None  # no plan: the planning path has its own tests
 
     with mock.patch.object(launch_module, "_launch_tf_cluster", tf_cluster), \
             mock.patch.object(launch_module, "_launch_horovod", horovod), \

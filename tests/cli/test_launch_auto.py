@@ -61,30 +61,39 @@ def _links(slow_mbit: float = 2000) -> list[LinkMeasure]:
             for a, b in probe.ring(["w1", "w2", "p"])]
 
 
+class _Calls(list):
+    environments: list
+
+
 @pytest.fixture
 def launched(monkeypatch):
     """Replace the launchers: record what auto would start."""
-    calls = []
+    calls = _Calls()
 
     def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest):
         calls.append((backend, hosts, workers, ps))
+        environments.append(rest[-1])
         return 0
 
     def horovod(ctx, command, num_proc, hosts, *rest):
         calls.append(("horovod", hosts, None, None))
+        environments.append(rest[-1])
         return 0
+
+    environments: list[dict] = []
+    calls.environments = environments  # the environment each launcher was given
 
     monkeypatch.setattr(launch_module, "_launch_tf_cluster", tf_cluster)
     monkeypatch.setattr(launch_module, "_launch_horovod", horovod)
     return calls
 
 
-def _fake_probe(monkeypatch, steps, slow_mbit=2000, seen=None):
+def _fake_probe(monkeypatch, steps, slow_mbit=2000, seen=None, links=None):
     def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
         if seen is not None:
             seen.append((hosts, workers, ps, model, batch_size, kwargs["seconds"]))
-        return aggregate(parse_hosts(hosts), _links(slow_mbit), steps=steps, params=1_348_618, dtype_bytes=4,
-                         batch_size=batch_size)
+        return aggregate(parse_hosts(hosts), links or _links(slow_mbit), steps=steps, params=1_348_618,
+                         dtype_bytes=4, batch_size=batch_size)
 
     monkeypatch.setattr(probe, "probe_hosts", fake)
 
@@ -137,3 +146,56 @@ def test_a_probe_failure_is_a_usage_error_and_nothing_is_launched(monkeypatch, l
 
 def test_too_many_workers_for_the_slots_is_a_usage_error(launched):
     assert "the job needs 4 slots" in error(run(*AUTO, "--workers", "3", *COMMAND))
+
+
+def _plan_of(environ: dict):
+    from tfdist.advise.plan import PLAN_ENV, load_plan
+
+    return load_plan(environ[PLAN_ENV])[0]
+
+
+def test_slow_links_launch_horovod_with_the_planned_fp16_in_every_tasks_environment(monkeypatch, launched,
+                                                                                    tmp_path):
+    from tfdist.advise.plan import PLAN_RESULT_ENV
+
+    slow = [LinkMeasure(a, b, 50e6, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, links=slow)
+    path = tmp_path / "plan.json"
+    result = run(*AUTO, "--save-plan", str(path), *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert launched == [("horovod", "w1:1,w2:1", None, None)]
+    plan = _plan_of(launched.environments[0])
+    assert (plan.variant, dict(plan.options), plan.workers) == ("horovod_fp16", {"compression": "fp16"}, 2)
+    assert _plan_of({"TFDIST_PLAN": str(path)}) == plan  # the saved file is the plan the tasks got
+    assert launched.environments[0][PLAN_RESULT_ENV] == str(tmp_path / "plan.measured.json")
+    assert "plan: horovod (horovod_fp16), compression='fp16'; 2 worker(s); predicted " in result.output
+    assert result.output.rstrip().splitlines()[-1].startswith("tfdist launch: no measured figures came back")
+
+
+def test_a_compute_bound_ring_plans_no_compression(monkeypatch, launched, tmp_path):
+    _fake_probe(monkeypatch, {"w1": 100.0, "w2": 100.0})  # 100 ms of compute, 22 ms of ring at 2 Gbit/s
+    result = run(*AUTO, "--save-plan", str(tmp_path / "plan.json"), *COMMAND)
+    assert result.exit_code == 0, result.output
+    plan = _plan_of(launched.environments[0])
+    assert (plan.variant, dict(plan.options)) == ("horovod", {})
+
+
+def test_a_ps_plan_reaches_the_ps_cluster(monkeypatch, launched, tmp_path):
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 100.0})
+    result = run(*AUTO, "--save-plan", str(tmp_path / "plan.json"), *COMMAND)
+    assert result.exit_code == 0, result.output
+    plan = _plan_of(launched.environments[0])
+    assert (plan.backend, plan.workers, plan.ps) == ("parameter_server", 2, 1)
+
+
+def test_an_unwritable_plan_path_stops_before_the_probe(monkeypatch, launched, tmp_path):
+    seen = []
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, seen=seen)
+    text = error(run(*AUTO, "--save-plan", str(tmp_path / "missing" / "plan.json"), *COMMAND))
+    assert "Invalid value for '--save-plan'" in text and "does not exist; fix:" in text
+    assert seen == [] and launched == []
+
+
+def test_save_plan_belongs_to_auto():
+    assert "--save-plan do(es) not apply to --backend horovod" in error(
+        run("--backend", "horovod", "--save-plan", "p.json", *COMMAND))

@@ -57,12 +57,18 @@ def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
     assert_nothing_left(lab)
 
 
-@pytest.mark.parametrize("slow_cores", [None, 0.25], ids=["even", "w2-quarter-core"])
-def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, tmp_path):
+@pytest.mark.parametrize("slow_cores, shaped", [(None, None), (0.25, None), (None, 50)],
+                         ids=["even", "w2-quarter-core", "both-50mbit"])
+def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shaped, tmp_path):
     """Whatever the advice (even workers: allreduce is expected; w2 at a quarter core: parameter
-    servers may win), the backend it names is the one that ran, with launch's placement."""
+    servers may win), the backend it names is the one that ran, with launch's placement, and with the
+    plan's options: on 50 Mbit/s links Horovod with fp16 compression, on unshaped links without it, as
+    the task's own strategy object reports (the classifier's RESULT line), not the launcher's words."""
     if slow_cores is not None:
         lab.limit_cpu("w2", slow_cores)
+    if shaped is not None:
+        lab.shape("w1", shaped)
+        lab.shape("w2", shaped)
     argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", HOSTS, "--workers", "2",
             "--ps", "1", "--model", MODEL, "--batch-size", "32", *_ssh(lab), "--grace", "2", "--",
             sys.executable, "examples/classifier.py", "--epochs", "1", "--logdir", str(tmp_path / "runs")]
@@ -77,6 +83,18 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, tmp_p
     assert "Measured:" in output and "strategy" in output
     assert f"launching {backend}" in output
     assert f"RESULT strategy={backend} workers=2" in output  # the script ran under that very backend
+    result_line = next(text for text in output.splitlines() if "RESULT strategy=" in text)
+    plan_line = next(text for text in output.splitlines() if text.startswith("plan: "))
+    variant = line.split()[2].strip("()") if len(line.split()) > 2 else backend
+    assert f" plan={variant} " in result_line, (result_line, line)  # every task applied the plan
+    assert plan_line.startswith(f"plan: {backend}"), plan_line
+    if shaped is not None:
+        assert backend == "horovod" and " compression=fp16 " in result_line, (line, result_line)
+    elif backend == "horovod":
+        assert " compression=none " in result_line, (line, result_line)
+    measured = [text for text in output.splitlines() if text.startswith("tfdist launch: measured ")]
+    assert len(measured) == 1 and " predicted " in measured[0], output[-3000:]
+    print(measured[0])
     if backend == "parameter_server":  # the ps cluster, placed as --backend parameter_server would
         assert "[chief:0@w1]" in output and "[ps:0@p]" in output and "[worker:1@w2]" in output
     elif backend == "multi_worker_mirrored":  # on the worker hosts only

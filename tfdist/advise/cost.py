@@ -96,12 +96,19 @@ class Prediction:
     explanation: str
 
     def as_dict(self) -> dict[str, object]:
-        return {"step_ms": round(self.step_ms, 4),
-                "examples_per_second": round(self.examples_per_second, 3),
-                "scaling_efficiency": round(self.scaling_efficiency, 5),
-                "waiting_ms": round(self.waiting_ms, 4),
-                "communication_ms": round(self.communication_ms, 4), "bottleneck": self.bottleneck,
+        return {"step_ms": _rounded(self.step_ms, 4),
+                "examples_per_second": _rounded(self.examples_per_second, 3),
+                "scaling_efficiency": _rounded(self.scaling_efficiency, 5),
+                "waiting_ms": _rounded(self.waiting_ms, 4),
+                "communication_ms": _rounded(self.communication_ms, 4), "bottleneck": self.bottleneck,
                 "explanation": self.explanation}
+
+
+def _rounded(value: float, digits: int) -> float:
+    """``value`` to ``digits`` decimals, or to 4 significant digits where that would round a nonzero
+    figure to 0 (a microsecond step on a fast worker stays > 0 in the JSON)."""
+    shown = round(value, digits)
+    return shown if shown or not value else float(f"{value:.4g}")
 
 
 def ideal_examples_per_second(cluster: Cluster, workload: Workload) -> float:

@@ -364,3 +364,33 @@ def result_summary(plan: Plan, result_path: str) -> str:
     return (f"tfdist launch: measured {rate:,.0f} examples/s, predicted {plan.predicted_examples_per_second:,.0f} "
             f"({rate / plan.predicted_examples_per_second:.2f}x); step {step:,.1f} ms, predicted "
             f"{plan.predicted_step_ms:,.1f} ms")
+
+
+#: Where ``tfdist launch --backend auto`` saves its plans, in its working directory.
+PLANS_FOLDER = "tfdist-plans"
+
+
+def default_plan_path(now: float | None = None) -> str:
+    """``tfdist-plans/plan-YYYYmmdd-HHMMSS.json`` (the folder is made when missing)."""
+    import time
+
+    os.makedirs(PLANS_FOLDER, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return os.path.join(PLANS_FOLDER, f"plan-{stamp}.json")
+
+
+def check_plan_path(path: str) -> None:
+    """Refuse, before anything runs, a plan path that cannot be written: an existing folder or
+    non-regular file, or a parent folder that is missing or not writable."""
+    fix = "pass a path in a writable folder, e.g. plan.json"
+    if not path.strip():
+        raise PlanError(with_fix("the plan path is empty", fix))
+    if os.path.isdir(path):
+        raise PlanError(with_fix(f"{path!r} is a folder, not a file", fix))
+    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode if os.path.exists(path) else 0):
+        raise PlanError(with_fix(f"{path!r} exists and is not a regular file", fix))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise PlanError(with_fix(f"the folder of {path!r} ({folder}) does not exist", fix))
+    if not os.access(folder, os.W_OK):
+        raise PlanError(with_fix(f"the folder of {path!r} ({folder}) is not writable", fix))

@@ -59,6 +59,18 @@ def _bad(exc: AdviseError) -> click.BadParameter:
     return click.BadParameter(str(exc), param_hint=f"'{flag}'" if flag else None)
 
 
+def _check_save(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--save must be writable before anything is probed or computed."""
+    from tfdist.advise.plan import PlanError, check_plan_path
+
+    if value is not None:
+        try:
+            check_plan_path(value)
+        except PlanError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
 @click.command("advise", cls=StrictCommand)
 @click.option("--workers", type=BoundedInt(1, MAX_WORKERS, limit=_WORKERS_LIMIT),
               help="Number of workers (GPUs, ranks); with --probe default the slots left after the ps.")
@@ -119,13 +131,17 @@ def _bad(exc: AdviseError) -> click.BadParameter:
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=DEFAULT_SECONDS, show_default=True,
               help="--probe: seconds of transfer per link.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--save", "save_path", metavar="PLAN.json", callback=_check_save,
+              help="Also write the recommendation as a plan: TFDIST_PLAN=PLAN.json makes make_strategy('auto') "
+                   "apply it on every task (docs/advise.md, The plan).")
 def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
            step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
            bandwidth: tuple[float, ...] | None, ps_bandwidth: float | None, intra_host_bandwidth: float,
            latency_ms: float, overlap: float, ps_overhead_ms: float,
            allreduce_overhead_ms: float, ps_epochs_factor: float | None,
            probe: bool, hosts: str | None, model: str | None,
-           ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool) -> None:
+           ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool,
+           save_path: str | None) -> None:
     """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
     MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
 
@@ -150,7 +166,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
                                            allreduce_overhead_ms=allreduce_overhead_ms)
         except AdviseError as exc:
             raise _bad(exc) from None
-        _print(advise_cluster(cluster, workload), cluster, workload, as_json, found)
+        _print(advise_cluster(cluster, workload), cluster, workload, as_json, found, save_path)
         return
     for name, flag in _PROBE_ONLY.items():
         if _given(ctx, name):
@@ -169,21 +185,32 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
             ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms)
     except AdviseError as exc:
         raise _bad(exc) from None
-    _print(advise_cluster(cluster, workload), cluster, workload, as_json)
+    _print(advise_cluster(cluster, workload), cluster, workload, as_json, save_path=save_path)
 
 
 def _print(result: Advice, cluster: Cluster, workload: Workload, as_json: bool,
-           found: ProbeResult | None = None) -> None:
+           found: ProbeResult | None = None, save_path: str | None = None) -> None:
     """The table, or the strict JSON object; a non-finite figure fails the run (exit 1), never
-    reaches the output."""
+    reaches the output. With ``save_path`` the plan is written too (a note on stderr)."""
     if as_json:
         try:
             click.echo(advice_json(result, found))
         except AdviseError as exc:
             raise click.ClickException(str(exc)) from None
-        return
-    text = render(result, cluster, workload)
-    click.echo(render_measured(found) + "\n\n" + text if found is not None else text)
+    else:
+        text = render(result, cluster, workload)
+        click.echo(render_measured(found) + "\n\n" + text if found is not None else text)
+    if save_path is not None:
+        from tfdist.advise.plan import plan_from_advice, save_plan
+
+        plan = plan_from_advice(result, cluster, workload)
+        try:
+            save_plan(plan, save_path)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write the plan to {save_path!r} ({exc.strerror}); fix: pass "
+                                       "--save a path in a writable folder") from None
+        click.echo(f"saved to {save_path}: {plan.describe()}", err=True)
+
 
 
 def check_probe_options(ctx: click.Context, model: str | None) -> None:

@@ -31,7 +31,7 @@ _BACKEND_OPTIONS = {
                          *_SSH},
     "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
     "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
-    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "task_timeout", *_SSH},
+    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", *_SSH},
 }
 _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
@@ -39,7 +39,7 @@ _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num
           "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
           "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
           "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
-          "probe_seconds": "--probe-seconds"}
+          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
@@ -65,6 +65,18 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
     if _given(ctx, "elastic") and not _given(ctx, "min_np"):
         raise click.UsageError("--elastic needs --min-np, the fewest ranks training may go on with; fix: add "
                                "e.g. --min-np 1")
+
+
+def _check_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--save-plan must be writable before anything is probed or started."""
+    from tfdist.advise.plan import PlanError, check_plan_path
+
+    if value is not None:
+        try:
+            check_plan_path(value)
+        except PlanError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
 
 
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
@@ -112,6 +124,8 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True,
               help="auto: seconds of transfer per measured link.")
+@click.option("--save-plan", metavar="PLAN.json", callback=_check_plan_path,
+              help="auto: where to save the plan it applies (default: tfdist-plans/plan-<time>.json here).")
 @click.option("--grace", type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
 @click.option("--task-timeout", type=FiniteFloat(0, MAX_TASK_TIMEOUT), default=DEFAULT_TASK_TIMEOUT,
@@ -125,7 +139,8 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
            hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
            network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
-           bind_all: bool, grace: float, task_timeout: float, command: tuple[str, ...]) -> None:
+           save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
+           command: tuple[str, ...]) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
@@ -178,23 +193,50 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
         raise click.BadParameter(f"{_shown(command[0])} is not an executable on PATH; fix: give the full "
                                  "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
     ssh = SshOptions(ssh_port, ssh_identity_file)
+    environ, plan, result_path = dict(os.environ), None, None
     if backend == AUTO:
         if _given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
-        backend, hosts, workers = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
-                                                  probe_seconds)
+        backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
+                                                        probe_seconds)
+        if plan is not None:
+            environ, result_path = _apply_plan(plan, save_plan, environ)
     if backend == "horovod":
         given_np = num_proc if _given(ctx, "num_proc") else None
         num_proc = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
-        raise SystemExit(_launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
-                                         network_interface))
-    peers = backend == "multi_worker_mirrored"
-    _check(check_cluster_size, workers, 0 if peers else ps, evaluator, chief=not peers)
-    if hosts is not None:
-        _check(check_placement, hosts, workers, 0 if peers else ps, evaluator, chief=not peers,
-               chief_host=chief_host, ps_hosts=ps_hosts)
-    raise SystemExit(_launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
-                                        ssh, bind_all, grace, task_timeout))
+        code = _launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
+                               network_interface, environ)
+    else:
+        peers = backend == "multi_worker_mirrored"
+        _check(check_cluster_size, workers, 0 if peers else ps, evaluator, chief=not peers)
+        if hosts is not None:
+            _check(check_placement, hosts, workers, 0 if peers else ps, evaluator, chief=not peers,
+                   chief_host=chief_host, ps_hosts=ps_hosts)
+        code = _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
+                                  ssh, bind_all, grace, task_timeout, environ)
+    if plan is not None:
+        from tfdist.advise.plan import result_summary
+
+        _report(result_summary(plan, result_path))
+    raise SystemExit(code)
+
+
+
+def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str]:
+    """Print and save ``plan``; the tasks' environment with it inline, and where the chief writes its
+    measured figures (beside the saved plan)."""
+    from tfdist.advise.plan import PlanError, default_plan_path, plan_environment, save_plan
+
+    path = save_path or default_plan_path()
+    try:
+        save_plan(plan, path)
+    except (OSError, PlanError) as exc:
+        raise click.ClickException(f"cannot save the plan to {path!r} ({exc}); fix: pass --save-plan with a "
+                                   "writable path") from None
+    result_path = os.path.abspath(path.removesuffix(".json") + ".measured.json")
+    _report(f"{plan.describe()}\ntfdist launch --backend auto: the plan is saved to {path}; every task gets it "
+            "in TFDIST_PLAN")
+    return {**environ, **plan_environment(plan, result_path)}, result_path
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -222,12 +264,13 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
 
 
 def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model: str,
-                    batch_size: int, ssh, probe_seconds: float) -> tuple[str, str, int]:
-    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers)`` to
-    launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
+                    batch_size: int, ssh, probe_seconds: float) -> tuple[str, str, int, object]:
+    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers, plan)``
+    to launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
     from tfdist.advise import AdviseError
     from tfdist.advise import advise as advise_cluster
     from tfdist.advise.inputs import build_inputs
+    from tfdist.advise.plan import plan_from_advice
     from tfdist.advise.probe import default_workers, probe_hosts
     from tfdist.advise.render import render, render_measured
     from tfdist.launch.hosts import parse_hosts, place_tasks
@@ -251,7 +294,7 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
         counts = Counter(p.host for p in placed if p.task_type == "worker")
         hosts = ",".join(f"{host}:{n}" for host, n in counts.items())
     _report(f"tfdist launch --backend auto: launching {backend} ({advice.variant}) on {hosts}")
-    return backend, hosts, workers
+    return backend, hosts, workers, plan_from_advice(advice, cluster, workload)
 
 
 def _report(message: str) -> None:
@@ -260,8 +303,8 @@ def _report(message: str) -> None:
 
 def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None, ssh,
                     elastic: bool, min_np: int | None, max_np: int | None, grace: float,
-                    network_interface: str | None) -> int:
-    """Find horovodrun and run it; its exit code."""
+                    network_interface: str | None, environ: dict[str, str] | None = None) -> int:
+    """Find horovodrun and run it (in ``environ``, default this process's); its exit code."""
     from tfdist.launch.local import run_command
     from tfdist.launch.plan import find_horovodrun
 
@@ -271,16 +314,20 @@ def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int,
                                "`make setup` and use .venv/bin/tfdist, or install Horovod with "
                                "TensorFlow and Gloo")
     try:
+        import functools
+
         return _run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, horovodrun, grace,
-                            run_command, network_interface)
+                            functools.partial(run_command, env=environ), network_interface)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
 
 
 def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps: int, evaluator: bool,
                        hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh, bind_all: bool,
-                       grace: float, task_timeout: float) -> int:
-    """A parameter_server or multi_worker_mirrored cluster, here or on ``hosts``; the chief's exit code."""
+                       grace: float, task_timeout: float, environ: dict[str, str] | None = None) -> int:
+    """A parameter_server or multi_worker_mirrored cluster, here or on ``hosts``, its tasks started in
+    ``environ`` (default this process's); the chief's exit code."""
+    environ = dict(os.environ) if environ is None else environ
     from tfdist.cluster import free_ports
     from tfdist.launch.bind import BindShimError, shim_library
     from tfdist.launch.local import report_to_stderr, run_local_cluster
@@ -291,16 +338,16 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
         shim = None if bind_all or hosts is not None else shim_library()
         if hosts is not None:
             peers = backend == "multi_worker_mirrored"
-            _, tasks = prepare_host_cluster(command, hosts, workers, 0 if peers else ps, os.environ,
+            _, tasks = prepare_host_cluster(command, hosts, workers, 0 if peers else ps, environ,
                                             os.getcwd(), evaluator=evaluator, chief=not peers,
                                             chief_host=chief_host, ps_hosts=ps_hosts, options=ssh,
                                             bind=not bind_all, grace=grace)
         elif backend == "multi_worker_mirrored":
             ports = free_ports(workers)
-            _, tasks = plan_worker_cluster(command, workers, ports, os.environ, bind_shim=shim)
+            _, tasks = plan_worker_cluster(command, workers, ports, environ, bind_shim=shim)
         else:
             ports = free_ports(1 + workers + ps + int(evaluator))
-            _, tasks = plan_local_cluster(command, workers, ps, ports, os.environ, evaluator=evaluator,
+            _, tasks = plan_local_cluster(command, workers, ps, ports, environ, evaluator=evaluator,
                                           bind_shim=shim)
     except (LaunchError, BindShimError) as exc:
         raise click.UsageError(str(exc)) from None

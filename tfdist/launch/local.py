@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import IO, Callable, Sequence
+from typing import IO, Callable, Mapping, Sequence
 
 from tfdist.launch.plan import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
@@ -189,9 +189,11 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
 
 def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
                 report: Callable[[str], None] | None = None, name: str | None = None,
-                explain: Callable[[Sequence[str]], str | None] | None = None) -> int:
+                explain: Callable[[Sequence[str]], str | None] | None = None,
+                env: Mapping[str, str] | None = None) -> int:
     """Run one launcher command (horovodrun) and return its exit code; ``name`` (default: the
-    command's file name) is what the exit report calls it.
+    command's file name) is what the exit report calls it; ``env``: its environment (default this
+    process's).
 
     With ``explain``, the command's stderr passes through a pipe (unchanged, line by line, to this
     process's stderr) and, when it fails, ``explain(last lines)`` may say why in a few words: the
@@ -207,7 +209,8 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     pump: threading.Thread | None = None
     with StopSignals() as guard:
-        process = _start(command, None, capture=False, pipe_stderr=explain is not None)
+        process = _start(command, None if env is None else dict(env), capture=False,
+                         pipe_stderr=explain is not None)
         try:
             if explain is not None:  # the thread starts after the fork (see the module docstring)
                 sink = getattr(sys.stderr, "buffer", None)
