@@ -1,11 +1,10 @@
 """Examples per second, step time and wall-clock time, into the epoch logs (and so into TensorBoard)."""
 from __future__ import annotations
 
-import time
-
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist.callbacks import _runtime
+from tfdist.callbacks.epoch_clock import EpochClock
 from tfdist.errors import ArgumentValueError, with_fix
 
 #: The keys ``Throughput`` adds to every epoch's logs (TensorBoard writes them as ``epoch_<key>``).
@@ -30,6 +29,9 @@ class Throughput(tf_keras.callbacks.Callback):
     ``wall_time_s`` is the time since the first ``on_train_begin`` at the epoch's end (validation
     included): time-to-accuracy curves are drawn against it.
 
+    ``clock`` is an ``EpochClock`` to share with other callbacks that time epochs, so all of them
+    time the same interval (``strategy.metrics`` shares this one's with the backend's figures).
+
     Every epoch is logged; the summary (``mean_*`` properties, and the ``mean_*`` keys added to
     the ``on_train_end`` logs, which ``TensorBoardRun`` records) leaves the first epoch out, which
     includes tracing and start-up, unless ``include_first_epoch=True`` or there was only one.
@@ -37,7 +39,7 @@ class Throughput(tf_keras.callbacks.Callback):
     """
 
     def __init__(self, batch_size: int, replicas: int | None = None, workers: int | None = None,
-                 include_first_epoch: bool = False) -> None:
+                 include_first_epoch: bool = False, clock: EpochClock | None = None) -> None:
         super().__init__()
         if batch_size <= 0:
             raise ArgumentValueError(with_fix(
@@ -51,38 +53,33 @@ class Throughput(tf_keras.callbacks.Callback):
         self.replicas = replicas
         self.workers = workers
         self.include_first_epoch = include_first_epoch
-        self._train_start: float | None = None
-        self._start: float | None = None
-        self._stop: float | None = None
+        self.clock = clock if clock is not None else EpochClock()  # one per callback unless shared
         self.history: list[float] = []  # examples/s of every epoch, the first included
         self.step_times_ms: list[float] = []
         self._workers_seen = 1
 
     def on_train_begin(self, logs=None) -> None:
-        if self._train_start is None:  # one clock per callback: an elastic fit calls fit per epoch
-            self._train_start = time.perf_counter()
+        self.clock.train_begin()  # the first only: an elastic fit calls fit per epoch
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
-        self._start, self._stop = time.perf_counter(), None
+        self.clock.epoch_begin()
 
     def on_test_begin(self, logs=None) -> None:
-        if self._start is not None and self._stop is None:
-            self._stop = time.perf_counter()  # validation is not training throughput
+        self.clock.test_begin()  # validation is not training throughput
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
-        now = time.perf_counter()
+        elapsed = self.clock.epoch_end()
         steps = (self.params or {}).get("steps")
-        if self._start is None or not steps or logs is None:
+        if elapsed is None or not steps or logs is None:
             return
-        elapsed = (self._stop or now) - self._start
         replicas = self.replicas or _runtime.replicas(self.model)
         self._workers_seen = self.workers or _runtime.workers(self.model)
         total = steps * self.batch_size * replicas / elapsed
         logs["examples_per_second"] = total
         logs["examples_per_second_per_worker"] = total / self._workers_seen
         logs["step_time_ms"] = 1000.0 * elapsed / steps
-        if self._train_start is not None:
-            logs["wall_time_s"] = now - self._train_start
+        if self.clock.wall_time is not None:
+            logs["wall_time_s"] = self.clock.wall_time
         self.history.append(total)
         self.step_times_ms.append(1000.0 * elapsed / steps)
 

@@ -12,7 +12,8 @@ tf = pytest.importorskip("tensorflow")
 
 from tfdist.callbacks import ParameterServerMetrics, TensorBoardRun, Throughput, WorkerMetrics  # noqa: E402
 from tfdist.callbacks.tensorboard import parse_targets  # noqa: E402
-from tfdist.callbacks.worker_metrics import _in_thread, parameter_server_logs, worker_logs  # noqa: E402
+from tfdist.callbacks.horovod_metrics import worker_logs  # noqa: E402
+from tfdist.callbacks.ps_metrics import _in_thread, parameter_server_logs  # noqa: E402
 from tfdist.errors import TfdistError  # noqa: E402
 
 FLAVOURS = ["tf_keras", "keras"]

@@ -180,11 +180,30 @@ class DistributedStrategy:
 
         return Throughput(batch_size, replicas=self.num_replicas_in_sync, workers=self.num_workers, **kwargs)
 
-    def metrics(self, batch_size: int) -> list:
+    def metrics(self, batch_size: int, show_workers: bool = False) -> list:
         """The run's figures for this backend, to put before a ``TensorBoardRun``: ``Throughput``,
         plus what the backend can measure per worker (Horovod: ``WorkerMetrics``; parameter servers:
-        ``ParameterServerMetrics``). ``batch_size`` is per replica."""
-        return [self.throughput(batch_size)]
+        ``ParameterServerMetrics``), all timing epochs on ``Throughput``'s clock. ``batch_size`` is
+        per replica.
+
+            strategy.fit(model, x, y, callbacks=[*strategy.metrics(64), TensorBoardRun("runs")])
+
+        The per-worker figures go into the epoch logs (History, TensorBoard, ``tfdist report``) but
+        not onto Keras' progress line, which keeps to loss, the model's metrics and Throughput's
+        figures: a progress line (``tfdist.callbacks.progress``) ends the list and stands in for
+        Keras' own. ``show_workers=True`` leaves it out, and Keras' progress bar prints them all."""
+        from tfdist.callbacks import progress_lines
+
+        if not isinstance(show_workers, bool):
+            raise ArgumentTypeError(f"`show_workers` must be True or False, got {show_workers!r}; fix: "
+                                    "leave it out (per-worker figures off the progress line) or pass True")
+        throughput = self.throughput(batch_size)
+        figures = self._worker_figures(batch_size, throughput.clock)
+        return [throughput, *figures, *([] if show_workers or not figures else progress_lines(figures))]
+
+    def _worker_figures(self, batch_size: int, clock: Any) -> list:
+        """The callbacks that measure this backend per worker, on ``clock`` (``metrics`` only)."""
+        return []
 
     # --- hooks ----------------------------------------------------------------------------------
     def _check_model(self, model: Any, callbacks: list | None = None) -> None:

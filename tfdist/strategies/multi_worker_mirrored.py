@@ -83,3 +83,37 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
                                           shard=self.options.shard_data)
+
+    def _before_fit(self, model: Any, x: Any) -> None:
+        one_replicas_step_logs(model)
+
+    def evaluate(self, model: Any, x: Any = None, y: Any = None, **evaluate_kwargs: Any) -> Any:
+        """As ``DistributedStrategy.evaluate``; its batch logs (and progress bar) show the job's
+        values, as ``fit``'s do (see ``one_replicas_step_logs``)."""
+        one_replicas_step_logs(model)
+        return super().evaluate(model, x, y, **evaluate_kwargs)
+
+
+def one_replicas_step_logs(model: Any) -> None:
+    """Make a tf-keras model's per-step logs under this strategy the job's values, not their sum.
+
+    tf-keras' train and test functions reduce each step's per-replica results with the model's
+    ``distribute_reduction_method``; its default, "auto", is SUM except on TPUs. The results of
+    tf-keras' own ``train_step``/``test_step`` are the model's metrics, and a Keras metric read on a
+    replica all-reduces its state first: every replica already holds the job's value, and the sum
+    is that value times the replicas (2 workers printed accuracy 1.9 mid-epoch). So were the batch
+    logs every callback reads; the logs at the end of an epoch or an evaluation are read from the
+    metrics themselves and were right. "first", which tf-keras picks on TPUs for this reason, takes
+    one replica's value: the job's. Left as they are: a reduction other than "auto", and models with
+    their own ``train_step`` or ``test_step``, whose results may be per-replica parts that do add up.
+    Train and test functions an earlier ``fit`` traced with the sum are dropped, to be rebuilt.
+    """
+    import tf_keras
+
+    if keras_compat.flavour_of(model) != keras_compat.TF_KERAS or model.distribute_reduction_method != "auto":
+        return
+    own_steps = (type(model).train_step is tf_keras.Model.train_step
+                 and type(model).test_step is tf_keras.Model.test_step)
+    if own_steps:
+        model.distribute_reduction_method = "first"
+        model.train_function = model.test_function = None
