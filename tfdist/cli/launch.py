@@ -332,7 +332,7 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
     from tfdist.launch.bind import BindShimError, shim_library
     from tfdist.launch.local import report_to_stderr, run_local_cluster
     from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
-    from tfdist.launch.remote import prepare_host_cluster
+    from tfdist.launch.host_cluster import prepare_host_cluster
 
     try:
         shim = None if bind_all or hosts is not None else shim_library()

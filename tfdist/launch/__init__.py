@@ -10,7 +10,8 @@ from tfdist.launch.plan import (
     plan_local_cluster,
 )
 from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
-from tfdist.launch.remote import RemoteLaunchError, SshOptions, prepare_host_cluster
+from tfdist.launch.host_cluster import prepare_host_cluster
+from tfdist.launch.remote import RemoteLaunchError, SshOptions
 
 __all__ = ["HostsError", "LaunchError", "ParameterServerPolicy", "PeerPolicy", "RemoteLaunchError",
            "SshOptions", "TaskProcess", "find_horovodrun", "horovodrun_command", "parse_hosts", "place_tasks",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tfdist.cluster.spec import host_problem
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.errors import LaunchError
 
 MAX_SLOTS = 1024  # per host; a typo such as h1:20000 is refused, not planned
 

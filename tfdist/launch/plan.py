@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from tfdist.cluster import Address, ClusterSpec, local_cluster, tf_config_for
 from tfdist.cluster.tf_config import TF_CONFIG_ENV, grpc_task_env
-from tfdist.errors import TfdistError
+from tfdist.launch.errors import LaunchError  # noqa: F401  (also imported from here)
 
 if TYPE_CHECKING:
     from tfdist.launch.hosts import Placement
@@ -45,10 +45,6 @@ class TaskProcess:
         return self.name if self.host is None else f"{self.name}@{self.host}"
 
 
-
-
-class LaunchError(TfdistError, ValueError):
-    """A launch request that cannot work; the message names the option and the fix."""
 
 
 def plan_local_cluster(command: Sequence[str], workers: int, ps: int, ports: Sequence[int],
