@@ -10,7 +10,7 @@ exec((HERE / "tfdist" / "version.py").read_text(), version)
 setup(
     name="tfdist",
     version=version["__version__"],
-    description="Distributed training for tf-keras models: Horovod ring-allreduce and "
+    description="Distributed training for Keras models (tf-keras and Keras 3): Horovod ring-allreduce and "
                 "tf.distribute ParameterServerStrategy behind one API.",
     long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",

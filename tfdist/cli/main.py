@@ -46,7 +46,7 @@ class _LazyGroup(StrictGroup):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="tfdist")
 def cli() -> None:
-    """tfdist: distributed training for tf-keras models with Horovod or tf.distribute."""
+    """tfdist: distributed training for Keras models (tf-keras and Keras 3) with Horovod or tf.distribute."""
 
 
 def main() -> None:
