@@ -271,7 +271,7 @@ def check_options(plan: Plan, source: str, option_names: Mapping[str, Sequence[s
         what = (f"is an option of {' and '.join(owners)}, not of {plan.backend}" if owners
                 else f"is not an option of any backend ({plan.backend}'s: {', '.join(sorted(own))})")
         raise _fail(source, f"options.{name}", what,
-                    f"remove it from the plan, or write the plan again with `tfdist advise ... --save`")
+                    "remove it from the plan, or write the plan again with `tfdist advise ... --save`")
 
 
 def check_run(plan: Plan, source: str, kind: str, workers: int, ps: int) -> None:

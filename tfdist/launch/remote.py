@@ -20,14 +20,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from tfdist.launch.errors import LaunchError
 from tfdist.launch.processes import SSH_EXIT_FAILED
-
-if TYPE_CHECKING:
-    from tfdist.cluster import ClusterSpec
-    from tfdist.launch.plan import TaskProcess
 
 SUPERVISOR = "tfdist.launch.remote_task"
 SERVER_ALIVE_INTERVAL = 5  # s; the ssh client gives up after interval x count silent seconds

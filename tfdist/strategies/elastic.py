@@ -107,7 +107,10 @@ def _remainder(x: Any, y: Any, kwargs: dict, done: int, left: int) -> tuple[Any,
         return x.skip(done), y, kwargs  # finite and batched: the epoch's last `left` batches
     if x is not None and not inputs.is_dataset(x) and inputs.is_array_input(x) and not kwargs.get("steps_per_epoch"):
         start = done * int(kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE)
-        cut = (lambda s: None if s is None else tf.nest.map_structure(lambda a: a[start:], s))
+
+        def cut(structure: Any) -> Any:
+            return None if structure is None else tf.nest.map_structure(lambda a: a[start:], structure)
+
         if kwargs.get("sample_weight") is not None:
             kwargs["sample_weight"] = cut(kwargs["sample_weight"])
         return cut(x), cut(y), kwargs
