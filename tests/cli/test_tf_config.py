@@ -184,7 +184,7 @@ def test_all_interfaces_warning_goes_to_stderr():
 @pytest.mark.parametrize(
     "args, text",
     [
-        ([], "Error: no cluster given; hint: pass --worker HOST:PORT"),
+        ([], "Error: no cluster given; fix: pass --worker HOST:PORT"),
         (
             ["--worker", "h:99999"],
             "Error: Invalid value for '--worker': 'h:99999' has port 99999; ports are 1-65535; "
@@ -300,7 +300,7 @@ def test_validate_unset_env_is_usage_error():
     with mock.patch.dict(os.environ, {}, clear=True):
         result = run("validate")
     assert result.exit_code == 2
-    assert "Error: TF_CONFIG is not set; hint: export TF_CONFIG=" in result.output
+    assert "Error: TF_CONFIG is not set; fix: export TF_CONFIG=" in result.output
 
 
 def test_validate_file_stdin_and_cluster_file(tmp_path):
@@ -541,3 +541,113 @@ def test_the_limit_itself_is_accepted():
     result = run("--workers", "10000", "--hosts", "n[1-100]", "--task", "worker:9999")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["cluster"]["worker"]) == 10_000
+
+
+# --- issue: hostile bytes in files, a silently ignored --port, BOMs, one wording for fixes ----------------
+
+BOM = b"\xef\xbb\xbf"
+BOM_TF_CONFIG = BOM + VALID.encode()
+
+
+@pytest.mark.parametrize("content", [b"worker: [a:1]\nchief: [c\x00:1]\n", b"worker: [a:1]\n\x1b[31m: 1\n"])
+def test_a_control_character_in_a_yaml_file_is_one_line_naming_the_file(tmp_path, content):
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(content)
+    where = "line 2 column 10" if b"\x00" in content else "line 2 column 1"
+    result = run("--file", str(path))
+    message = error_line(result)
+    assert result.exit_code == 2 and message.count("\n") == 1, result.output
+    assert message.startswith(f"Error: Invalid value for '--file': {path} is not a valid cluster file: {path}: "
+                              f"is not valid YAML: it holds the control character U+00")
+    assert f"at {where}" in message and "; fix: " in message
+    result = run("validate", str(path))
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    (line,) = result.stdout.splitlines()
+    assert line.startswith(f"{path} is invalid: {path}: is not valid YAML: it holds the control character")
+    assert f"at {where}" in line and "; fix: " in line
+
+
+@pytest.mark.parametrize("args", [
+    ["--worker", "c:3", "--format", "env"],
+    ["--chief", "c:3", "--worker", "w:3"],
+    ["--file", "{file}"],
+])
+def test_port_is_refused_where_it_would_be_ignored(tmp_path, args):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("worker: [a:1]\n")
+    result = run(*[a.format(file=cluster) for a in args], "--port", "5000")
+    message = error_line(result)
+    assert result.exit_code == 2, result.output
+    assert message.startswith("Error: Invalid value for '--port': 5000 is only used by the --workers/--hosts "
+                              "shorthand and --format slurm")
+    assert "; fix: " in message and message.count("\n") == 1
+    assert "export" not in result.stdout and "TF_CONFIG" not in result.stdout
+
+
+def test_port_still_works_with_the_shorthand_and_slurm():
+    assert json.loads(run("--workers", "1", "--hosts", "a", "--port", "5000").stdout)["worker:0"]["cluster"] == {
+        "worker": ["a:5000"]}
+    env = {"SLURM_JOB_NODELIST": "n1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_NTASKS_PER_NODE": "1"}
+    with mock.patch.dict(os.environ, env, clear=True):
+        result = run("--format", "slurm", "--port", "5000")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cluster"] == {"worker": ["n1:5000"]}
+
+
+def _bom_message(where: str) -> str:
+    return (f"{where} is invalid: TF_CONFIG: starts with a UTF-8 byte-order mark (BOM), which TensorFlow's "
+            "TF_CONFIG reader refuses; fix: save it as UTF-8 without a BOM\n")
+
+
+def test_a_bom_is_refused_from_every_source(tmp_path):
+    for name in ("bom.yaml", "bom.yml", "bom.json", "bom.txt"):
+        path = tmp_path / name
+        path.write_bytes(BOM_TF_CONFIG)
+        result = run("validate", str(path))
+        assert result.exit_code == 1, (name, result.output)
+        field = "TF_CONFIG" if name.endswith(".json") else str(path)  # YAML names the file it parsed
+        assert result.stdout == _bom_message(str(path)).replace("TF_CONFIG: ", f"{field}: ", 1), result.stdout
+    result = run("validate", "-", input=BOM_TF_CONFIG)
+    assert result.exit_code == 1 and result.stdout == _bom_message("stdin")
+    with mock.patch.dict(os.environ, {"TF_CONFIG": BOM_TF_CONFIG.decode()}, clear=True):
+        result = run("validate")
+    assert result.exit_code == 1 and result.stdout == _bom_message("$TF_CONFIG")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_bytes(BOM + b"worker: [a:1]\n")
+    message = error_line(run("--file", str(cluster)))
+    assert message == (f"Error: Invalid value for '--file': {cluster} is not a valid cluster file: {cluster}: "
+                       "starts with a UTF-8 byte-order mark (BOM), which TensorFlow's TF_CONFIG reader "
+                       "refuses; fix: save it as UTF-8 without a BOM\n")
+
+
+def test_without_the_bom_the_same_text_is_valid(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_bytes(BOM_TF_CONFIG[3:])
+    assert run("validate", str(path)).exit_code == 0
+
+
+@pytest.mark.parametrize("args", [
+    [], ["--worker", "a:1", "validate"], ["--worker", "a:1", "--out", "d"], ["--worker", "a:1", "--format", "dir"],
+    ["--worker", "a:1", "--k8s-image", "i"], ["--worker", "a:1", "--format", "k8s"],
+    ["--worker", "a:1", "--format", "k8s", "--k8s-image", "i", "--task", "worker:0"],
+    ["--worker", "a:1", "--format", "k8s", "--k8s-image", "i", "--k8s-command", "'a"],
+    ["--format", "slurm", "--worker", "a:1"], ["--worker", "a:1", "--workers", "1"],
+    ["--workers", "1"], ["--hosts", "a"], ["--workers", "1", "--hosts", "a,,b"], ["--workers", "1", "--hosts", "a_b"],
+    ["--workers", "3", "--hosts", "a", "--port", "65534"],
+])
+def test_every_error_ends_with_fix_never_hint(args):
+    message = error_line(run(*args))
+    assert "hint:" not in message and "; fix: " in message, message
+
+
+def test_validate_unset_env_says_fix():
+    with mock.patch.dict(os.environ, {}, clear=True):
+        message = error_line(run("validate"))
+    assert message.startswith("Error: TF_CONFIG is not set; fix: export TF_CONFIG=")
+
+
+def test_warnings_say_fix_never_hint():
+    result = run("--worker", "0.0.0.0:1", "--worker", "localhost:2", "--worker", "node1:3")
+    assert result.exit_code == 0
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")]
+    assert len(warnings) == 2 and all("; fix: " in w and "hint" not in w for w in warnings), warnings

@@ -120,13 +120,17 @@ def _too_large(c):
     return _json(c) + b" " * MIB, True
 
 
+def _bom(c):
+    return b"\xef\xbb\xbf" + _json(c), True  # TensorFlow's resolver refuses it: "Unexpected UTF-8 BOM"
+
+
 def _too_many_workers(c):
     return _json({**c, "cluster": {**c["cluster"], "worker": [f"w{i}:1" for i in range(LIMIT + 1)]}}), False
 
 
 MUTATIONS = [_drop_cluster, _repeat_task_key, _bad_rpc_layer, _giant_port, _giant_index_number,
              _evaluator_in_cluster, _unknown_key, _same_endpoint_twice, _deep, _not_utf8, _too_large,
-             _too_many_workers]
+             _too_many_workers, _bom]
 
 
 @st.composite
@@ -149,6 +153,7 @@ HOSTILE = [
     Case(b"", 1, True),
     Case(b'{"chief": ["a:1"], "worker": ["b:1"], "task": {"type": "worker", "index": 0}}', 1, False),
     Case(b'{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "cluster": {}}', 1, True),
+    Case(b'\xef\xbb\xbf{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', 1, True),
 ]
 
 
@@ -184,6 +189,7 @@ def _run_timed(args, **kwargs):
 @example(HOSTILE[5]).via("empty stdin")
 @example(HOSTILE[6]).via("task lists outside 'cluster'")
 @example(HOSTILE[7]).via("a repeated key")
+@example(HOSTILE[8]).via("a UTF-8 byte-order mark")
 def test_validate_stdin(case):
     _check_validate(_run_timed(["tf-config", "validate", "-"], input=case.data), case, "stdin")
 
@@ -212,6 +218,11 @@ FILES = [
     ("digits.yaml", "worker: [a:1]\nx: " + "9" * 5000 + "\n"),
     ("extra.json", '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}, "extra": 1}'),
     ("utf8.yaml", b"worker: [\xff]\n"),
+    ("nul.yaml", b"worker: [a:1]\nchief: [c\x00:1]\n"),  # PyYAML's ReaderError was a traceback
+    ("esc.yaml", b"worker: [a:1]\n\x1b[31m: 1\n"),
+    ("bom.yaml", b'\xef\xbb\xbf{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'),
+    ("bom-cluster.yaml", b"\xef\xbb\xbfworker: [a:1]\n"),
+    ("bom.json", b'\xef\xbb\xbf{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}'),
 ]
 
 
@@ -262,7 +273,8 @@ def generation_args(draw) -> tuple[list[str], int, str]:
     if draw(st.booleans()):
         args += ["--chief", "c:2222"]
     expected, named = 0, ""
-    hostile = draw(st.sampled_from([None, "repeat", "port", "task", "workers", "ps-count", "hosts", "out"]))
+    hostile = draw(st.sampled_from([None, "repeat", "port", "task", "workers", "ps-count", "hosts", "out",
+                                    "fixed-port"]))
     if hostile == "repeat":
         option = draw(st.sampled_from(sorted(SINGLE_VALUED)))
         args += [option, SINGLE_VALUED[option], option, SINGLE_VALUED[option]]
@@ -280,6 +292,9 @@ def generation_args(draw) -> tuple[list[str], int, str]:
                 "hosts": ["--workers", "1", "--hosts", draw(st.sampled_from(
                     ["r[0-100000]n[0-100000]", "n[1-10001]", "n[0-" + "9" * 5000 + "]"]))]}[hostile]
         expected, named = 2, f"Invalid value for '--{hostile}'"
+    elif hostile == "fixed-port":  # explicit addresses carry their ports: --port would be ignored
+        args += ["--port", str(draw(st.integers(1, 65535)))]
+        expected, named = 2, "Invalid value for '--port'"
     elif hostile == "out":
         args += ["--format", "dir", "--out", "<under-a-file>"]
         expected, named = 2, "Invalid value for '--out': cannot write into"
@@ -299,6 +314,8 @@ def generation_args(draw) -> tuple[list[str], int, str]:
     "--chief twice")
 @example((["--worker", "a:2222", "--format", "dir", "--out", "<under-a-file>"], 2,
           "Invalid value for '--out': cannot write into")).via("unwritable --out")
+@example((["--worker", "c:3", "--port", "5000", "--format", "env"], 2, "Invalid value for '--port'")).via(
+    "--port beside explicit addresses")
 def test_generation(case):
     args, expected, named = case
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,7 @@ FORMATS = ("json", "env", "dir", "k8s", "slurm")
 MAX_LISTED = 50
 _EXPLICIT = ("chief", "worker", "ps", "evaluator")
 _SHORTHAND = ("workers", "hosts", "ps_count", "with_chief", "with_evaluator")
-_NO_CLUSTER = ("no cluster given; hint: pass --worker HOST:PORT (repeatable) with --chief/--ps/--evaluator, "
+_NO_CLUSTER = ("no cluster given; fix: pass --worker HOST:PORT (repeatable) with --chief/--ps/--evaluator, "
                "or --file CLUSTER.yaml, or --workers N --hosts h1,h2 [--ps-count M --with-chief], "
                "or --format slurm inside srun")
 
@@ -161,7 +161,7 @@ def tf_config(ctx: click.Context, **options: Any) -> None:
         if given:
             flags = ", ".join(_flag(n) for n in given)
             raise click.UsageError(f"the generation options {flags} cannot be used "
-                                   f"with 'tf-config {ctx.invoked_subcommand}'; hint: drop them")
+                                   f"with 'tf-config {ctx.invoked_subcommand}'; fix: drop them")
         return
     _generate(ctx, options)
 
@@ -169,12 +169,12 @@ def tf_config(ctx: click.Context, **options: Any) -> None:
 def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
     fmt = o["fmt"]
     if o["out"] is not None and fmt != "dir":
-        raise click.BadParameter(f"is only used with --format dir, not {fmt}; hint: add --format dir",
+        raise click.BadParameter(f"is only used with --format dir, not {fmt}; fix: add --format dir",
                                  param_hint="'--out'")
     k8s_given = _given(ctx, ("k8s_image", "k8s_mode", "k8s_name", "k8s_command"))
     if k8s_given and fmt != "k8s":
         raise click.UsageError(f"{', '.join(_flag(n) for n in k8s_given)} only apply to --format k8s; "
-                               "hint: add --format k8s or drop them")
+                               "fix: add --format k8s or drop them")
     if fmt == "slurm":
         return _generate_slurm(ctx, o)
     spec = _build_spec(o, ctx)
@@ -186,10 +186,10 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
     if fmt == "k8s":
         if o["task"] is not None:
             raise click.UsageError("--task cannot be used with --format k8s, which describes the whole "
-                                   "cluster; hint: drop --task")
+                                   "cluster; fix: drop --task")
         if not o["k8s_image"]:
             raise click.BadParameter("--format k8s needs a container image; "
-                                     "hint: --k8s-image my-registry/train:1.0", param_hint="'--k8s-image'")
+                                     "fix: --k8s-image my-registry/train:1.0", param_hint="'--k8s-image'")
         command = _split_command(o["k8s_command"])
         try:
             text = render_k8s(spec, o["k8s_image"], command, o["k8s_name"], o["k8s_mode"])
@@ -208,7 +208,7 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
         click.echo(render_env(configs), nl=False)
     else:
         if o["out"] is None:
-            raise click.BadParameter("--format dir needs a directory; hint: --out tf_configs/",
+            raise click.BadParameter("--format dir needs a directory; fix: --out tf_configs/",
                                      param_hint="'--out'")
         try:
             paths = write_dir(configs, o["out"])
@@ -223,7 +223,7 @@ def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:
     other = _given(ctx, (*_EXPLICIT, "cluster_file", "workers", "hosts", "with_evaluator", "task"))
     if other:
         raise click.UsageError(f"{', '.join(_flag(n) for n in other)} cannot be used with --format slurm, "
-                               "which reads the cluster from SLURM's variables; hint: use only --ps-count, "
+                               "which reads the cluster from SLURM's variables; fix: use only --ps-count, "
                                "--with-chief and --port")
     try:
         spec, (task_type, index) = slurm_cluster(os.environ, ps=o["ps_count"], port=o["port"],
@@ -247,7 +247,9 @@ def _build_spec(o: dict[str, Any], ctx: click.Context | None = None) -> ClusterS
                                  ("the --workers/--hosts shorthand", shorthand)) if used]
     if len(sources) > 1:
         raise click.UsageError(f"give the cluster one way, not with both {sources[0]} and {sources[1]}; "
-                               "hint: keep one of them")
+                               "fix: keep one of them")
+    if ctx is not None and sources and not shorthand and _given(ctx, ("port",)):
+        _refuse_port(o["port"], bool(explicit))
     if o.get("cluster_file"):
         try:
             return load_cluster_file(o["cluster_file"])
@@ -262,26 +264,36 @@ def _build_spec(o: dict[str, Any], ctx: click.Context | None = None) -> ClusterS
     raise click.UsageError(_NO_CLUSTER)
 
 
+def _refuse_port(port: int, explicit: bool) -> NoReturn:
+    """--port numbers the shorthand's and SLURM's tasks; explicit addresses and files carry their own."""
+    where = ("HOST:PORT options, whose addresses carry their own ports", f"write it into each address "
+             f"(--worker host:{port}) or drop --port") if explicit else (
+             "--file, whose addresses carry their own ports", "write the ports in the cluster file or drop "
+             "--port")
+    raise click.BadParameter(f"{port} is only used by the --workers/--hosts shorthand and --format slurm, "
+                             f"not with {where[0]}; fix: {where[1]}", param_hint="'--port'")
+
+
 def _one(value: Address | None) -> tuple[Address, ...]:
     return (value,) if value is not None else ()
 
 
 def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
     if o.get("hosts") is None:
-        raise click.BadParameter("the shorthand needs hosts; hint: --hosts node1,node2",
+        raise click.BadParameter("the shorthand needs hosts; fix: --hosts node1,node2",
                                  param_hint="'--hosts'")
     if o.get("workers") is None:
-        raise click.BadParameter("the shorthand needs the number of workers; hint: --workers 2",
+        raise click.BadParameter("the shorthand needs the number of workers; fix: --workers 2",
                                  param_hint="'--workers'")
     try:
         hosts = expand_hostlist(o["hosts"])
     except ValueError as exc:
-        raise click.BadParameter(f"{shown(o['hosts'])}: {exc}; hint: write h1,h2 or node[1-3]",
+        raise click.BadParameter(f"{shown(o['hosts'])}: {exc}; fix: write h1,h2 or node[1-3]",
                                  param_hint="'--hosts'") from None
     for host in hosts:
         reason = host_problem(host)
         if reason is not None:
-            raise click.BadParameter(f"{reason}; hint: use DNS names or IP addresses separated by commas",
+            raise click.BadParameter(f"{reason}; fix: use DNS names or IP addresses separated by commas",
                                      param_hint="'--hosts'")
     port = o.get("port") or 2222
     try:
@@ -293,7 +305,7 @@ def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
     highest = max((spec.address_of(t, i).port for t, i in spec.tasks()), default=port)
     if highest > 65535:
         raise click.BadParameter(f"{port} is too high: with {len(spec.tasks())} tasks on {len(hosts)} "
-                                 f"host(s) the ports go up to {highest}; hint: use a lower --port or more "
+                                 f"host(s) the ports go up to {highest}; fix: use a lower --port or more "
                                  "hosts",
                                  param_hint="'--port'")
     return spec
@@ -319,7 +331,7 @@ def _split_command(command: str | None) -> list[str]:
         return shlex.split(command)
     except ValueError as exc:
         raise click.BadParameter(f"{command!r} cannot be split like a shell would: {exc}; "
-                                 "hint: balance the quotes", param_hint="'--k8s-command'") from None
+                                 "fix: balance the quotes", param_hint="'--k8s-command'") from None
 
 
 @tf_config.command("validate")
@@ -334,7 +346,7 @@ def validate(source: str | None) -> None:
     if source is None:
         raw: str | bytes | None = os.environ.get(TF_CONFIG_ENV)
         if raw is None:
-            raise click.UsageError(f"{TF_CONFIG_ENV} is not set; hint: export {TF_CONFIG_ENV}='{{...}}', "
+            raise click.UsageError(f"{TF_CONFIG_ENV} is not set; fix: export {TF_CONFIG_ENV}='{{...}}', "
                                    "or pass a FILE, or - to read stdin")
         where = f"${TF_CONFIG_ENV}"
     elif source == "-":

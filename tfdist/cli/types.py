@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import click
 
+from tfdist.errors import ArgumentValueError
+
 from tfdist.errors import TfdistError
 
 #: Longest number text read (a float needs ~25 characters; more is a typo or an attack).
@@ -75,7 +77,8 @@ class FiniteFloat(click.FloatRange):
 
     def __init__(self, low: float, high: float, low_open: bool = False, unit: str = "") -> None:
         if not (math.isfinite(low) and math.isfinite(high) and low <= high):
-            raise ValueError(f"FiniteFloat needs finite low <= high, got {low!r}, {high!r}")
+            raise ArgumentValueError(f"FiniteFloat needs finite low <= high, got {low!r}, {high!r}; fix: "
+                                     "declare the option with a finite range")
         super().__init__(low, high, min_open=low_open)
         self.low, self.high, self.low_open, self.unit = low, high, low_open, unit
 

@@ -18,11 +18,14 @@ from collections import Counter
 from typing import Any
 
 import yaml
+import yaml.reader
 from yaml.events import AliasEvent, CollectionStartEvent
 
 from tfdist.cluster.errors import ClusterConfigError, Problem, shown
 from tfdist.cluster.limits import MAX_DEPTH, MAX_DIGITS, MAX_INPUT_BYTES, limit_text
 
+#: The byte-order mark, as decoded text (the bytes EF BB BF in UTF-8).
+BOM = "\ufeff"
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
@@ -42,14 +45,23 @@ def decode(raw: str | bytes | bytearray, source: str) -> str:
         except UnicodeEncodeError as exc:
             raise _fail(source, f"is not UTF-8 text (undecodable byte at character {exc.start})",
                         "write it as UTF-8 text") from None
-        return raw
+        return _no_bom(raw, source)
     if len(raw) > MAX_INPUT_BYTES:
         raise _too_large(source)
     try:
-        return bytes(raw).decode("utf-8")
+        return _no_bom(bytes(raw).decode("utf-8"), source)
     except UnicodeDecodeError as exc:
         raise _fail(source, f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
                     "write it as UTF-8 text") from None
+
+
+def _no_bom(text: str, source: str) -> str:
+    """`text`, unless it starts with a byte-order mark: TensorFlow's resolver refuses one in TF_CONFIG
+    (``Unexpected UTF-8 BOM``), so every source refuses it alike, YAML (whose reader skips it) included."""
+    if text.startswith(BOM):
+        raise _fail(source, "starts with a UTF-8 byte-order mark (BOM), which TensorFlow's TF_CONFIG reader "
+                    "refuses", "save it as UTF-8 without a BOM")
+    return text
 
 
 def _too_large(source: str) -> ClusterConfigError:
@@ -94,18 +106,34 @@ def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text like ``yaml.safe_load``; refuse anchors and aliases, repeated keys, depth >
     MAX_DEPTH and integers of more than MAX_DIGITS digits."""
     text = decode(text, source)
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # its reader refuses control characters (NUL, ESC, ...) here
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(text, source, exc) from None
     try:
         return loader.get_single_data()
     except _Refused as exc:
         raise _fail(source, exc.text, exc.fix) from None
+    except yaml.reader.ReaderError as exc:
+        raise _unprintable(text, source, exc) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        raise _fail(source, f"is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}",
-                    "fix the file's syntax") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise _fail(source, f"is not valid YAML: {problem}{where}", "fix the file's syntax") from None
     finally:
         loader.dispose()
+
+
+def _unprintable(text: str, source: str, exc: yaml.reader.ReaderError) -> ClusterConfigError:
+    """PyYAML's multi-line ReaderError as one problem naming the character and where it is."""
+    position = max(0, min(exc.position, len(text)))
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return _fail(source, f"is not valid YAML: it holds the control character U+{code:04X} at line {line} "
+                 f"column {column}; YAML files are printable text",
+                 "remove the character (a NUL or other control byte often means a binary or damaged file)")
 
 
 def parse_text(text: str | bytes, source: str, *, yaml_syntax: bool) -> Any:

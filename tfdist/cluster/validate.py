@@ -129,14 +129,14 @@ def warnings_for(spec: ClusterSpec) -> list[str]:
         if address.host in _ALL_INTERFACES:
             warnings.append(f"{task_type}:{index} uses {address}: listening on all interfaces exposes the "
                             "cluster to the network, and TensorFlow's gRPC runtime has no authentication; "
-                            "hint: use the host's private address")
+                            "fix: use the host's private address")
     hosts = {spec.address_of(t, i).host for t, i in spec.tasks()}
     loopback = sorted(hosts & _LOOPBACK)
     remote = sorted(hosts - _LOOPBACK - _ALL_INTERFACES)
     if loopback and remote:
         warnings.append(f"the cluster mixes loopback hosts ({', '.join(loopback)}) with other hosts "
                         f"({', '.join(remote)}); tasks on other machines cannot reach a loopback address; "
-                        "hint: use every host's network name")
+                        "fix: use every host's network name")
     return warnings
 
 

@@ -1,47 +1,71 @@
 """``tfdist report``: one page comparing the runs of a TensorBoard logdir, drawn with matplotlib.
 
     from tfdist.report import write_report
-    write_report("runs", "runs/report.html")   # or "report.png"
+    write_report("runs", "runs/report.html")   # or "report.png"; warn=print to see what was not read
 
-:mod:`~tfdist.report.events` reads the event files (TensorBoard's reader),
+:mod:`~tfdist.report.files` finds the runs and their event files (bounded, nothing opened),
+:mod:`~tfdist.report.events` reads them (:mod:`~tfdist.report.records` frames the records),
 :mod:`~tfdist.report.data` turns them into the numbers each figure shows,
-:mod:`~tfdist.report.figures` draws them and :mod:`~tfdist.report.html` builds the page.
+:mod:`~tfdist.report.figures` draws them, :mod:`~tfdist.report.html` builds the page and
+:mod:`~tfdist.report.output` checks and writes the file.
 """
 from __future__ import annotations
 
-import os
+import logging
+from collections.abc import Callable, Sequence
 
-from tfdist.errors import ArgumentValueError, with_fix
+from tfdist.errors import with_fix
+from tfdist.report.output import SUFFIXES, ReportError, check_out
 
-#: The file kinds ``write_report`` can write, by suffix.
-SUFFIXES = (".html", ".png")
+__all__ = ["SUFFIXES", "NothingReadError", "ReportError", "check_out", "listed", "write_report"]
 
-
-def check_out(out: str) -> str:
-    """``out``'s suffix (``.html`` or ``.png``), or an error naming the accepted ones."""
-    suffix = os.path.splitext(out)[1].lower()
-    if suffix not in SUFFIXES:
-        raise ArgumentValueError(with_fix(
-            f"`out` must end in .html or .png, got {out!r}",
-            "pass e.g. runs/report.html (a page with the figures embedded) or report.png (one image)"))
-    return suffix
+_log = logging.getLogger(__name__)
 
 
-def write_report(runs_dir: str, out: str) -> str:
-    """Read the runs of ``runs_dir``, draw them and write ``out`` (.html or .png); returns ``out``."""
+class NothingReadError(ReportError):
+    """No run of the runs folder could be read; ``lines`` says why, one line per run."""
+
+    def __init__(self, message: str, lines: Sequence[str]):
+        super().__init__(message)
+        self.lines = tuple(lines)
+
+
+def listed(lines: Sequence[str], limit: int, what: str = "runs") -> list[str]:
+    """At most ``limit`` of ``lines``, then ``... and N more <what>`` when there were more."""
+    if len(lines) <= limit:
+        return list(lines)
+    return [*lines[:limit], f"... and {len(lines) - limit:,} more {what}"]
+
+
+def write_report(runs_dir: str, out: str, warn: Callable[[str], None] | None = None) -> str:
+    """Read the runs of ``runs_dir``, draw them and write ``out`` (.html or .png); returns ``out``.
+
+    ``warn`` gets one line per run read in part or not read (at most ``MAX_LISTED``, then ``... and N
+    more``; default: this module's logger); those runs are also listed on the page. Raises
+    ``ArgumentValueError`` for a bad ``out``, :class:`~tfdist.report.files.RunsDirError` for a runs
+    folder without runs or over a limit, :class:`NothingReadError` when no run could be read and
+    :class:`ReportError` when ``out`` cannot be written (nothing is left half-written).
+    """
     from tfdist.report.data import report_data
     from tfdist.report.events import load_runs
     from tfdist.report.figures import page_png, panel_pngs
     from tfdist.report.html import render_html
+    from tfdist.report.limits import MAX_LISTED
+    from tfdist.report.output import write_atomic
 
     suffix = check_out(out)
-    data = report_data(load_runs(runs_dir))
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
+    runs = load_runs(runs_dir)
+    data = report_data(runs)
+    if not data.runs:
+        raise NothingReadError(with_fix(
+            f"none of the {len(runs):,} run(s) of {runs_dir!r} could be read (each is named above with why)",
+            "fix or remove the files named, or pass the --logdir your training wrote to"),
+            listed(data.not_read, MAX_LISTED, "runs not read"))
+    for line in listed(data.not_read, MAX_LISTED, "runs read in part or not read"):
+        (warn or _log.warning)(line)
     if suffix == ".png":
-        with open(out, "wb") as file:
-            file.write(page_png(data))
+        content = page_png(data)
     else:
-        with open(out, "w", encoding="utf-8") as file:
-            file.write(render_html(data, panel_pngs(data), runs_dir))
+        content = render_html(data, panel_pngs(data), runs_dir).encode("utf-8", "backslashreplace")
+    write_atomic(out, content)
     return out

@@ -16,7 +16,14 @@ Choices, each visible in the figures' labels:
   workers = ``throughput(n) / ((n / m) * throughput(m))``, ``m`` the group's smallest worker count
   (1.0 at ``m``; ``m`` = 1 gives the textbook ``throughput(n) / (n * throughput(1))``);
 * **time-to-target**: the run's ``time_to_target/<target>`` scalars (last value) and every hparam
-  whose name starts with ``time_to_``; NaN means never reached.
+  whose name starts with ``time_to_``; NaN means never reached;
+* **predicted vs measured** (runs started from an advisor plan): ``advice/predicted_examples_per_second``
+  (written once) beside the *median* of ``advice/measured_examples_per_second`` over the epochs after
+  the first (all epochs when there is only one), ratio = measured / predicted; the same for step
+  times (``advice/*_step_ms``); backend and variant from the ``plan/backend`` and ``plan/variant``
+  hparams, the other ``plan/<option>`` hparams as the plan's options;
+* **runs shown**: those with a scalar or an hparam; the others, and the files read in part, are
+  ``not_read`` lines saying why.
 """
 from __future__ import annotations
 
@@ -24,9 +31,9 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from statistics import fmean
+from statistics import fmean, median
 
-from tfdist.report.events import MAIN, Run
+from tfdist.report.events import MAIN, Run, run_line
 
 TRAIN, VALIDATION = "train", "validation"
 WALL_TIME_TAG = "epoch_wall_time_s"
@@ -39,6 +46,12 @@ TIME_TO_HPARAM_PREFIX = "time_to_"
 SCALING_FREE = ("workers", "global_batch_size")
 SYSTEM_PREFIX = "system/"
 SYSTEM_TAGS = ("system/cpu_percent", "system/rss_mb", "system/net_sent_mbit_s", "system/net_recv_mbit_s")
+PREDICTED_RATE_TAG = "advice/predicted_examples_per_second"
+PREDICTED_STEP_TAG = "advice/predicted_step_ms"
+MEASURED_RATE_TAG = "advice/measured_examples_per_second"
+MEASURED_STEP_TAG = "advice/measured_step_ms"
+RATIO_TAG = "advice/measured_over_predicted"
+PLAN_PREFIX = "plan/"
 _WORKER_TAG = re.compile(r"^epoch_worker/(?P<rank>[^/]+)/(?P<metric>.+)$")
 
 
@@ -88,6 +101,27 @@ class TimeToTarget:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """A run's predicted examples/s (and step time) beside what it measured (see the module doc)."""
+
+    run: str
+    predicted_examples_per_second: float
+    measured_examples_per_second: float | None
+    ratio: float | None
+    epochs: int
+    predicted_step_ms: float | None = None
+    measured_step_ms: float | None = None
+    backend: str | None = None
+    variant: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def plan(self) -> str:
+        """``backend / variant`` of the plan, or what of it is known."""
+        return " / ".join(p for p in (self.backend, self.variant) if p) or "plan not recorded"
+
+
+@dataclass(frozen=True)
 class ReportData:
     """Everything the report shows; built by :func:`report_data`."""
 
@@ -100,6 +134,8 @@ class ReportData:
     system: tuple[Curve, ...]
     hparam_columns: tuple[str, ...]
     hparam_rows: tuple[tuple[str, ...], ...]
+    predictions: tuple[Prediction, ...] = ()
+    not_read: tuple[str, ...] = ()
 
 
 def _mean_after_first(values: Sequence[float]) -> float | None:
@@ -108,6 +144,42 @@ def _mean_after_first(values: Sequence[float]) -> float | None:
         return None
     kept = [v for v in values[1:] if math.isfinite(v)] if len(values) > 1 else finite
     return fmean(kept) if kept else (fmean(finite) if finite else None)
+
+
+def _median_after_first(values: Sequence[float]) -> float | None:
+    """The median of the finite values after the first (of all of them when there is only one)."""
+    kept = [v for v in (values[1:] if len(values) > 1 else values) if math.isfinite(v)]
+    return median(kept) if kept else None
+
+
+def _is_positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def prediction(run: Run) -> Prediction | None:
+    """The run's predicted-vs-measured record (None without ``advice/predicted_examples_per_second``)."""
+    predicted = run.series(MAIN, PREDICTED_RATE_TAG)
+    if predicted is None:
+        return None
+    rate = predicted.values[0]
+    measured = run.series(MAIN, MEASURED_RATE_TAG)
+    measured_rate = _median_after_first(measured.values) if measured is not None else None
+    epochs = len(measured.values) if measured is not None else 0
+    ratio = measured_rate / rate if measured_rate is not None and _is_positive(rate) else None
+    if measured_rate is None and (ratios := run.series(MAIN, RATIO_TAG)) is not None:
+        ratio, epochs = _median_after_first(ratios.values), len(ratios.values)
+        measured_rate = ratio * rate if ratio is not None and math.isfinite(rate) else None
+    step = run.series(MAIN, PREDICTED_STEP_TAG)
+    measured_step = run.series(MAIN, MEASURED_STEP_TAG)
+    plan = {k[len(PLAN_PREFIX):]: v for k, v in run.hparams.items() if k.startswith(PLAN_PREFIX)}
+    backend, variant = plan.pop("backend", None), plan.pop("variant", None)
+    return Prediction(
+        run.name, rate, measured_rate, ratio, epochs,
+        predicted_step_ms=step.values[0] if step is not None else None,
+        measured_step_ms=_median_after_first(measured_step.values) if measured_step is not None else None,
+        backend=None if backend is None else _cell(backend),
+        variant=None if variant is None else _cell(variant),
+        options=tuple(sorted((k, _cell(v)) for k, v in plan.items())))
 
 
 def curve(run: Run, sub: str, tag: str) -> Curve | None:
@@ -232,7 +304,10 @@ def hparam_table(runs: Sequence[Run]) -> tuple[tuple[str, ...], tuple[tuple[str,
 
 
 def report_data(runs: Sequence[Run]) -> ReportData:
-    """The numbers of every figure and of the table, for ``runs`` (from :func:`load_runs`)."""
+    """The numbers of every figure and of the table, for ``runs`` (from :func:`load_runs`): the runs
+    with data are shown; every run with a problem gives a ``not_read`` line."""
+    not_read = tuple(line for run in runs if (line := run_line(run)) is not None)
+    runs = [run for run in runs if run.has_data]
     loss = [c for run in runs for sub in (TRAIN, VALIDATION) if (c := curve(run, sub, LOSS_TAG))]
     accuracy = []
     for run in runs:
@@ -248,7 +323,8 @@ def report_data(runs: Sequence[Run]) -> ReportData:
         throughput=tuple(rates),
         scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}),
         time_to_target=tuple(t for run in runs for t in time_to_target(run)),
-        system=tuple(system), hparam_columns=columns, hparam_rows=rows)
+        system=tuple(system), hparam_columns=columns, hparam_rows=rows,
+        predictions=tuple(p for run in runs if (p := prediction(run)) is not None), not_read=not_read)
 
 
 def _system_curve(run: Run, sub: str, tag: str) -> Curve | None:

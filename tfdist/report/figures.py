@@ -15,6 +15,7 @@ from collections.abc import Callable
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from tfdist.report.data import TRAIN, ReportData
 
@@ -22,6 +23,8 @@ from tfdist.report.data import TRAIN, ReportData
 PANEL_SIZE = (7.0, 4.2)
 DPI = 100
 _TABLE_ROW_INCHES = 0.28
+#: Longest run or folder name in a legend or on an axis (the HTML table has them whole).
+LABEL_CHARACTERS = 40
 
 
 def _colours(data: ReportData) -> dict[str, tuple]:
@@ -29,6 +32,12 @@ def _colours(data: ReportData) -> dict[str, tuple]:
 
     cmap = colormaps["tab10" if len(data.runs) <= 10 else "tab20"]
     return {run: cmap(i % cmap.N) for i, run in enumerate(data.runs)}
+
+
+def _short(text: str, limit: int = LABEL_CHARACTERS) -> str:
+    """A label cut to ``limit`` characters, on one line, so a long run name cannot squash a panel."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _note(ax: Axes, text: str) -> None:
@@ -45,7 +54,7 @@ def _curves(ax: Axes, data: ReportData, curves, ylabel: str, empty: str) -> None
     colours = _colours(data)
     for c in curves:
         ax.plot(c.times, c.values, "-" if c.sub == TRAIN else "--", marker="o", markersize=2.5,
-                color=colours[c.run], label=f"{c.run} ({c.sub})")
+                color=colours[c.run], label=f"{_short(c.run)} ({_short(c.sub)})")
     clocks = sorted({c.clock for c in curves})
     ax.set_xlabel(f"wall-clock seconds since training start ({', '.join(clocks)})")
     ax.set_xlim(left=0)
@@ -72,7 +81,7 @@ def draw_throughput(ax: Axes, data: ReportData) -> None:
         return
     colours = _colours(data)
     ax.barh(range(len(rows)), [t.examples_per_second for t in rows], color=[colours[t.run] for t in rows])
-    ax.set_yticks(range(len(rows)), [t.run for t in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), [_short(t.run) for t in rows], fontsize=7)
     ax.invert_yaxis()
     for i, t in enumerate(rows):
         ax.text(t.examples_per_second, i, f" {t.examples_per_second:,.0f}", va="center", fontsize=7)
@@ -94,7 +103,7 @@ def draw_per_worker(ax: Axes, data: ReportData) -> None:
                    label=None if rank in seen else f"worker {rank}")
             seen.add(rank)
         spread = f"\nspread {t.spread:.2f}" if t.spread is not None and math.isfinite(t.spread) else ""
-        labels.append(f"{t.run}{spread}")
+        labels.append(f"{_short(t.run)}{spread}")
     ax.set_xticks(range(len(rows)), labels, fontsize=6, rotation=20, ha="right")
     ax.set_ylabel("examples/s per worker")
     ax.grid(axis="y", alpha=0.3)
@@ -139,7 +148,8 @@ def draw_time_to_target(ax: Axes, data: ReportData) -> None:
             if seconds is None:
                 continue
             if math.isfinite(seconds):
-                ax.bar(x, seconds, width * 0.9, color=colours[run], label=None if run in labelled else run)
+                ax.bar(x, seconds, width * 0.9, color=colours[run],
+                       label=None if run in labelled else _short(run))
                 labelled.add(run)
             else:
                 ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=6, color=colours[run])
@@ -160,7 +170,7 @@ def draw_system(ax: Axes, data: ReportData, tag: str, ylabel: str) -> None:
     tasks = sorted({c.sub for c in curves})
     for c in curves:
         ax.plot(c.times, c.values, styles[tasks.index(c.sub) % len(styles)], color=colours[c.run],
-                label=f"{c.run} {c.sub.split('/', 1)[-1]}")
+                label=f"{_short(c.run)} {_short(c.sub.split('/', 1)[-1])}")
     ax.set_xlabel("seconds since training start")
     ax.set_xlim(left=0)
     ax.set_ylabel(ylabel)
@@ -168,11 +178,40 @@ def draw_system(ax: Axes, data: ReportData, tag: str, ylabel: str) -> None:
     ax.legend(fontsize=6)
 
 
+def draw_predictions(ax: Axes, data: ReportData) -> None:
+    """Each planned run's predicted examples/s (hatched) beside its measured median, with the ratio."""
+    rows = data.predictions
+    if not rows:
+        _note(ax, "no advice/predicted_examples_per_second logged (runs started from a tfdist advise plan)")
+        return
+    colours = _colours(data)
+    height = 0.38
+    for i, p in enumerate(rows):
+        predicted = p.predicted_examples_per_second if math.isfinite(p.predicted_examples_per_second) else 0.0
+        ax.barh(i - height / 2, predicted, height, color="white", edgecolor=colours[p.run], hatch="//")
+        measured = p.measured_examples_per_second
+        if measured is None or not math.isfinite(measured):
+            measured = None
+        else:
+            ax.barh(i + height / 2, measured, height, color=colours[p.run])
+        ratio = f"measured/predicted {p.ratio:.2f}" if p.ratio is not None else "not measured"
+        ax.text(max(predicted, measured or 0.0), i, f"  {ratio}", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [f"{_short(p.run)}\n{_short(p.plan)}" for p in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("examples/s, all workers (measured: median over epochs 2..)")
+    ax.margins(x=0.35)
+    ax.set_xlim(left=0)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(facecolor="white", edgecolor="0.3", hatch="//", label="predicted"),
+                       Patch(facecolor="0.45", label="measured (median)")], fontsize=6, loc="lower right")
+
+
 Panel = tuple[str, Callable[[Axes, ReportData], None]]
 
 
 def panels(data: ReportData) -> list[Panel]:
-    """The panels of the report in page order; the system ones only when some run logged them."""
+    """The panels of the report in page order; the system ones and predicted-vs-measured only when some
+    run logged them."""
     chosen: list[Panel] = [
         ("Loss against wall-clock time", draw_loss),
         ("Accuracy against wall-clock time", draw_accuracy),
@@ -181,6 +220,8 @@ def panels(data: ReportData) -> list[Panel]:
         ("Scaling efficiency against workers", draw_scaling),
         ("Time to target", draw_time_to_target),
     ]
+    if data.predictions:
+        chosen.append(("Predicted against measured examples per second", draw_predictions))
     if data.system:
         chosen += [("CPU per task", lambda ax, d: draw_system(ax, d, "system/cpu_percent", "CPU %")),
                    ("Resident memory per task", lambda ax, d: draw_system(ax, d, "system/rss_mb", "RSS (MB)"))]
@@ -232,7 +273,8 @@ def page_png(data: ReportData) -> bytes:
     table_ax.axis("off")
     table_ax.set_title("HParams", fontsize=10)
     if data.hparam_rows:
-        table = table_ax.table(cellText=[list(r) for r in data.hparam_rows], colLabels=list(data.hparam_columns),
+        table = table_ax.table(cellText=[[_short(c) for c in r] for r in data.hparam_rows],
+                               colLabels=[_short(c) for c in data.hparam_columns],
                                loc="upper center", cellLoc="left")
         table.auto_set_font_size(False)
         table.set_fontsize(7)

@@ -12,7 +12,8 @@ import datetime
 from collections.abc import Sequence
 from html import escape
 
-from tfdist.report.data import ReportData
+from tfdist.report.data import Prediction, ReportData
+from tfdist.report.limits import MAX_LISTED_ON_PAGE
 
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -21,7 +22,50 @@ body { font-family: sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin-top: 0.5em; }
 th, td { border: 1px solid #bbb; padding: 3px 8px; text-align: left; }
 th { background: #eee; }
+td.number { text-align: right; }
+.problems li { font-family: monospace; font-size: 0.85em; }
 """
+_PREDICTION_COLUMNS = ("run", "backend", "variant", "options", "predicted examples/s",
+                       "measured examples/s (median, epochs 2..)", "measured / predicted", "epochs",
+                       "predicted step (ms)", "measured step (ms, median)")
+
+
+def _number(value: float | None, digits: str = ",.1f") -> str:
+    return "" if value is None else format(value, digits)
+
+
+def _prediction_row(p: Prediction) -> str:
+    cells = [(p.run, ""), (p.backend or "", ""), (p.variant or "", ""),
+             (", ".join(f"{k}={v}" for k, v in p.options), ""),
+             (_number(p.predicted_examples_per_second), "number"),
+             (_number(p.measured_examples_per_second), "number"),
+             (_number(p.ratio, ".3f"), "number"), (str(p.epochs), "number"),
+             (_number(p.predicted_step_ms), "number"), (_number(p.measured_step_ms), "number")]
+    return "<tr>" + "".join(f'<td class="{css}">{escape(text)}</td>' if css else f"<td>{escape(text)}</td>"
+                            for text, css in cells) + "</tr>"
+
+
+def _predictions(data: ReportData) -> str:
+    """The predicted-vs-measured table, or nothing when no run logged a prediction."""
+    if not data.predictions:
+        return ""
+    head = "".join(f"<th>{escape(c)}</th>" for c in _PREDICTION_COLUMNS)
+    rows = "\n".join(_prediction_row(p) for p in data.predictions)
+    return (f'<h2>Predicted vs measured</h2>\n<table class="predictions"><thead><tr>{head}</tr></thead>\n'
+            f"<tbody>\n{rows}\n</tbody></table>\n")
+
+
+def _not_read(data: ReportData) -> str:
+    """The runs not read or read in part, one line each (at most MAX_LISTED_ON_PAGE)."""
+    if not data.not_read:
+        return ""
+    lines = data.not_read[:MAX_LISTED_ON_PAGE]
+    more = len(data.not_read) - len(lines)
+    items = "\n".join(f"<li>{escape(line)}</li>" for line in lines)
+    if more:
+        items += f"\n<li>... and {more:,} more runs read in part or not read</li>"
+    return (f"<h2>Runs not read or read in part ({len(data.not_read):,})</h2>\n"
+            f'<ul class="problems">\n{items}\n</ul>\n')
 
 
 def data_uri(png: bytes) -> str:
@@ -37,16 +81,19 @@ def render_html(data: ReportData, pngs: Sequence[tuple[str, bytes]], runs_dir: s
     body = "\n".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
                      for row in data.hparam_rows)
     made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    runs = f"{len(data.runs)} runs"
+    if data.not_read:
+        runs += f" ({len(data.not_read):,} read in part or not read: listed below)"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tfdist report: {escape(runs_dir)}</title>
 <style>{_STYLE}</style></head>
 <body>
 <h1>tfdist report: {escape(runs_dir)}</h1>
-<p>{len(data.runs)} runs, made {made} by <code>tfdist report</code>. Solid lines: training; dashed: validation.</p>
+<p>{runs}, made {made} by <code>tfdist report</code>. Solid lines: training; dashed: validation.</p>
 <div class="panels">
 {figures}
 </div>
-<h2>HParams</h2>
+{_predictions(data)}{_not_read(data)}<h2>HParams</h2>
 <table><thead><tr>{head}</tr></thead>
 <tbody>
 {body}
