@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_USE_LEGACY_KERAS = 1
 
-.PHONY: setup demo report test test-fast bench bench-network clean
+.PHONY: setup demo report lint test test-fast bench bench-network clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,8 +16,11 @@ demo: setup
 report: setup  ## one page comparing the runs of runs/ (what `make demo` ends with): runs/report.html
 	@$(VENV)/bin/tfdist report runs --out runs/report.html
 
-test: setup
-	@$(PY) -m pytest -q
+lint: setup  ## ruff with the rules of pyproject.toml (seconds; CI runs it before the tests)
+	@$(VENV)/bin/ruff check --quiet .
+
+test: setup  ## the whole suite; prints the 15 slowest tests
+	@$(PY) -m pytest -q --durations=15
 
 test-fast: setup  ## the tests that start no process importing TensorFlow (see the `slow` marker)
 	@TFDIST_FAST_FUZZ=1 $(PY) -m pytest -q -m "not slow"
@@ -28,6 +31,7 @@ bench: setup
 bench-network: setup  ## needs root: parameter servers vs Horovod on the network lab, measured vs `tfdist advise`
 	@$(PY) benchmarks/network.py
 	@$(PY) benchmarks/time_to_accuracy.py
+	@$(PY) benchmarks/auto_plan.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs
