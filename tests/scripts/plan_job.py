@@ -4,6 +4,7 @@ TensorBoardRun. Run by tests/strategies/test_planning.py under horovodrun with T
     python plan_job.py OUTDIR [OPTIONS_JSON]
 
 Each rank writes OUTDIR/rank<N>.json: the options its strategy was built with and the plan it holds.
+TFDIST_TEST_KERAS picks tf_keras (default) or keras_3.
 """
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ import sys
 
 import tfdist  # before tensorflow
 
+import os
+
 import numpy as np
-import tf_keras as K
+
+if os.environ.get("TFDIST_TEST_KERAS", "tf_keras") == "keras_3":
+    import keras as K
+else:
+    import tf_keras as K
 
 from tfdist.callbacks import TensorBoardRun
 
@@ -33,6 +40,6 @@ with strategy.scope():
 board = TensorBoardRun(f"{OUTDIR}/tb", "run", batch_size=BATCH)
 strategy.fit(model, x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[strategy.throughput(BATCH), board])
 with open(f"{OUTDIR}/rank{strategy.rank}.json", "w") as out:
-    json.dump({"kind": strategy.kind, "options": {k: v for k, v in dataclasses.asdict(strategy.options).items()
+    json.dump({"keras": type(model).__module__.split(".")[0], "kind": strategy.kind, "options": {k: v for k, v in dataclasses.asdict(strategy.options).items()
                                                   if isinstance(v, (int, float, str, bool, type(None)))},
                "plan": None if strategy.plan is None else strategy.plan.variant}, out)

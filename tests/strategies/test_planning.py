@@ -91,17 +91,19 @@ def test_a_plan_for_horovod_on_a_single_process_is_refused(tmp_path):
 
 
 @pytest.mark.horovod
-@pytest.mark.parametrize("explicit", [{}, {"compression": "none"}], ids=["planned", "overridden"])
-def test_under_horovodrun_each_rank_runs_the_planned_compression(tmp_path, run_horovod, explicit):
+@pytest.mark.parametrize("explicit, keras", [({}, "tf_keras"), ({"compression": "none"}, "tf_keras"),
+                                             ({}, "keras_3")], ids=["planned", "overridden", "keras-3"])
+def test_under_horovodrun_each_rank_runs_the_planned_compression(tmp_path, run_horovod, explicit, keras):
     path = save_plan(_plan("horovod", {"compression": "fp16"}, workers=2), str(tmp_path / "plan.json"))
     result = tmp_path / "measured.json"
     job = run_horovod("plan_job.py", str(tmp_path), json.dumps(explicit),
-                      env={PLAN_ENV: path, PLAN_RESULT_ENV: str(result)})
+                      env={PLAN_ENV: path, PLAN_RESULT_ENV: str(result), "TFDIST_TEST_KERAS": keras})
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     want = explicit.get("compression", "fp16")
-    assert [(r["kind"], r["options"]["compression"], r["plan"]) for r in ranks] == [
-        ("horovod", want, "horovod_fp16")] * 2
+    package = "keras" if keras == "keras_3" else "tf_keras"
+    assert [(r["keras"], r["kind"], r["options"]["compression"], r["plan"]) for r in ranks] == [
+        (package, "horovod", want, "horovod_fp16")] * 2
     output = job.stdout + job.stderr
     overrides = [line for line in output.splitlines() if "win over the plan" in line]
     assert len(overrides) == (2 if explicit else 0), overrides  # one line per task
