@@ -73,6 +73,15 @@ def test_auto_applies_the_plan_and_the_run_records_itself_against_it(tmp_path, c
     assert rates == pytest.approx(tuple(history.history["examples_per_second"]), rel=1e-6)
     assert run.hparams["plan/backend"] == "single" and run.hparams["plan/scale_lr"] is False
     assert json.loads((tmp_path / "runs" / "run" / "plan.json").read_text())["backend"] == "single"
+    # tfdist report on that very run: predicted against measured, the median of epochs 2 and 3
+    from support import invoke
+
+    out = tmp_path / "report.html"
+    assert invoke("report", str(tmp_path / "runs"), "--out", str(out)).exit_code == 0
+    page = out.read_text()
+    table = page[page.index("<h2>Predicted vs measured</h2>"):page.index("<h2>HParams</h2>")]
+    median = sorted(rates[1:])[0] + (sorted(rates[1:])[1] - sorted(rates[1:])[0]) / 2
+    assert "<td>run</td>" in table and "1,000,000,000.0" in table and f"{median:,.1f}" in table, table
 
 
 def test_a_plans_bad_option_value_names_the_file(tmp_path):
