@@ -1,23 +1,31 @@
-"""Time to a target accuracy: Horovod vs parameter servers on the network lab, fast and slow links.
+"""Time to a target accuracy: Horovod (fp32 and fp16) vs parameter servers on the network lab.
 
     .venv/bin/python benchmarks/time_to_accuracy.py                   # 3 repeats, unshaped and 50 Mbit
     .venv/bin/python benchmarks/time_to_accuracy.py --quick           # 1 repeat, unshaped only
     .venv/bin/python benchmarks/time_to_accuracy.py --slow 50,10 --json tta.json
+    .venv/bin/python benchmarks/time_to_accuracy.py --backends horovod,horovod_fp16
 
 Asynchronous parameter-server updates can need more epochs than synchronous allreduce to reach the
 same accuracy, so a backend faster per example can be slower to a target. This driver builds a lab
 (hosts c, w1, w2, p1; needs root), and on each link trains examples/classifier.py's digits model with
-``benchmarks/tta_job.py`` under both backends, launched from host c by the product:
+``benchmarks/tta_job.py`` under three backends, launched from host c by the product:
 
-* ``tfdist launch --backend horovod --hosts w1:1,w2:1 --network-interface eth0`` (a rank on w1 and w2);
-* ``tfdist launch --hosts w1:1,w2:1,p1:1,c:1 --chief-host c --ps-hosts p1 --workers 2 --ps 1``
-  (the chief on c, workers on w1 and w2, the ps on p1).
+* ``horovod``: ``tfdist launch --backend horovod --hosts w1:1,w2:1 --network-interface eth0`` (a rank
+  on w1 and w2), ``make_strategy("horovod")``;
+* ``horovod_fp16``: the same launch, ``make_strategy("horovod", compression="fp16")`` (gradients cast
+  to float16 for the allreduce: half the bytes on the wire);
+* ``parameter_server``: ``tfdist launch --hosts w1:1,w2:1,p1:1,c:1 --chief-host c --ps-hosts p1
+  --workers 2 --ps 1`` (the chief on c, workers on w1 and w2, the ps on p1).
 
 Each run stops at the first epoch whose validation accuracy reaches ``--target``, or after
-``--max-epochs``. Backends alternate within each repeat (forward, then reversed). The tables give
-medians with (min-max) ranges, then the PS/Horovod ratios of time and of epochs to the target (the
-"epochs factor"). ``--json FILE`` writes every run with its per-epoch curve. The lab and any running
-job are stopped on every exit (errors, Ctrl-C, SIGTERM).
+``--max-epochs``; its job reports the strategy it really ran (``kind``, ``compression``), and a run
+whose strategy is not the one asked for counts as failed. Backends rotate within each repeat (each
+backend takes each place in the order once every three repeats). The tables give medians with
+(min-max) ranges and the final validation accuracy (the stopping epoch's), then the PS/Horovod ratios
+of time and of epochs to the target (the "epochs factor"), and whether fp16's final validation
+accuracy equals fp32 Horovod's within ``ACCURACY_POINTS`` points (medians over the repeats).
+``--json FILE`` writes every run with its per-epoch curve. The lab and any running job are stopped on
+every exit (errors, Ctrl-C, SIGTERM).
 """
 from __future__ import annotations
 
@@ -38,13 +46,23 @@ from table import FAILED, median, render
 REPO = Path(__file__).resolve().parents[1]
 JOB = Path(__file__).resolve().parent / "tta_job.py"
 HOSTS = ["c", "w1", "w2", "p1"]
-BACKENDS = ("horovod", "parameter_server")
-LABELS = {"horovod": "Horovod (2 ranks)", "parameter_server": "PS (chief + 2 workers + 1 ps)"}
+BACKENDS = ("horovod", "horovod_fp16", "parameter_server")
+LABELS = {"horovod": "Horovod (2 ranks)", "horovod_fp16": "Horovod fp16 (2 ranks)",
+          "parameter_server": "PS (chief + 2 workers + 1 ps)"}
+_HOROVOD_LAUNCH = ["--backend", "horovod", "--hosts", "w1:1,w2:1", "--network-interface", "eth0"]
 LAUNCH = {
-    "horovod": ["--backend", "horovod", "--hosts", "w1:1,w2:1", "--network-interface", "eth0"],
+    "horovod": _HOROVOD_LAUNCH,
+    "horovod_fp16": _HOROVOD_LAUNCH,
     "parameter_server": ["--hosts", "w1:1,w2:1,p1:1,c:1", "--chief-host", "c", "--ps-hosts", "p1",
                          "--workers", "2", "--ps", "1"],
 }
+#: tta_job.py's options per backend, and the (kind, compression) its strategy must report
+JOB_OPTIONS = {"horovod": ["--backend", "horovod"],
+               "horovod_fp16": ["--backend", "horovod", "--compression", "fp16"],
+               "parameter_server": ["--backend", "parameter_server"]}
+EXPECTED = {"horovod": ("horovod", "none"), "horovod_fp16": ("horovod", "fp16"),
+            "parameter_server": ("parameter_server", "none")}
+ACCURACY_POINTS = 0.5  # fp16 keeps accuracy when its final val_accuracy is within this of fp32's
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow", default="50",
                         help="slow link rates in Mbit/s, comma-separated, applied to every host's link "
                              "(default 50; '' for none)")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma-separated, from {','.join(BACKENDS)} (default all three)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     parser.add_argument("--json", metavar="FILE", help="write every run (with its curve) here")
     args = parser.parse_args(argv)
@@ -73,6 +93,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError:
         parser.error(f"--slow {args.slow!r}: give rates in Mbit/s, comma-separated, e.g. 50,10")
     args.links = [None] + ([] if args.quick else rates)
+    chosen = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in chosen if b not in BACKENDS]
+    if unknown or not chosen:
+        parser.error(f"--backends {args.backends!r}: give backends from {','.join(BACKENDS)}, "
+                     "comma-separated, e.g. horovod,horovod_fp16")
+    args.backends = tuple(b for b in BACKENDS if b in chosen)
     return args
 
 
@@ -103,7 +129,7 @@ class Runner:
         log = self.workdir / f"run{self.count}.log"
         argv = [sys.executable, "-m", "tfdist", "launch", *LAUNCH[backend],
                 "--ssh-port", str(self.lab.ssh_port), "--ssh-identity-file", str(self.lab.identity_file),
-                "--grace", "2", "--", sys.executable, str(JOB), "--backend", backend,
+                "--grace", "2", "--", sys.executable, str(JOB), *JOB_OPTIONS[backend],
                 "--target", str(self.args.target), "--max-epochs", str(self.args.max_epochs),
                 "--out", str(out)]
         record = {"backend": backend, "link": link_name(link), "link_mbit": link, "repeat": repeat}
@@ -121,7 +147,12 @@ class Runner:
         record["exit_code"] = code
         record["left_on_hosts"] = self.leftovers()
         if code == 0 and out.exists():
-            record.update(json.loads(out.read_text()), ok=True)
+            result = json.loads(out.read_text())
+            ran = (result.pop("backend"), result.get("compression", "none"))
+            record.update(result, strategy_kind=ran[0], ok=True)
+            if ran != EXPECTED[backend]:  # the job's own strategy says it ran something else
+                record.update(ok=False, error=f"the job ran kind={ran[0]} compression={ran[1]}, not "
+                                              f"{EXPECTED[backend]}", tail=[])
         else:
             why = "timed out" if code is None else f"exit code {code}"
             tail = log.read_text(errors="replace").splitlines()[-25:]
@@ -176,9 +207,11 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def report(records: list[dict], links: list[float | None], target: float) -> tuple[str, list[dict]]:
-    """The tables (one per link) and, per link, the ratios (also returned for the JSON)."""
+    """The tables (one per link) and, per link, the ratios (also returned for the JSON). Only the
+    backends that ran have rows; the summaries hold every backend's figures (None where it did not run)."""
     lines: list[str] = []
     summaries: list[dict] = []
+    present = [b for b in BACKENDS if any(r["backend"] == b for r in records)]
     for link in links:
         name = link_name(link)
         rows, figures = [], {}
@@ -191,36 +224,80 @@ def report(records: list[dict], links: list[float | None], target: float) -> tup
             rates = [r["examples_per_second"] for r in good if r["examples_per_second"]]
             firsts = [epoch_times(r)[0] for r in good if r["curve"]]
             laters = [later for r in good if r["curve"] and (later := epoch_times(r)[1]) is not None]
+            finals = [r["final_val_accuracy"] for r in good if r.get("final_val_accuracy") is not None]
             figures[backend] = {"seconds": median(times), "epochs": median(epochs), "rate": median(rates),
                                 "reached": len(hit), "runs": len(runs), "first_epoch_seconds": median(firsts),
-                                "later_epoch_seconds": median(laters)}
+                                "later_epoch_seconds": median(laters), "final_val_accuracy": median(finals)}
+            if backend not in present:
+                continue
             rows.append([LABELS[backend], spread(times, ".1f") if times else FAILED if not good else "-",
                          spread(epochs, "g") if epochs else "-",
                          f"{median(rates):,.0f}" if rates else "-", spread(firsts, ".1f"),
-                         spread(laters, ".2f"), f"{len(hit)}/{len(runs)}"])
+                         spread(laters, ".2f"), spread(finals, ".4f"), f"{len(hit)}/{len(runs)}"])
         lines += [f"\nLink: {name} (every host's link), target val_accuracy {target:g}",
                   render(["backend", "time to target s", "epochs to target", "examples/s", "1st epoch s",
-                          "later epochs s/epoch", "reached"], rows)]
+                          "later epochs s/epoch", "final val_accuracy", "reached"], rows)]
         hvd, ps = figures["horovod"], figures["parameter_server"]
         summary = {"link": name, "link_mbit": link,
                    **{f"{b}_{k}": v for b in BACKENDS for k, v in figures[b].items()},
                    "ps_over_horovod_time": _ratio(ps, hvd, "seconds"),
                    "epochs_factor": _ratio(ps, hvd, "epochs"),
                    "ps_over_horovod_rate": _ratio(ps, hvd, "rate")}
+        fp16 = figures["horovod_fp16"]
+        summary.update(fp16_over_horovod_time=_ratio(fp16, hvd, "seconds"),
+                       fp16_over_horovod_rate=_ratio(fp16, hvd, "rate"),
+                       **accuracy_check(fp16["final_val_accuracy"], hvd["final_val_accuracy"]))
         summaries.append(summary)
-        lines.append(f"PS/Horovod time to target {fmt(summary['ps_over_horovod_time'])}; epochs factor "
-                     f"(PS epochs / Horovod epochs) {fmt(summary['epochs_factor'])}; PS/Horovod examples/s "
-                     f"{fmt(summary['ps_over_horovod_rate'])}")
-        lines.append(verdict(hvd, ps))
+        if "parameter_server" in present and "horovod" in present:
+            lines.append(f"PS/Horovod time to target {fmt(summary['ps_over_horovod_time'])}; epochs "
+                         f"factor (PS epochs / Horovod epochs) {fmt(summary['epochs_factor'])}; PS/Horovod "
+                         f"examples/s {fmt(summary['ps_over_horovod_rate'])}")
+            lines.append(verdict(hvd, ps))
+        if "horovod_fp16" in present and "horovod" in present:
+            lines.append(fp16_line(summary, fp16, hvd))
     if len(links) > 1:  # epochs do not depend on the link's speed: pool them for a steadier factor
         pooled = {b: median([float(r["epochs_to_target"]) for r in records
                              if r["backend"] == b and r["ok"] and r["reached"]]) for b in BACKENDS}
+        finals = {b: median([r["final_val_accuracy"] for r in records if r["backend"] == b and r["ok"]
+                             and r.get("final_val_accuracy") is not None]) for b in BACKENDS}
         factor = _ratio({"epochs": pooled["parameter_server"]}, {"epochs": pooled["horovod"]}, "epochs")
+        check = accuracy_check(finals["horovod_fp16"], finals["horovod"])
         summaries.append({"link": "all", "horovod_epochs": pooled["horovod"],
-                          "parameter_server_epochs": pooled["parameter_server"], "epochs_factor": factor})
+                          "parameter_server_epochs": pooled["parameter_server"], "epochs_factor": factor,
+                          "horovod_fp16_epochs": pooled["horovod_fp16"],
+                          **{f"{b}_final_val_accuracy": finals[b] for b in BACKENDS}, **check})
         lines.append(f"\nAll links together: epochs to target, median, Horovod {_g(pooled['horovod'])}, "
-                     f"PS {_g(pooled['parameter_server'])}; epochs factor {fmt(factor)}")
+                     f"Horovod fp16 {_g(pooled['horovod_fp16'])}, PS {_g(pooled['parameter_server'])}; "
+                     f"epochs factor {fmt(factor)}")
+        if "horovod_fp16" in present and "horovod" in present:
+            lines.append(fp16_line({**check}, {"final_val_accuracy": finals["horovod_fp16"]},
+                                   {"final_val_accuracy": finals["horovod"]}, pooled=True))
     return "\n".join(lines), summaries
+
+
+def accuracy_check(fp16: float | None, fp32: float | None) -> dict:
+    """fp16's final validation accuracy against fp32 Horovod's: the difference in points and whether it
+    is within ``ACCURACY_POINTS`` (None when either is unknown)."""
+    if fp16 is None or fp32 is None:
+        return {"fp16_minus_fp32_points": None, "fp16_accuracy_kept": None}
+    points = 100 * (fp16 - fp32)
+    return {"fp16_minus_fp32_points": points, "fp16_accuracy_kept": abs(points) <= ACCURACY_POINTS + 1e-9}
+
+
+def fp16_line(summary: dict, fp16: dict, hvd: dict, pooled: bool = False) -> str:
+    """The fp16 verdict: final validation accuracy against fp32 Horovod's (and, per link, the speed)."""
+    kept = summary["fp16_accuracy_kept"]
+    if kept is None:
+        return "fp16 vs fp32 Horovod: final val_accuracy unknown (a backend failed)"
+    points = summary["fp16_minus_fp32_points"]
+    answer = "yes" if kept else f"NO (fp16 {'above' if points > 0 else 'below'} fp32)"
+    text = (f"fp16 vs fp32 Horovod{' (every run)' if pooled else ''}: final val_accuracy median "
+            f"{fp16['final_val_accuracy']:.4f} vs {hvd['final_val_accuracy']:.4f} "
+            f"({points:+.2f} points); equal within {ACCURACY_POINTS:g} points: {answer}")
+    if not pooled:
+        text += (f"; fp16/fp32 time to target {fmt(summary['fp16_over_horovod_time'])}, examples/s "
+                 f"{fmt(summary['fp16_over_horovod_rate'])}")
+    return text
 
 
 def _ratio(ps: dict, hvd: dict, key: str) -> float | None:
@@ -273,8 +350,7 @@ def measure(args: argparse.Namespace, records: list[dict]) -> None:
                 for host in HOSTS:
                     lab.shape(host, link)
                 for repeat in range(args.repeats):
-                    order = BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]
-                    for backend in order:
+                    for backend in rotated(args.backends, repeat):
                         record = runner.run(backend, link, repeat)
                         records.append(record)
                         print(describe(record), flush=True)
@@ -282,6 +358,12 @@ def measure(args: argparse.Namespace, records: list[dict]) -> None:
                             print(f"    | {line}", flush=True)
         finally:
             runner.stop()
+
+
+def rotated(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
+    """The order of repeat ``repeat``: each backend first in turn."""
+    turn = repeat % len(backends)
+    return backends[turn:] + backends[:turn]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     print(f"time_to_accuracy: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}, "
           f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}; repeats {args.repeats}, links "
-          f"{', '.join(link_name(rate) for rate in args.links)}, target {args.target:g}, "
+          f"{', '.join(link_name(rate) for rate in args.links)}, backends {','.join(args.backends)}, "
+          f"target {args.target:g}, "
           f"max epochs {args.max_epochs}, batch 32 per worker", flush=True)
     start, load_before = time.monotonic(), os.getloadavg()[0]
     records: list[dict] = []
@@ -313,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "target": args.target, "max_epochs": args.max_epochs, "repeats": args.repeats, "batch_size": 32,
+            "backends": list(args.backends),
             "links": [link_name(rate) for rate in args.links], "wall_seconds": wall, "nproc": os.cpu_count(),
             "load_before": load_before, "load_after": load_after, "summaries": summaries, "runs": records,
         }, indent=1))

@@ -3,6 +3,7 @@
 Started on every task by ``tfdist launch`` (see ``time_to_accuracy.py``)::
 
     python benchmarks/tta_job.py --backend horovod --target 0.95 --max-epochs 40 --out run.json
+    python benchmarks/tta_job.py --backend horovod --compression fp16 --out run.json
 
 The model and data are classifier.py's own (``load_data``, ``build_model``, imported from the file),
 trained the way a user trains them: ``tfdist.make_strategy(BACKEND)`` with its default options (so
@@ -10,7 +11,10 @@ Horovod scales the learning rate by its size, parameter servers do not), ``strat
 ``strategy.fit`` with the validation data. An epoch-level callback on rank 0 / the chief times from
 ``on_train_begin`` to the end of each epoch, records the validation accuracy, and stops training at
 the first epoch that reaches ``--target`` (under Horovod the epoch figures are averaged over the ranks
-before it reads them, so every rank stops at the same epoch). Rank 0 / the chief writes ``--out``.
+before it reads them, so every rank stops at the same epoch). Rank 0 / the chief writes ``--out``, with
+the strategy's own ``kind`` and ``compression`` (what the run really used). ``--compression fp16``
+(Horovod only) is ``make_strategy("horovod", compression="fp16")``: gradients cast to float16 for the
+allreduce.
 """
 from __future__ import annotations
 
@@ -63,15 +67,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", required=True, choices=["horovod", "parameter_server"])
+    parser.add_argument("--compression", choices=["none", "fp16"], default="none",
+                        help="horovod: the allreduce's compression (make_strategy's option)")
     parser.add_argument("--target", type=float, default=0.95, help="validation accuracy to reach")
     parser.add_argument("--max-epochs", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=32, help="per worker")
     parser.add_argument("--lr", type=float, default=1e-3, help="single-worker Adam rate (classifier.py's)")
     parser.add_argument("--out", required=True, help="JSON result, written by rank 0 / the chief")
     args = parser.parse_args(argv)
+    if args.compression != "none" and args.backend != "horovod":
+        parser.error(f"--compression {args.compression} applies to --backend horovod only; fix: drop it, "
+                     "or pick --backend horovod")
 
     classifier = load_classifier()
-    strategy = tfdist.make_strategy(args.backend)
+    options = {"compression": args.compression} if args.compression != "none" else {}
+    strategy = tfdist.make_strategy(args.backend, **options)
     (x_train, y_train), (x_test, y_test) = classifier.load_data(None)
     with strategy.scope():
         model = classifier.build_model(x_train.shape[1:])
@@ -87,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     rates = throughput.history[1:] or throughput.history  # the first epoch includes tracing
     reached = timer.reached_epoch
     result = {
-        "backend": strategy.kind, "workers": strategy.num_workers, "batch_size": args.batch_size,
+        "backend": strategy.kind, "compression": getattr(strategy.options, "compression", "none"),
+        "workers": strategy.num_workers, "batch_size": args.batch_size,
         "target": args.target, "max_epochs": args.max_epochs, "reached": reached is not None,
         "epochs_to_target": reached,
         "seconds_to_target": timer.curve[reached - 1]["seconds"] if reached else None,

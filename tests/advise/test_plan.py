@@ -90,6 +90,7 @@ def test_the_file_round_trips_and_is_strict_json(tmp_path):
     plan = _plan("50mbit")
     path = save_plan(plan, str(tmp_path / "plan.json"))
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left
+    assert (tmp_path / "plan.json").stat().st_mode & 0o777 == 0o644  # readable by the job's other users
     json.loads((tmp_path / "plan.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     loaded, source = load_plan(path)
     assert loaded == plan and "plan.json" in source

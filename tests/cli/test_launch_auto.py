@@ -66,8 +66,10 @@ class _Calls(list):
 
 
 @pytest.fixture
-def launched(monkeypatch):
-    """Replace the launchers: record what auto would start."""
+def launched(monkeypatch, tmp_path):
+    """Replace the launchers: record what auto would start (in a temporary folder: auto saves its plan
+    under the working directory)."""
+    monkeypatch.chdir(tmp_path)
     calls = _Calls()
 
     def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest):

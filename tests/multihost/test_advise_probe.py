@@ -70,7 +70,8 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
         lab.shape("w1", shaped)
         lab.shape("w2", shaped)
     argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", HOSTS, "--workers", "2",
-            "--ps", "1", "--model", MODEL, "--batch-size", "32", *_ssh(lab), "--grace", "2", "--",
+            "--ps", "1", "--model", MODEL, "--batch-size", "32", *_ssh(lab), "--grace", "2",
+            "--save-plan", str(tmp_path / "plan.json"), "--",
             sys.executable, "examples/classifier.py", "--epochs", "1", "--logdir", str(tmp_path / "runs")]
     result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
     output = result.stdout + result.stderr

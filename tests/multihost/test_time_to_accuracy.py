@@ -1,5 +1,6 @@
-"""benchmarks/time_to_accuracy.py in its quickest form: both backends train the digits classifier on
-the lab (launched by `tfdist launch` from host c) until a low target, and nothing is left behind.
+"""benchmarks/time_to_accuracy.py in its quickest form: the three backends (Horovod, Horovod with fp16
+compression, parameter servers) train the digits classifier on the lab (launched by `tfdist launch`
+from host c) until a low target, and nothing is left behind.
 
 The driver builds and closes its own lab (hosts c, w1, w2, p1) in a child process, so these tests
 check what it reports (every run's curve, time and epochs to the target, what was left on the hosts
@@ -43,7 +44,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_both_backends_reach_the_target_with_a_curve_and_nothing_is_left(tmp_path):
+def test_every_backend_reaches_the_target_with_a_curve_and_nothing_is_left(tmp_path):
     report = tmp_path / "tta.json"
     env = subprocess_env(TMPDIR=str(tmp_path), TF_USE_LEGACY_KERAS="1")
     done = subprocess.run(_driver(tmp_path, "--json", str(report)), check=False, capture_output=True,
@@ -51,7 +52,10 @@ def test_both_backends_reach_the_target_with_a_curve_and_nothing_is_left(tmp_pat
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads(report.read_text())
     runs = data["runs"]
-    assert sorted(run["backend"] for run in runs) == ["horovod", "parameter_server"]
+    assert sorted(run["backend"] for run in runs) == ["horovod", "horovod_fp16", "parameter_server"]
+    ran = {run["backend"]: (run["strategy_kind"], run["compression"]) for run in runs}  # the job's strategy
+    assert ran == {"horovod": ("horovod", "none"), "horovod_fp16": ("horovod", "fp16"),
+                   "parameter_server": ("parameter_server", "none")}
     for run in runs:
         assert run["ok"] and run["reached"], run
         assert run["workers"] == 2 and run["link"] == "unshaped"
@@ -63,9 +67,13 @@ def test_both_backends_reach_the_target_with_a_curve_and_nothing_is_left(tmp_pat
         assert [p["seconds"] for p in curve] == sorted(p["seconds"] for p in curve)
         assert run["examples_per_second"] > 0
         assert run["left_on_hosts"] == {}  # checked by the driver after the job, before its lab closed
+        assert run["final_val_accuracy"] == curve[-1]["val_accuracy"]
     (summary,) = data["summaries"]
     epochs = {run["backend"]: run["epochs_to_target"] for run in runs}
     assert summary["epochs_factor"] == epochs["parameter_server"] / epochs["horovod"]
+    finals = {run["backend"]: run["final_val_accuracy"] for run in runs}
+    assert summary["fp16_minus_fp32_points"] == 100 * (finals["horovod_fp16"] - finals["horovod"])
+    assert "fp16 vs fp32 Horovod: final val_accuracy median" in done.stdout
     assert "PS/Horovod time to target" in done.stdout and "epochs factor" in done.stdout
     assert "reaches the target sooner" in done.stdout
     assert "load" in done.stdout.splitlines()[-1]
@@ -105,13 +113,14 @@ def _driver_module():
     return module
 
 
-def _record(backend: str, epochs: int | None, seconds: float, rate: float, link: str = "unshaped") -> dict:
+def _record(backend: str, epochs: int | None, seconds: float, rate: float, link: str = "unshaped",
+            final: float = 0.9) -> dict:
     """A run as the driver records it: ``epochs`` None means the target was not reached."""
     count = epochs or 10
     curve = [{"epoch": e, "seconds": seconds * e / count, "val_accuracy": 0.9} for e in range(1, count + 1)]
     return {"backend": backend, "link": link, "ok": True, "reached": epochs is not None,
             "epochs_to_target": epochs, "seconds_to_target": seconds if epochs else None,
-            "examples_per_second": rate, "curve": curve}
+            "examples_per_second": rate, "curve": curve, "final_val_accuracy": final}
 
 
 def test_the_summary_flags_a_backend_faster_per_example_but_slower_to_the_target():
@@ -131,3 +140,28 @@ def test_the_summary_flags_a_backend_faster_per_example_but_slower_to_the_target
     assert summary["epochs_factor"] == 4.0
     assert ("the parameter-server job is faster per example; Horovod reaches the target sooner (the faster "
             "one per example is NOT the sooner to the target)") in text.replace("=> The", "=> the")
+
+
+def test_the_fp16_line_compares_median_final_accuracies_within_half_a_point():
+    driver = _driver_module()
+    runs = [_record("horovod", 5, 12.0, 1000.0, final=f) for f in (0.970, 0.972, 0.980)]
+    runs += [_record("horovod_fp16", 5, 7.0, 2000.0, final=f) for f in (0.960, 0.9675, 0.990)]
+    runs += [_record("parameter_server", 8, 20.0, 900.0)]
+    text, (summary,) = driver.report(runs, [None], 0.97)
+    assert abs(summary["fp16_minus_fp32_points"] - (-0.45)) < 1e-9  # medians 0.9675 vs 0.972
+    assert summary["fp16_accuracy_kept"] is True
+    assert summary["fp16_over_horovod_rate"] == 2.0 and summary["fp16_over_horovod_time"] == 7.0 / 12.0
+    assert ("fp16 vs fp32 Horovod: final val_accuracy median 0.9675 vs 0.9720 (-0.45 points); equal within "
+            "0.5 points: yes") in text
+    row = r"^Horovod fp16 .*\| 0\.9675 \(0\.9600-0\.9900\) \|\s+3/3$"
+    assert re.search(row, text, flags=re.MULTILINE), text
+    runs[4]["final_val_accuracy"] = 0.9600  # fp16's median drops to 0.9600: 1.2 points below
+    text, (summary,) = driver.report(runs, [None], 0.97)
+    assert summary["fp16_accuracy_kept"] is False and "equal within 0.5 points: NO (fp16 below fp32)" in text
+
+
+def test_backends_rotate_so_each_takes_each_place():
+    driver = _driver_module()
+    orders = [driver.rotated(driver.BACKENDS, repeat) for repeat in range(3)]
+    assert [order[0] for order in orders] == list(driver.BACKENDS)
+    assert all(sorted(order) == sorted(driver.BACKENDS) for order in orders)

@@ -148,6 +148,7 @@ def save_plan(plan: Plan, path: str) -> str:
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the plan from the job's other users
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
