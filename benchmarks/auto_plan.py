@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_runner import LabRunner  # noqa: E402
 from table import median, rate, render  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -301,13 +302,14 @@ def job_env() -> dict[str, str]:
     return env
 
 
-class Runner:
+class Runner(LabRunner):
     """Starts one job at a time on host c and always stops it (``stop``)."""
 
+    hosts = HOSTS
+
     def __init__(self, lab, workdir: Path, timeout: float) -> None:
-        self.lab, self.workdir, self.timeout = lab, workdir, timeout
-        self.process: subprocess.Popen | None = None
-        self.count = 0
+        super().__init__(lab)
+        self.workdir, self.timeout = workdir, timeout
 
     def run(self, regime: Regime, job: str, repeat: int, steps: int) -> dict:
         self.count += 1
@@ -355,26 +357,6 @@ class Runner:
             record.update(ok=False, error=why, tail=useful[-25:])
         return record
 
-    def leftovers(self, timeout: float = 60) -> dict[str, list[str]]:
-        """What of the job is still on the hosts after ``timeout`` s (sshd aside): empty when clean."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = {host: found for host in HOSTS if (found := self.lab.task_processes(host))}
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        """SIGTERM the launcher (it stops every task on every host), SIGKILL after 30 s."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def describe(record: dict) -> str:

@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from table import FAILED, median, render
+from lab_runner import LabRunner  # noqa: E402
+from table import FAILED, median, render  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = Path(__file__).resolve().parent / "tta_job.py"
@@ -115,13 +116,14 @@ def job_env() -> dict[str, str]:
     return env
 
 
-class Runner:
+class Runner(LabRunner):
     """Starts one job at a time on host c and always stops it (``stop``)."""
 
+    hosts = HOSTS
+
     def __init__(self, lab, workdir: Path, args: argparse.Namespace) -> None:
-        self.lab, self.workdir, self.args = lab, workdir, args
-        self.process: subprocess.Popen | None = None
-        self.count = 0
+        super().__init__(lab)
+        self.workdir, self.args = workdir, args
 
     def run(self, backend: str, link: float | None, repeat: int) -> dict:
         self.count += 1
@@ -159,26 +161,6 @@ class Runner:
             record.update(ok=False, error=why, tail=tail)
         return record
 
-    def leftovers(self, timeout: float = 60) -> dict[str, list[str]]:
-        """What of the job is still on the hosts after ``timeout`` s (sshd aside): empty when clean."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = {host: found for host in HOSTS if (found := self.lab.task_processes(host))}
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        """SIGTERM the launcher (it stops every task on every host), SIGKILL after 30 s."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def describe(record: dict) -> str:

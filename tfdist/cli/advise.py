@@ -21,7 +21,7 @@ from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
 from tfdist.advise.units import RATE_EXAMPLES, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
 from tfdist.launch.remote import SshOptions
 
 # dataclass field -> the option that sets it
@@ -57,18 +57,6 @@ def _bad(exc: AdviseError) -> click.BadParameter:
     """The library's error as the option's usage error (exit 2)."""
     flag = _FLAGS.get(exc.field, "--" + exc.field.replace("_", "-")) if exc.field else None
     return click.BadParameter(str(exc), param_hint=f"'{flag}'" if flag else None)
-
-
-def _check_save(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--save must be writable before anything is probed or computed."""
-    from tfdist.advise.plan import PlanError, check_plan_path
-
-    if value is not None:
-        try:
-            check_plan_path(value)
-        except PlanError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
 
 
 @click.command("advise", cls=StrictCommand)
@@ -131,7 +119,7 @@ def _check_save(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=DEFAULT_SECONDS, show_default=True,
               help="--probe: seconds of transfer per link.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-@click.option("--save", "save_path", metavar="PLAN.json", callback=_check_save,
+@click.option("--save", "save_path", metavar="PLAN.json", callback=writable_plan_path,
               help="Also write the recommendation as a plan: TFDIST_PLAN=PLAN.json makes make_strategy('auto') "
                    "apply it on every task (docs/advise.md, The plan).")
 def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.backends import LAUNCHABLE
 from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
@@ -67,18 +67,6 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
                                "e.g. --min-np 1")
 
 
-def _check_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--save-plan must be writable before anything is probed or started."""
-    from tfdist.advise.plan import PlanError, check_plan_path
-
-    if value is not None:
-        try:
-            check_plan_path(value)
-        except PlanError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-    return value
-
-
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
 @click.option("--backend", type=click.Choice((*LAUNCHABLE, AUTO)), default="parameter_server",
               show_default=True,
@@ -124,7 +112,7 @@ def _check_plan_path(ctx: click.Context, param: click.Parameter, value: str | No
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True,
               help="auto: seconds of transfer per measured link.")
-@click.option("--save-plan", metavar="PLAN.json", callback=_check_plan_path,
+@click.option("--save-plan", metavar="PLAN.json", callback=writable_plan_path,
               help="auto: where to save the plan it applies (default: tfdist-plans/plan-<time>.json here).")
 @click.option("--grace", type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
               help="Seconds between the stop signal and SIGKILL when tearing tasks down.")

@@ -138,3 +138,16 @@ class Parsed(click.ParamType):
 
     def __repr__(self) -> str:
         return f"Parsed({self.name})"
+
+
+def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a plan file's path (``advise --save``, ``launch --save-plan``) must be
+    writable before anything is probed or started; the option's usage error names the problem."""
+    from tfdist.advise.plan import PlanError, check_plan_path
+
+    if value is not None:
+        try:
+            check_plan_path(value)
+        except PlanError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value

@@ -1,0 +1,44 @@
+"""The part of a lab benchmark's job runner that every lab benchmark shares: one job at a time,
+started on host c, always stopped, and nothing of it left on the hosts afterwards.
+
+    class Runner(LabRunner):
+        hosts = ("c", "w1", "w2", "p1")
+        def run(self, ...): self.process = self.lab.popen("c", argv, ...); ...
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Sequence
+
+
+class LabRunner:
+    """Holds ``lab`` and the job's launcher ``process``; subclasses start jobs and set ``hosts``."""
+
+    hosts: Sequence[str] = ()
+
+    def __init__(self, lab) -> None:
+        self.lab = lab
+        self.process: subprocess.Popen | None = None
+        self.count = 0
+
+    def leftovers(self, timeout: float = 60) -> dict[str, list[str]]:
+        """What of the job is still on the hosts after ``timeout`` s (sshd aside): empty when clean."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = {host: found for host in self.hosts if (found := self.lab.task_processes(host))}
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGTERM the launcher (it stops every task on every host), SIGKILL after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
