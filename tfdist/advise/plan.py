@@ -53,6 +53,10 @@ _FIELDS = ("version", "backend", "variant", "options", "workers", "ps", "batch_s
            "predicted_examples_per_second", "predicted_step_ms", "bottleneck", "explanation", "inputs")
 
 
+#: The plan's own fields in its HParams record (``plan/<field>``); the other ``plan/`` keys are options.
+HPARAM_FIELDS = ("backend", "variant", "workers", "ps", "predicted_examples_per_second")
+
+
 class PlanError(TfdistError, ValueError):
     """A plan file that cannot be applied: the message names the file and the field, and the fix."""
 
@@ -98,10 +102,9 @@ class Plan:
                   f"step {self.predicted_step_ms:,.1f} ms")
 
     def hparams(self) -> dict[str, Any]:
-        """The plan as HParams entries (``plan/backend``, ``plan/variant``, ``plan/<option>``, ...)."""
-        record: dict[str, Any] = {"plan/backend": self.backend, "plan/variant": self.variant,
-                                  "plan/workers": self.workers, "plan/ps": self.ps,
-                                  "plan/predicted_examples_per_second": self.predicted_examples_per_second}
+        """The plan as HParams entries: ``plan/<field>`` for each of ``HPARAM_FIELDS``, and
+        ``plan/<option>`` for each option (every other ``plan/`` key is an option)."""
+        record: dict[str, Any] = {f"plan/{name}": getattr(self, name) for name in HPARAM_FIELDS}
         for name, value in sorted(self.options.items()):
             record[f"plan/{name}"] = value if isinstance(value, (bool, int, float, str)) else repr(value)
         return record

@@ -21,7 +21,8 @@ Choices, each visible in the figures' labels:
   (written once) beside the *median* of ``advice/measured_examples_per_second`` over the epochs after
   the first (all epochs when there is only one), ratio = measured / predicted; the same for step
   times (``advice/*_step_ms``); backend and variant from the ``plan/backend`` and ``plan/variant``
-  hparams, the other ``plan/<option>`` hparams as the plan's options;
+  hparams, the other ``plan/<option>`` hparams (all but ``tfdist.advise.plan.HPARAM_FIELDS``) as the
+  plan's options;
 * **runs shown**: those with a scalar or an hparam; the others, and the files read in part, are
   ``not_read`` lines saying why.
 """
@@ -33,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import fmean, median
 
+from tfdist.advise.plan import HPARAM_FIELDS
 from tfdist.report.events import MAIN, Run, run_line
 
 TRAIN, VALIDATION = "train", "validation"
@@ -173,6 +175,8 @@ def prediction(run: Run) -> Prediction | None:
     measured_step = run.series(MAIN, MEASURED_STEP_TAG)
     plan = {k[len(PLAN_PREFIX):]: v for k, v in run.hparams.items() if k.startswith(PLAN_PREFIX)}
     backend, variant = plan.pop("backend", None), plan.pop("variant", None)
+    for field in HPARAM_FIELDS:  # the plan's own fields: what is left are its options
+        plan.pop(field, None)
     return Prediction(
         run.name, rate, measured_rate, ratio, epochs,
         predicted_step_ms=step.values[0] if step is not None else None,
