@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_runner import LabRunner  # noqa: E402
+from lab_runner import LabRunner, measure_interruptibly  # noqa: E402
 from table import median, rate, render  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -438,12 +438,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(str(steps_for(r, args.quick)) for r in args.regimes)}", flush=True)
     wall_start = time.monotonic()
     records: list[dict] = []
-    interrupted = False
-    try:
-        measure(args, records)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("interrupted: the job was stopped and the lab closed", file=sys.stderr, flush=True)
+    interrupted = measure_interruptibly(measure, args, records)
     wall, load_after = time.monotonic() - wall_start, os.getloadavg()
     rows = summarize(records, args.regimes)
     print()

@@ -8,8 +8,9 @@ started on host c, always stopped, and nothing of it left on the hosts afterward
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 
 class LabRunner:
@@ -42,3 +43,14 @@ class LabRunner:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def measure_interruptibly(measure: Callable[..., Any], *args: Any) -> bool:
+    """Run ``measure(*args)``; on Ctrl-C (or SIGTERM turned into it) say so and return True: what was
+    measured so far is reported, the job was stopped and the lab closed by the runner's clean-up."""
+    try:
+        measure(*args)
+    except KeyboardInterrupt:
+        print("interrupted: the job was stopped and the lab closed", file=sys.stderr, flush=True)
+        return True
+    return False

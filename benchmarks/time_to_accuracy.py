@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_runner import LabRunner  # noqa: E402
+from lab_runner import LabRunner, measure_interruptibly  # noqa: E402
 from table import FAILED, median, render  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -364,12 +364,7 @@ def main(argv: list[str] | None = None) -> int:
           f"max epochs {args.max_epochs}, batch 32 per worker", flush=True)
     start, load_before = time.monotonic(), os.getloadavg()[0]
     records: list[dict] = []
-    interrupted = False
-    try:
-        measure(args, records)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("interrupted: the job was stopped and the lab closed", file=sys.stderr, flush=True)
+    interrupted = measure_interruptibly(measure, args, records)
     wall, load_after = time.monotonic() - start, os.getloadavg()[0]
     text, summaries = report(records, args.links, args.target)
     print(text)
