@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from tfdist.launch.processes import stop_process
+
 
 class LabRunner:
     """Holds ``lab`` and the job's launcher ``process``; subclasses start jobs and set ``hosts``."""
@@ -33,16 +35,11 @@ class LabRunner:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """SIGTERM the launcher (it stops every task on every host), SIGKILL after 30 s."""
+        """SIGTERM the launcher alone (it stops every task on every host; it shares this process's
+        group), SIGKILL after 30 s."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, grace=30)
 
 
 def measure_interruptibly(measure: Callable[..., Any], *args: Any) -> bool:

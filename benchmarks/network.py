@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 
 import table
+from tfdist.launch.processes import kill_marked, marked_pids, stop_group
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -48,6 +49,7 @@ BATCH = 64
 WORKERS = 2
 MARKER = "TFDIST_BENCH_JOB"  # in the environment of every task of a job (the launcher's reaches them all)
 HVD_MIN_STEPS, PS_MIN_STEPS = 3, 6
+STOP_GRACE = 15.0  # s between the SIGTERM to a job's launcher group and the SIGKILL
 MAX_STEPS = 5000
 WITHIN = 25.0  # % : a prediction within this of the measurement counts as right
 NOISE = ("I0000", "W0000", "E0000", "absl::InitializeLog", "rebuild TensorFlow", "instructions in", "oneDNN")
@@ -152,19 +154,14 @@ class Job:
     def training_pids(self) -> list[int]:
         """The job's training processes: python running network_job.py with this job's marker (never
         the launcher, the supervisors, horovodrun or ssh, whose heartbeats must go on)."""
-        needle = f"{MARKER}={self.token}".encode()
         found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for pid in marked_pids(MARKER, self.token):
             try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                if len(argv) < 2 or not argv[1].endswith(b"network_job.py") or b"python" not in argv[0]:
-                    continue
-                if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                    found.append(int(entry))
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
+            if len(argv) >= 2 and argv[1].endswith(b"network_job.py") and b"python" in argv[0]:
+                found.append(pid)
         return found
 
     def park(self) -> None:
@@ -180,7 +177,8 @@ class Job:
         self.parked = []
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Resume, send "quit", wait for the launcher; then terminate it (and kill what is left)."""
+        """Resume, send "quit", wait for the launcher; then stop its group (TERM, 15 s, KILL) and kill
+        every process still carrying the job's marker (the lab's close would kill them anyway)."""
         self.resume()
         if self.process is None:
             return
@@ -188,19 +186,8 @@ class Job:
             self.send({"quit": True})
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=timeout)
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        for pid in self.training_pids():  # stragglers (the lab's close would kill them anyway)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
+        stop_group(self.process, grace=STOP_GRACE)
+        kill_marked(MARKER, self.token)
 
 
 def cpu_ticks(pids: list[int]) -> int:

@@ -1,21 +1,23 @@
 """Run benchmark processes with a deadline and leave nothing behind.
 
-Every process gets its own session (process group) and a unique marker variable in its
-environment. Afterwards the groups are killed and so is any process that still carries the
-marker: horovodrun starts its ranks in sessions of their own, which a group kill misses.
+Every process gets its own session (process group, with the parent-death signal) and a unique
+marker variable in its environment. Afterwards the groups are stopped (TERM, grace, KILL) and so is
+any process that still carries the marker: horovodrun starts its ranks in sessions of their own,
+which a group kill misses. Starting and stopping are tfdist.launch.processes', the one place.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from typing import Mapping, Sequence
+
+from tfdist.cluster.spec import free_ports
+from tfdist.launch.processes import kill_marked, start_group, terminate
 
 MARKER = "TFDIST_BENCH_RUN"
 GRACE_SECONDS = 3.0
@@ -39,24 +41,10 @@ class RunResult:
         return "\n".join(self.output.rstrip().splitlines()[-lines:])
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on localhost (held together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _start(command: Sequence[str], env: Mapping[str, str], log: str) -> subprocess.Popen:
     with open(log, "wb") as sink:
-        return subprocess.Popen(list(command), env=dict(env), stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return start_group(command, env=dict(env), stdout=sink, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL)
 
 
 def _read(path: str) -> str:
@@ -64,53 +52,10 @@ def _read(path: str) -> str:
         return f.read().decode(errors="replace")
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _marked_pids(token: str) -> list[int]:
-    """Processes of this user whose environment holds ``MARKER=token``."""
-    needle = f"{MARKER}={token}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 def _cleanup(processes: Sequence[subprocess.Popen], token: str) -> None:
-    """SIGTERM the groups, SIGKILL them after a grace period, then every marked straggler."""
-    for process in processes:
-        if process.poll() is None:
-            _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_SECONDS
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for process in processes:
-        _signal_group(process, signal.SIGKILL)
-        process.wait()
-    for _ in range(3):
-        pids = _marked_pids(token)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.5)
+    """Stop the groups (TERM, a grace period, KILL), then SIGKILL every marked straggler."""
+    terminate(processes, GRACE_SECONDS)
+    kill_marked(MARKER, token)
 
 
 def _marked_env(env: Mapping[str, str]) -> tuple[dict[str, str], str]:

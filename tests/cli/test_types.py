@@ -88,3 +88,18 @@ def test_parsed_maps_a_library_error_to_the_option():
     assert _run(Parsed("OK", parse), "ok").output == "1\n"
     result = _run(Parsed("OK", parse), "no")
     assert result.exit_code == 2 and "Invalid value for '--x': 'no' is not ok; fix: write ok" in result.output
+
+
+def test_task_count_is_a_bounded_int_with_tf_configs_wording():
+    """tf-config's --workers/--ps-count: BoundedInt's checks, its own pinned echo and fix wording."""
+    from tfdist.cli.types import TaskCount
+
+    assert isinstance(TaskCount(), BoundedInt) and (TaskCount().low, TaskCount().high) == (0, 10_000)
+    assert _run(TaskCount(), str(10 ** 30)).output.endswith(
+        "Invalid value for '--x': a number of 31 digits is not in the range 0<=x<=10000 (tfdist's limit is "
+        "10,000 tasks per cluster); fix: use 0 to 10,000\n")
+    assert "'-1' is not" not in _run(TaskCount(), "-1").output
+    assert "-1 is not in the range 0<=x<=10000; fix: use 0 to 10,000" in _run(TaskCount(), "-1").output
+    assert "'2.5' is not a whole number; fix: give one from 0 to 10,000" in _run(TaskCount(), "2.5").output
+    assert _run(TaskCount(), "+7").output == "7\n"
+    assert "--x N" in CliRunner().invoke(_command(TaskCount()), ["--help"]).output

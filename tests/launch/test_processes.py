@@ -205,3 +205,36 @@ def test_close_stdins_ends_a_supervisor_that_waits_on_its_stdin():
     process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     processes.close_stdins([process], wait=30)
     assert process.poll() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="marked processes are found in /proc")
+def test_kill_marked_ends_what_left_its_group_and_only_that():
+    """A process that starts its own session (as horovodrun's ranks do) escapes a group kill; its
+    marker finds it. A process with another token is left alone."""
+    token = f"t{os.getpid()}x{time.monotonic_ns()}"
+    escaped = subprocess.Popen(["setsid", "sleep", "600"], env={**os.environ, "TFDIST_TEST_MARK": token})
+    other = subprocess.Popen(["sleep", "600"], env={**os.environ, "TFDIST_TEST_MARK": token + "-other"})
+    try:
+        deadline = time.monotonic() + 30
+        while processes.marked_pids("TFDIST_TEST_MARK", token) != [escaped.pid] and time.monotonic() < deadline:
+            time.sleep(0.05)  # setsid execs sleep in place: the same pid
+        assert processes.marked_pids("TFDIST_TEST_MARK", token) == [escaped.pid]
+        assert processes.kill_marked("TFDIST_TEST_MARK", token, pause=0.05) == [escaped.pid]
+        assert escaped.wait(timeout=30) == -signal.SIGKILL
+        assert processes.marked_pids("TFDIST_TEST_MARK", token) == []
+        assert other.poll() is None
+        assert processes.marked_pids("TFDIST_TEST_MARK", token, proc="/nonexistent") == []
+    finally:
+        _kill([escaped.pid, other.pid])
+        escaped.wait()
+        other.wait()
+
+
+def test_stop_process_signals_the_process_alone_and_kills_it_after_the_grace():
+    """A launcher in its caller's group (the lab benchmarks' LabRunner.stop): only it gets the SIGTERM."""
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    assert processes.stop_process(polite, grace=30) is False and polite.returncode == -signal.SIGTERM
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+    time.sleep(0.3)  # the trap is set
+    assert processes.stop_process(stubborn, grace=0.5) is True and stubborn.returncode == -signal.SIGKILL
+    assert processes.stop_process(stubborn, grace=0.5) is False  # already gone: only reaped

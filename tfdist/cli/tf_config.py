@@ -16,17 +16,17 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from tfdist.cli.strict import StrictGroup
-from tfdist.cluster.errors import ClusterConfigError, shown
-from tfdist.cluster.files import (cluster_from_data, is_cluster_description, is_yaml_name, load_cluster_file,
-                                  read_bounded)
-from tfdist.cluster.limits import MAX_DIGITS, MAX_INPUT_BYTES, MAX_TASKS, limit_text
-from tfdist.cluster.parsing import parse_json, parse_yaml
+from tfdist.cli.types import TaskCount
+from tfdist.cluster.build import EXPLICIT_OPTIONS, ClusterOptions, build_cluster, flag
+from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, listing, shown
+from tfdist.cluster.files import read_bounded
+from tfdist.cluster.limits import MAX_INPUT_BYTES
 from tfdist.cluster.render import K8S_MODES, render_env, render_json, render_k8s, write_dir
-from tfdist.cluster.slurm import expand_hostlist, slurm_cluster
-from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec, host_problem, round_robin_cluster
+from tfdist.cluster.slurm import slurm_cluster
+from tfdist.cluster.source import check_source
+from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec
 from tfdist.cluster.tf_config import (
     TF_CONFIG_ENV,
-    TFConfig,
     all_tf_configs,
     parse_task,
     task_name,
@@ -35,29 +35,13 @@ from tfdist.cluster.tf_config import (
 from tfdist.cluster.validate import validate_cluster, warnings_for
 
 FORMATS = ("json", "env", "dir", "k8s", "slurm")
-#: Most problems `validate` prints; a file of 10,000 bad addresses would otherwise print 10,000 lines.
-MAX_LISTED = 50
-_EXPLICIT = ("chief", "worker", "ps", "evaluator")
-_SHORTHAND = ("workers", "hosts", "ps_count", "with_chief", "with_evaluator")
-_NO_CLUSTER = ("no cluster given; fix: pass --worker HOST:PORT (repeatable) with --chief/--ps/--evaluator, "
-               "or --file CLUSTER.yaml, or --workers N --hosts h1,h2 [--ps-count M --with-chief], "
-               "or --format slurm inside srun")
 
 
-def _details(exc: ClusterConfigError) -> str:
-    return " ".join(p.detail for p in exc.problems)
-
-
-def _listing(problems: Any) -> str:
-    """After a ``...:`` lead-in: one problem on the same line, several as an indented list (at most
-    MAX_LISTED of them)."""
-    problems = list(problems.problems if isinstance(problems, ClusterConfigError) else problems)
-    if len(problems) == 1:
-        return f" {problems[0]}"
-    lines = [f"  {p}" for p in problems[:MAX_LISTED]]
-    if len(problems) > MAX_LISTED:
-        lines.append(f"  ... and {len(problems) - MAX_LISTED} more (fix the ones above first)")
-    return "\n" + "\n".join(lines)
+def _option_error(exc: ClusterOptionError) -> click.ClickException:
+    """The library's error about the cluster options as click's: the blamed option's, else a usage error."""
+    if exc.option is None:
+        return click.UsageError(str(exc))
+    return click.BadParameter(str(exc), param_hint=f"'{exc.option}'")
 
 
 class AddressType(click.ParamType):
@@ -71,36 +55,14 @@ class AddressType(click.ParamType):
         try:
             return Address.parse(value, field=param.opts[0] if param else "address")
         except ClusterConfigError as exc:
-            self.fail(_details(exc), param, ctx)
-
-
-class TaskCount(click.ParamType):
-    """A number of tasks, 0 to MAX_TASKS; checked as text first, so 10**30 or 5,000 digits never
-    become a loop or a giant int."""
-
-    name = "N"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            text = str(value)
-        else:
-            text = str(value).strip()
-        digits = text[1:] if text[:1] in "+-" else text
-        if not (digits.isascii() and digits.isdigit()):
-            self.fail(f"{shown(text)} is not a whole number; fix: give a count such as 2", param, ctx)
-        if len(digits) > MAX_DIGITS or not 0 <= int(text) <= MAX_TASKS:
-            shown_text = text if len(text) <= 20 else f"a number of {len(digits)} digits"
-            self.fail(f"{shown_text} is not in the range 0<=x<={MAX_TASKS} (tfdist's limit is "
-                      f"{limit_text(MAX_TASKS)} tasks per cluster); fix: use 0 to {limit_text(MAX_TASKS)}",
-                      param, ctx)
-        return int(text)
+            self.fail(exc.details, param, ctx)
 
 
 def _complete_task(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Complete ``--task`` with the tasks of the cluster given so far, else with ``type:0``."""
     try:
-        names = [task_name(t, i) for t, i in _build_spec(ctx.params).tasks()]
-    except (click.ClickException, ClusterConfigError, ValueError, OSError):  # fall back to the task types
+        names = [task_name(t, i) for t, i in build_cluster(ClusterOptions.from_params(ctx.params)).tasks()]
+    except (ClusterOptionError, ClusterConfigError, ValueError, OSError):  # fall back to the task types
         names = [f"{t}:0" for t in TASK_TYPES]
     return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 
@@ -109,9 +71,6 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
     """The options among `names` that the user set (not left at their default)."""
     return [n for n in names if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]
 
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 @click.group("tf-config", cls=StrictGroup, invoke_without_command=True)
@@ -159,7 +118,7 @@ def tf_config(ctx: click.Context, **options: Any) -> None:
     if ctx.invoked_subcommand is not None:
         given = _given(ctx, tuple(options))
         if given:
-            flags = ", ".join(_flag(n) for n in given)
+            flags = ", ".join(flag(n) for n in given)
             raise click.UsageError(f"the generation options {flags} cannot be used "
                                    f"with 'tf-config {ctx.invoked_subcommand}'; fix: drop them")
         return
@@ -173,14 +132,17 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
                                  param_hint="'--out'")
     k8s_given = _given(ctx, ("k8s_image", "k8s_mode", "k8s_name", "k8s_command"))
     if k8s_given and fmt != "k8s":
-        raise click.UsageError(f"{', '.join(_flag(n) for n in k8s_given)} only apply to --format k8s; "
+        raise click.UsageError(f"{', '.join(flag(n) for n in k8s_given)} only apply to --format k8s; "
                                "fix: add --format k8s or drop them")
     if fmt == "slurm":
         return _generate_slurm(ctx, o)
-    spec = _build_spec(o, ctx)
+    try:
+        spec = build_cluster(ClusterOptions.from_params(o, _given(ctx, tuple(o))))
+    except ClusterOptionError as exc:
+        raise _option_error(exc) from None
     problems = validate_cluster(spec)
     if problems:
-        raise click.UsageError("the cluster is invalid:" + _listing(problems))
+        raise click.UsageError("the cluster is invalid:" + listing(problems))
     for warning in warnings_for(spec):
         click.echo(f"Warning: {warning}", err=True)
     if fmt == "k8s":
@@ -198,7 +160,7 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
                 raise click.UsageError(f"--k8s-mode plain: {exc.problems[0].message}; fix: use --k8s-mode "
                                        "tfjob, "
                                        "whose operator writes each task's TF_CONFIG") from None
-            raise click.BadParameter(_details(exc), param_hint=f"'--k8s-{exc.problems[0].field}'") from None
+            raise click.BadParameter(exc.details, param_hint=f"'--k8s-{exc.problems[0].field}'") from None
         click.echo(text, nl=False)
         return
     configs = _selected_configs(spec, o["task"])
@@ -220,95 +182,19 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
 
 
 def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:
-    other = _given(ctx, (*_EXPLICIT, "cluster_file", "workers", "hosts", "with_evaluator", "task"))
+    other = _given(ctx, (*EXPLICIT_OPTIONS, "cluster_file", "workers", "hosts", "with_evaluator", "task"))
     if other:
-        raise click.UsageError(f"{', '.join(_flag(n) for n in other)} cannot be used with --format slurm, "
+        raise click.UsageError(f"{', '.join(flag(n) for n in other)} cannot be used with --format slurm, "
                                "which reads the cluster from SLURM's variables; fix: use only --ps-count, "
                                "--with-chief and --port")
     try:
         spec, (task_type, index) = slurm_cluster(os.environ, ps=o["ps_count"], port=o["port"],
                                                   chief=o["with_chief"])
     except ClusterConfigError as exc:
-        raise click.UsageError("cannot build TF_CONFIG from SLURM's variables:" + _listing(exc)) from None
+        raise click.UsageError("cannot build TF_CONFIG from SLURM's variables:" + listing(exc)) from None
     for warning in warnings_for(spec):
         click.echo(f"Warning: {warning}", err=True)
     click.echo(json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":")))
-
-
-def _build_spec(o: dict[str, Any], ctx: click.Context | None = None) -> ClusterSpec:
-    """The cluster from exactly one source: explicit addresses, --file, or the shorthand."""
-    def given(names: tuple[str, ...]) -> list[str]:
-        if ctx is not None:
-            return _given(ctx, names)
-        return [n for n in names if o.get(n) not in (None, (), False, 0)]
-
-    explicit, shorthand = given(_EXPLICIT), given(_SHORTHAND)
-    sources = [s for s, used in (("HOST:PORT options", explicit), ("--file", given(("cluster_file",))),
-                                 ("the --workers/--hosts shorthand", shorthand)) if used]
-    if len(sources) > 1:
-        raise click.UsageError(f"give the cluster one way, not with both {sources[0]} and {sources[1]}; "
-                               "fix: keep one of them")
-    if ctx is not None and sources and not shorthand and _given(ctx, ("port",)):
-        _refuse_port(o["port"], bool(explicit))
-    if o.get("cluster_file"):
-        try:
-            return load_cluster_file(o["cluster_file"])
-        except ClusterConfigError as exc:
-            raise click.BadParameter(f"{o['cluster_file']} is not a valid cluster file:{_listing(exc)}",
-                                     param_hint="'--file'") from None
-    if shorthand:
-        return _shorthand_spec(o)
-    if explicit:
-        return ClusterSpec(chief=_one(o["chief"]), worker=o["worker"], ps=o["ps"],
-                           evaluator=_one(o["evaluator"]))
-    raise click.UsageError(_NO_CLUSTER)
-
-
-def _refuse_port(port: int, explicit: bool) -> NoReturn:
-    """--port numbers the shorthand's and SLURM's tasks; explicit addresses and files carry their own."""
-    where = ("HOST:PORT options, whose addresses carry their own ports", f"write it into each address "
-             f"(--worker host:{port}) or drop --port") if explicit else (
-             "--file, whose addresses carry their own ports", "write the ports in the cluster file or drop "
-             "--port")
-    raise click.BadParameter(f"{port} is only used by the --workers/--hosts shorthand and --format slurm, "
-                             f"not with {where[0]}; fix: {where[1]}", param_hint="'--port'")
-
-
-def _one(value: Address | None) -> tuple[Address, ...]:
-    return (value,) if value is not None else ()
-
-
-def _shorthand_spec(o: dict[str, Any]) -> ClusterSpec:
-    if o.get("hosts") is None:
-        raise click.BadParameter("the shorthand needs hosts; fix: --hosts node1,node2",
-                                 param_hint="'--hosts'")
-    if o.get("workers") is None:
-        raise click.BadParameter("the shorthand needs the number of workers; fix: --workers 2",
-                                 param_hint="'--workers'")
-    try:
-        hosts = expand_hostlist(o["hosts"])
-    except ValueError as exc:
-        raise click.BadParameter(f"{shown(o['hosts'])}: {exc}; fix: write h1,h2 or node[1-3]",
-                                 param_hint="'--hosts'") from None
-    for host in hosts:
-        reason = host_problem(host)
-        if reason is not None:
-            raise click.BadParameter(f"{reason}; fix: use DNS names or IP addresses separated by commas",
-                                     param_hint="'--hosts'")
-    port = o.get("port") or 2222
-    try:
-        spec = round_robin_cluster(hosts, workers=o["workers"], ps=o.get("ps_count") or 0, port=port,
-                                   chief=bool(o.get("with_chief")), evaluator=bool(o.get("with_evaluator")))
-    except ClusterConfigError as exc:  # more than MAX_TASKS tasks in all
-        raise click.UsageError(f"--workers, --ps-count, --with-chief and --with-evaluator: {_details(exc)}") \
-            from None
-    highest = max((spec.address_of(t, i).port for t, i in spec.tasks()), default=port)
-    if highest > 65535:
-        raise click.BadParameter(f"{port} is too high: with {len(spec.tasks())} tasks on {len(hosts)} "
-                                 f"host(s) the ports go up to {highest}; fix: use a lower --port or more "
-                                 "hosts",
-                                 param_hint="'--port'")
-    return spec
 
 
 def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str, Any]]:
@@ -316,12 +202,12 @@ def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str
         try:
             return all_tf_configs(spec)
         except ClusterConfigError as exc:
-            raise click.UsageError(_details(exc)) from None
+            raise click.UsageError(exc.details) from None
     try:
         task_type, index = parse_task(task, field="--task")
         return {task_name(task_type, index): tf_config_for(spec, task_type, index)}
     except ClusterConfigError as exc:
-        raise click.BadParameter(_details(exc), param_hint="'--task'") from None
+        raise click.BadParameter(exc.details, param_hint="'--task'") from None
 
 
 def _split_command(command: str | None) -> list[str]:
@@ -355,31 +241,13 @@ def validate(source: str | None) -> None:
         try:
             raw = read_bounded(source)
         except ClusterConfigError as exc:
-            raise click.BadParameter(_details(exc), param_hint="'SOURCE'") from None
+            raise click.BadParameter(exc.details, param_hint="'SOURCE'") from None
         where = source
-    is_file = source not in (None, "-")
-    if is_file and is_yaml_name(where):
-        data = _parse_source(raw, where)
-        if not isinstance(data, dict):  # a YAML scalar or list: let the TF_CONFIG check name its type
-            data = json.dumps(data, default=str)
-    elif is_file:
-        try:
-            data = parse_json(raw, TF_CONFIG_ENV)
-        except ClusterConfigError:
-            data = raw  # TFConfig.parse below reports why
-    else:
-        data = raw  # $TF_CONFIG and stdin are always a TF_CONFIG, never a cluster description
-    if is_file and is_cluster_description(data):
-        _validate_cluster_file(data, where)
-        return
-    try:
-        config = TFConfig.parse(data)
-    except ClusterConfigError as exc:
-        _report_invalid(where, [str(p) for p in exc.problems])
-    spec = ClusterSpec.from_dict(dict(config.cluster), allow_evaluator=False)
-    click.echo(f"TF_CONFIG is valid: task {config.task_type}:{config.task_index} of a cluster with "
-               f"{spec.summary()}")
-    for warning in warnings_for(spec):
+    check = check_source(raw, where, from_file=source not in (None, "-"))
+    if not check.valid:
+        _report_invalid(where, [str(p) for p in check.problems])
+    click.echo(check.verdict)
+    for warning in check.warnings():
         click.echo(f"Warning: {warning}", err=True)
 
 
@@ -389,31 +257,10 @@ def _read_stdin() -> bytes | str:
     return stream.read(MAX_INPUT_BYTES + 1) if stream is not None else sys.stdin.read(MAX_INPUT_BYTES + 1)
 
 
-def _parse_source(raw: str | bytes, where: str) -> Any:
-    try:
-        return parse_yaml(raw, where)
-    except ClusterConfigError as exc:
-        _report_invalid(where, [str(p) for p in exc.problems])
-
-
-def _validate_cluster_file(data: dict[str, Any], where: str) -> None:
-    """Validate a cluster description ({chief: [...], worker: [...], ...}) rather than a TF_CONFIG."""
-    try:
-        spec = cluster_from_data(data, where)
-    except ClusterConfigError as exc:
-        _report_invalid(where, [str(p) for p in exc.problems])
-    problems = validate_cluster(spec)
-    if problems:
-        _report_invalid(where, [str(p) for p in problems])
-    click.echo(f"cluster is valid: {spec.summary()}")
-    for warning in warnings_for(spec):
-        click.echo(f"Warning: {warning}", err=True)
-
-
 def _report_invalid(where: str, lines: list[str]) -> NoReturn:
     """Print the problem on one line, or several as a list (at most MAX_LISTED), and exit 1."""
     if len(lines) == 1:
         click.echo(f"{where} is invalid: {lines[0]}")
     else:
-        click.echo(f"{where} is invalid ({len(lines)} problems):" + _listing(lines))
+        click.echo(f"{where} is invalid ({len(lines)} problems):" + listing(lines))
     click.get_current_context().exit(1)

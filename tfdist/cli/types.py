@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import click
 
-from tfdist.errors import ArgumentValueError
-
-from tfdist.errors import TfdistError
+from tfdist.cluster.limits import MAX_TASKS, limit_text
+from tfdist.errors import ArgumentValueError, TfdistError
 
 #: Longest number text read (a float needs ~25 characters; more is a typo or an attack).
 MAX_NUMBER_TEXT = 40
@@ -42,12 +41,20 @@ class BoundedInt(click.IntRange):
     """A whole number from ``low`` to ``high``, checked as text first (no giant int is built).
 
     ``limit`` says why ``high`` is the bound (``"tfdist's limit is 10,000 tasks per cluster"``). A
-    ``click.IntRange`` for ``--help`` (which shows the range), with its own ``convert``.
+    ``click.IntRange`` for ``--help`` (which shows the range), with its own ``convert``; a subclass
+    words the echo of an out-of-range number (``_echo``) and the range's fix (``_range_fix``).
     """
 
     def __init__(self, low: int, high: int, limit: str | None = None) -> None:
         super().__init__(low, high)
         self.low, self.high, self.limit = low, high, limit
+
+    def _echo(self, text: str, digits: str) -> str:
+        """An out-of-range number as its message echoes it."""
+        return text if len(text) <= _SHOWN else shown(text)
+
+    def _range_fix(self) -> str:
+        return f"give {_g(self.low)} to {_g(self.high)}"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -61,13 +68,34 @@ class BoundedInt(click.IntRange):
         number = int(text) if len(digits) <= MAX_NUMBER_TEXT else None
         if number is None or not self.low <= number <= self.high:
             why = f" ({self.limit})" if self.limit and (number is None or number > self.high) else ""
-            self.fail(f"{text if len(text) <= _SHOWN else shown(text)} is not in the range "
-                      f"{self.low}<=x<={self.high}{why}; fix: give {_g(self.low)} to {_g(self.high)}",
-                      param, ctx)
+            self.fail(f"{self._echo(text, digits)} is not in the range {self.low}<=x<={self.high}{why}; fix: "
+                      f"{self._range_fix()}", param, ctx)
         return number
 
     def __repr__(self) -> str:
-        return f"BoundedInt({self.low}, {self.high})"
+        return f"{type(self).__name__}({self.low}, {self.high})"
+
+
+class TaskCount(BoundedInt):
+    """A number of tasks, 0 to ``MAX_TASKS`` (``tf-config --workers``, ``--ps-count``), shown as ``N``.
+
+    :class:`BoundedInt` with tf-config's wording: a long number is echoed by its count of digits
+    (``a number of 31 digits``) and the fix says ``use``.
+    """
+
+    name = "N"
+
+    def __init__(self) -> None:
+        super().__init__(0, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
+
+    def _echo(self, text: str, digits: str) -> str:
+        return text if len(text) <= 20 else f"a number of {len(digits)} digits"
+
+    def _range_fix(self) -> str:
+        return f"use {_g(self.low)} to {_g(self.high)}"
+
+    def __repr__(self) -> str:
+        return "TaskCount()"
 
 
 class FiniteFloat(click.FloatRange):

@@ -5,11 +5,13 @@
 >>> list(all_tf_configs(spec))
 ['chief:0', 'worker:0', 'ps:0']
 """
-from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.cluster.build import ClusterOptions, build_cluster
+from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, Problem
 from tfdist.cluster.files import load_cluster_file
 from tfdist.cluster.limits import MAX_DEPTH, MAX_EVERY_TASK, MAX_INPUT_BYTES, MAX_TASKS
 from tfdist.cluster.render import render_env, render_json, render_k8s, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
+from tfdist.cluster.source import SourceCheck, check_source
 from tfdist.cluster.spec import (
     TASK_TYPES,
     TRAINING_TASK_TYPES,
@@ -24,8 +26,8 @@ from tfdist.cluster.validate import check, validate_cluster, validate_tf_config,
 
 __all__ = [
     "MAX_DEPTH", "MAX_EVERY_TASK", "MAX_INPUT_BYTES", "MAX_TASKS", "TASK_TYPES", "TF_CONFIG_ENV", "TFConfig",
-    "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterSpec",
-    "Problem", "all_tf_configs", "check", "expand_hostlist", "free_ports", "load_cluster_file",
+    "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterOptionError", "ClusterOptions", "ClusterSpec",
+    "Problem", "SourceCheck", "all_tf_configs", "build_cluster", "check", "check_source", "expand_hostlist", "free_ports", "load_cluster_file",
     "local_cluster", "parse_task", "render_env", "render_json", "render_k8s", "round_robin_cluster",
     "slurm_cluster", "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config",
     "warnings_for", "write_dir",

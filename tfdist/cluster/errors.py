@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.cluster.limits import MAX_LISTED
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 
 #: Longest echo of a user's value in a message; longer values are cut (hostile input can be 1 MiB).
@@ -71,3 +72,42 @@ class ClusterConfigError(TfdistError, ValueError):
         else:
             text = f"{len(self.problems)} problems:\n" + "\n".join(f"  {p}" for p in self.problems)
         super().__init__(text)
+
+    @property
+    def details(self) -> str:
+        """Every problem's message and fix, without the fields, on one line (for callers that name the
+        field themselves)."""
+        return " ".join(p.detail for p in self.problems)
+
+
+class ClusterOptionError(TfdistError, ValueError):
+    """The options describing a cluster (addresses, a file, the shorthand) are wrong.
+
+    ``option`` is the one to blame (``"--hosts"``), or None when it is their combination; the message
+    ends with the fix. ``problems``: the underlying problems, when a file or a count had them.
+
+    >>> str(ClusterOptionError("--hosts", "the shorthand needs hosts; fix: --hosts node1,node2"))
+    'the shorthand needs hosts; fix: --hosts node1,node2'
+    """
+
+    def __init__(self, option: str | None, message: str, problems: Iterable[Problem] = ()) -> None:
+        super().__init__(message)
+        self.option = option
+        self.problems: list[Problem] = list(problems)
+
+
+def listing(problems: Iterable[Any], limit: int = MAX_LISTED) -> str:
+    """After a ``...:`` lead-in: one problem on the same line, several as an indented list of at most
+    `limit` (then how many more).
+
+    >>> listing(["a: x"]), listing(["a: x", "b: y"])
+    (' a: x', '\\n  a: x\\n  b: y')
+    """
+    problems = list(problems.problems if isinstance(problems, (ClusterConfigError, ClusterOptionError))
+                    else problems)
+    if len(problems) == 1:
+        return f" {problems[0]}"
+    lines = [f"  {p}" for p in problems[:limit]]
+    if len(problems) > limit:
+        lines.append(f"  ... and {len(problems) - limit} more (fix the ones above first)")
+    return "\n" + "\n".join(lines)

@@ -19,6 +19,8 @@ MAX_EVERY_TASK = 1_000
 MAX_INPUT_BYTES = 1024 * 1024
 #: Deepest nesting of JSON arrays/objects or YAML collections; a TF_CONFIG needs 3.
 MAX_DEPTH = 20
+#: Most problems listed in one message; a file of 10,000 bad addresses would otherwise print 10,000 lines.
+MAX_LISTED = 50
 #: Most digits of a number in TF_CONFIG, a port, an index or a count (Python refuses > 4300).
 MAX_DIGITS = 18
 

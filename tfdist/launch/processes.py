@@ -1,6 +1,7 @@
 """Starting and stopping process groups: the one place that sets the parent-death signal and runs
 TERM, grace, KILL. Used by the launcher (``tfdist.launch.local``), the supervisor of a task on its
-host (``tfdist.launch.remote_task``) and the ssh wrapper for horovodrun (``tfdist.launch.ssh_wrapper``).
+host (``tfdist.launch.remote_task``), the ssh wrapper for horovodrun (``tfdist.launch.ssh_wrapper``)
+and the benchmarks (``benchmarks/procs.py``, ``benchmarks/network.py``).
 
 Each process starts in a new session (its own process group, so signals reach what it starts as
 well) with the parent-death signal SIGTERM on Linux (``prctl(PR_SET_PDEATHSIG)``). The kernel
@@ -13,6 +14,10 @@ Heartbeats: a launcher that holds a supervisor's stdin writes ``HEARTBEAT`` to i
 closed one never blocks the launcher. The supervisor stops its task after
 ``MISSED_HEARTBEATS`` silent intervals, so a task never outlives a launcher that vanished, even
 on a host whose sshd sends no keepalives (the OpenSSH default).
+
+Marked processes: a group kill misses what started a session of its own (horovodrun's ranks). A
+caller that puts ``NAME=token`` in the environment of what it starts finds them all again with
+``marked_pids`` and ends them with ``kill_marked`` (Linux ``/proc``; elsewhere nothing is found).
 
 No TensorFlow here, nothing heavy: the supervisor imports this on every task start.
 """
@@ -36,8 +41,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 __all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "STOP_SIGNALS", "Heartbeat",
-           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "start_group", "stop_group",
-           "terminate"]
+           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "kill_marked", "marked_pids",
+           "start_group", "stop_group", "stop_process", "terminate"]
 
 
 class StopSignals:
@@ -149,6 +154,60 @@ def stop_group(process: subprocess.Popen, grace: float, poll: float = 0.05) -> b
     _signal_group(process.pid, signal.SIGKILL)
     process.wait()
     return stubborn
+
+
+def marked_pids(name: str, token: str, proc: str = "/proc") -> list[int]:
+    """The processes, other than this one, whose environment holds ``name=token`` (those of other
+    users are unreadable and skipped)."""
+    needle = f"{name}={token}".encode()
+    found = []
+    try:
+        entries = os.listdir(proc)
+    except OSError:  # no /proc: not Linux
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"{proc}/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_marked(name: str, token: str, rounds: int = 3, pause: float = 0.5) -> list[int]:
+    """SIGKILL every process whose environment holds ``name=token``, up to ``rounds`` sweeps
+    ``pause`` seconds apart (one dying may have started another); the pids it killed."""
+    killed: list[int] = []
+    for _ in range(rounds):
+        pids = marked_pids(name, token)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(pause)
+    return killed
+
+
+def stop_process(process: subprocess.Popen, grace: float) -> bool:
+    """Stop ``process`` alone (not its group: one that shares its caller's group, or a launcher that
+    stops its own tasks on SIGTERM): SIGTERM, SIGKILL after ``grace`` seconds. Whether it needed the
+    SIGKILL; a process that already exited is only reaped."""
+    if process.poll() is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+        return False
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return True
 
 
 class Heartbeat:
