@@ -21,6 +21,7 @@ setup(
         "tfdist.cli",
         "tfdist.cluster",
         "tfdist.environments",
+        "tfdist.export",
         "tfdist.horovod",
         "tfdist.advise",
         "tfdist.launch",

@@ -16,6 +16,10 @@ Data: scikit-learn's handwritten digits (8x8, 1,797 images, shipped with the pac
 ``--data mnist.npz`` in Keras' layout (x_train, y_train, x_test, y_test). TensorBoard logs go
 to ``--logdir/<run-name>/`` (with every worker's step times, the time to ``--target-accuracy`` and
 each task's CPU, memory and network under ``system/``); the last line printed is the result.
+
+``--export DIR`` then exports the trained model for serving (``strategy.export``: written once by the
+chief, verified in a fresh process, a ``serving_default`` signature; an existing export there is
+replaced): ``saved_model_cli run --dir DIR --tag_set serve --signature_def serving_default ...``.
 """
 from __future__ import annotations
 
@@ -89,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-name", help="TensorBoard run name (default: strategy-workers-batch-time)")
     parser.add_argument("--target-accuracy", type=float, default=0.9,
                         help="record the wall time at which val_accuracy first reaches this (default: 0.9)")
+    parser.add_argument("--export", metavar="DIR",
+                        help="export the trained model to DIR as a SavedModel for serving (replaces one there)")
     args = parser.parse_args(argv)
 
     if args.warmup_epochs is not None and args.strategy not in ("auto", "horovod"):
@@ -116,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     results = strategy.evaluate(model, x_test, y_test, batch_size=args.batch_size, verbose=0,
                                 return_dict=True)
     board.record_evaluation(results)
+    exported = strategy.export(model, args.export, overwrite=True) if args.export else None
     if strategy.is_chief:
         rate = throughput.mean_examples_per_second  # the first epoch (tracing) left out when there are more
         reached = board.reached.get(f"val_accuracy>={args.target_accuracy:g}")
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
               f"time_to_target_s={'not-reached' if reached is None else f'{reached:.1f}'} "
               f"plan={strategy.plan.variant if strategy.plan else 'none'} "
               f"compression={getattr(strategy.options, 'compression', 'none')} "
-              f"logdir={board.run_dir}", flush=True)
+              f"logdir={board.run_dir}" + (f" export={exported}" if exported else ""), flush=True)
 
 
 if __name__ == "__main__":

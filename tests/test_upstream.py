@@ -172,3 +172,46 @@ def test_time_closures_records_every_closure_and_undoes_itself():
     assert len(recorded) == 2 and all(seconds >= 0 for seconds in recorded)
     undo()
     assert worker._process_closure(1) == 2 and len(recorded) == 2
+
+
+# --- strategy.export's accessors ------------------------------------------------------------------
+def test_is_graph_network_tells_functional_and_sequential_from_subclassed_models_of_both_kerases():
+    import keras
+    import tf_keras
+
+    for package in (tf_keras, keras):
+        class Subclassed(package.Model):
+            def call(self, inputs):
+                return inputs
+
+        sequential = package.Sequential([package.Input((2,)), package.layers.Dense(1)])
+        inputs = package.Input((2,))
+        functional = package.Model(inputs, package.layers.Dense(1)(inputs))
+        assert upstream.is_graph_network(sequential) and upstream.is_graph_network(functional)
+        assert not upstream.is_graph_network(Subclassed())
+    assert not upstream.is_graph_network(keras.Sequential([keras.layers.Dense(1)]))  # no inputs yet
+
+
+def test_is_graph_network_fails_closed_when_the_attribute_moved():
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+    model._is_graph_network = "yes"
+    with pytest.raises(upstream.UpstreamChangedError, match="_is_graph_network"):
+        upstream.is_graph_network(model)
+    with pytest.raises(upstream.UpstreamChangedError, match="_is_graph_network"):
+        upstream.is_graph_network(types.SimpleNamespace())
+
+
+def test_keras3_build_shapes_reads_a_first_call_and_fails_closed():
+    import keras
+
+    model = keras.Sequential([keras.layers.Dense(1)])
+    assert upstream.keras3_build_shapes(model) is None
+    model(tf.ones((1, 3)))
+    assert list(upstream.keras3_build_shapes(model).values()) == [(1, 3)]
+    model._build_shapes_dict = [(1, 3)]
+    with pytest.raises(upstream.UpstreamChangedError, match="_build_shapes_dict"):
+        upstream.keras3_build_shapes(model)
+    with pytest.raises(upstream.UpstreamChangedError, match="_build_shapes_dict"):
+        upstream.keras3_build_shapes(types.SimpleNamespace())

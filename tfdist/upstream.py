@@ -92,8 +92,10 @@ def optimizer_is_built(optimizer: Any) -> bool:
 def raw_learning_rate(optimizer: Any) -> Any:
     """The learning rate as given: a float variable or a ``LearningRateSchedule``
     (``optimizer._learning_rate`` in tf-keras and Keras 3; the public property reads a schedule's
-    current value)."""
-    return _get(optimizer, "_learning_rate")
+    current value). A ``LossScaleOptimizer`` (either Keras) answers for its inner optimizer,
+    whose rate it reads and sets."""
+    inner = loss_scale_inner(optimizer)
+    return _get(optimizer if inner is None else inner, "_learning_rate")
 
 
 # --- tf.distribute's ClusterCoordinator -------------------------------------------------------------
@@ -155,3 +157,62 @@ def lazy_keras_version(loader: Any) -> tuple[bool, str | None]:
     if "_tfll_initialized" not in state:
         return False, None
     return True, state.get("_tfll_keras_version")
+
+
+# --- mixed precision and gradient accumulation (tfdist.strategies.allreduce) ----------------------
+def loss_scale_inner(optimizer: Any) -> Any:
+    """The optimizer a tf-keras or Keras 3 ``LossScaleOptimizer`` wraps (its public
+    ``inner_optimizer``), or ``None`` when ``optimizer`` is not a loss-scale optimizer."""
+    names = [cls.__name__ for cls in type(optimizer).__mro__]
+    if not any(name.startswith("LossScaleOptimizer") for name in names):
+        return None
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is None or not callable(getattr(inner, "apply_gradients", None)):
+        raise _missing(optimizer, "inner_optimizer")
+    return inner
+
+
+#: The Keras 3 optimizer method that clips the gradients of an update; with
+#: ``gradient_accumulation_steps`` it runs once per update, on the mean of the accumulated ones.
+CLIP_GRADIENTS = "_clip_gradients"
+
+
+def clip_gradients(optimizer: Any) -> Any:
+    """A Keras 3 optimizer's bound ``_clip_gradients(grads)`` (see ``CLIP_GRADIENTS``), which its
+    ``_backend_apply_gradients`` calls on every update's gradients and only there."""
+    method = _get(optimizer, CLIP_GRADIENTS)
+    if not callable(method) or not callable(getattr(optimizer, "_backend_apply_gradients", None)):
+        raise _missing(optimizer, CLIP_GRADIENTS)
+    return method
+
+
+# --- models, for strategy.export ---------------------------------------------------------------------
+def is_graph_network(model: Any) -> bool:
+    """Whether a model is Functional or Sequential (its inputs are known and it can be cloned):
+    tf-keras' private ``model._is_graph_network``; Keras 3's ``keras.src.models.functional.Functional``
+    (which ``keras.Sequential`` is not: a built Sequential counts by its public ``inputs``)."""
+    if flavour_of(model) == KERAS_3:
+        try:
+            from keras.src.models.functional import Functional
+            from keras import Sequential
+        except ImportError:
+            raise _missing(model, "keras.src.models.functional.Functional") from None
+        if isinstance(model, Sequential):
+            try:
+                return bool(model.inputs)
+            except (AttributeError, ValueError):
+                return False
+        return isinstance(model, Functional)
+    value = _get(model, "_is_graph_network")
+    if not isinstance(value, bool):
+        raise _missing(model, "_is_graph_network")
+    return value
+
+
+def keras3_build_shapes(model: Any) -> dict | None:
+    """The input shapes a Keras 3 model was built or first called with (``model._build_shapes_dict``,
+    which Keras 3's own export reads for subclassed models); ``None`` when it was never built."""
+    shapes = _get(model, "_build_shapes_dict")
+    if shapes is not None and not isinstance(shapes, dict):
+        raise _missing(model, "_build_shapes_dict")
+    return dict(shapes) if shapes else None

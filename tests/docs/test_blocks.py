@@ -25,6 +25,9 @@ _RUN_HERE = {
 }
 # Blocks that are fragments of a longer script, and the test that runs the code they show.
 _COVERED_ELSEWHERE = {
+    "import tfdist\nimport tf_keras as keras": "tests/export/test_docs.py",
+    "import keras\nimport numpy as np\n\nimport tfdist\n\nkeras.mixed_precision":
+        "tests/strategies/test_mixed_precision.py::test_the_pages_python_block_runs",
     # the port prints the learning rate it trains at; every line of the port is a line of the example
     "opt = tf.keras.optimizers.Adam(0.001 * strategy.size)": "tests/examples/test_examples.py",
     "import tfdist  # before tensorflow; replaces": "tests/examples/test_examples.py",
@@ -38,6 +41,7 @@ _COVERED_ELSEWHERE = {
 # `tfdist` commands that need a cluster, hosts, TensorFlow or runs: the words they start with, the
 # test file that runs them, and what that file contains to do so.
 _COMMANDS_COVERED_ELSEWHERE = {
+    "tfdist export-check": ("tests/export/test_docs.py", 'invoke(*step.argv)'),
     "tfdist launch --workers 2 --ps 1 --":
         ("tests/examples/test_examples.py", '"launch", "--workers", "2", "--ps", "1", "--"'),
     "tfdist launch --workers 2 --ps 2 --evaluator --":

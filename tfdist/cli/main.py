@@ -16,6 +16,7 @@ from tfdist.version import __version__
 _COMMANDS = {
     "advise": "tfdist.cli.advise:advise",
     "env": "tfdist.cli.env:env",
+    "export-check": "tfdist.cli.export_check:export_check",
     "tf-config": "tfdist.cli.tf_config:tf_config",
     "launch": "tfdist.cli.launch:launch",
     "report": "tfdist.cli.report:report",

@@ -38,7 +38,10 @@ Not provided (each raises ``TfdistError`` with the fix when used):
   optimizer with state is refused (its state cannot be carried into Horovod's wrapper).
 
 Arguments tfdist cannot honour for an optimizer's Keras are refused, never dropped: ``op=Adasum``
-(both Kerases), and on Keras 3 ``groups`` as lists of variables and ``backward_passes_per_step`` > 1.
+(both Kerases), and on Keras 3 ``groups`` as lists of variables. On Keras 3,
+``backward_passes_per_step=k`` becomes the optimizer's ``gradient_accumulation_steps=k`` (one
+allreduce per update), and under a ``mixed_float16`` global policy ``DistributedOptimizer`` returns a
+``LossScaleOptimizer`` that allreduces the scaled gradients (docs/mixed-precision.md).
 """
 from __future__ import annotations
 

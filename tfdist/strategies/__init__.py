@@ -10,6 +10,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from tfdist.errors import with_fix
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, UnknownOptionError, field_names,
                                        options_for)
 from tfdist.strategies.options import build_options as _build_options
@@ -86,6 +87,7 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
     from tfdist.strategies.planning import resolve_plan
 
     load_backends()
+    refuse_keras_distribution()
     auto = kind == "auto"
     if auto:
         selection = select_strategy(os.environ, local_gpu_count())
@@ -106,6 +108,27 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
     set_current(strategy)
     strategy.take_role()  # ps and worker tasks of a parameter-server job serve here and exit
     return strategy
+
+
+def refuse_keras_distribution(modules: dict[str, Any] | None = None) -> None:
+    """Refuse a Keras 3 ``keras.distribution`` set on the TensorFlow backend: there its
+    ``distribution_lib`` is a prototype, so a ``ModelParallel`` with a ``LayoutMap`` leaves every
+    variable whole on one device and ``fit`` runs without a word. Keras not imported: nothing set."""
+    import sys
+
+    keras = (sys.modules if modules is None else modules).get("keras")
+    if keras is None or not hasattr(keras, "distribution"):
+        return
+    distribution = keras.distribution.distribution()
+    if distribution is None or keras.backend.backend() != "tensorflow":
+        return
+    raise OptionValueError(with_fix(
+        f"keras.distribution is set to a {type(distribution).__name__} on the TensorFlow backend, where Keras' "
+        "distribution API is a prototype that shards nothing (variables stay whole, fit ignores it), and "
+        "tfdist does not combine it with a strategy",
+        "call keras.distribution.set_distribution(None); for a model bigger than one device use "
+        "make_strategy('parameter_server', shards=N) (variables split over N ps tasks), for data "
+        "parallelism make_strategy('horovod') or make_strategy('mirrored')"))
 
 
 __all__ = [

@@ -6,12 +6,25 @@ ever allreducing (horovod#4290): for a Keras 3 optimizer the allreduce goes into
 ``apply`` instead, which ``apply_gradients`` and every Keras 3 train step call with the raw
 gradients, before loss-scale unscaling, clipping and weight decay. The optimizer keeps its class,
 so ``model.save`` and ``keras.models.load_model`` work as before.
+
+Mixed precision (horovod#2989): loss scaling stays outside the allreduce. The gradients are
+allreduced while still scaled, so ``compression=fp16`` does not flush small ones to zero, and the
+loss-scale optimizer then tests the allreduced values, the same on every rank: every rank makes the
+same finite/skip decision and applies the same update. tf-keras: ``LossScaleOptimizer(Horovod's
+wrapper)`` (what ``compile`` builds under ``mixed_float16``; a ``LossScaleOptimizer`` given to us is
+rebuilt that way). Keras 3: the ``LossScaleOptimizer``'s ``apply`` allreduces; under a
+``mixed_float16`` global policy the optimizer is wrapped in one first (as ``compile`` would).
+
+Gradient accumulation on Keras 3 (``gradient_accumulation_steps=k``, which ``backward_passes_per_step``
+maps onto): the allreduce goes into the optimizer's ``_clip_gradients``, which Keras calls once per
+update on the mean of the k accumulated gradients, so gradients move once per k micro-steps.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Sequence
 
+from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.keras_compat import KERAS_3, TF_KERAS, flavour_of
 
@@ -27,7 +40,9 @@ class AllreduceSettings:
     compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16``.
     gradient_predivide_factor: with Average, scale by 1/f before the sum and f/size after it.
     sparse_as_dense: densify ``IndexedSlices`` gradients (embeddings) before the allreduce.
-    backward_passes_per_step: local steps accumulated per allreduce (tf-keras only).
+    backward_passes_per_step: local steps accumulated per allreduce (Keras 3: the optimizer's
+        ``gradient_accumulation_steps``).
+    average_aggregated_gradients: average (True) or sum (False) the accumulated local gradients.
     """
 
     op: Any
@@ -59,8 +74,10 @@ class AllreduceSettings:
 def distributed_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
     """``optimizer`` set up to average its gradients over all Horovod ranks before every update.
 
-    A tf-keras optimizer comes back wrapped by Horovod's ``DistributedOptimizer``; a Keras 3 one
-    comes back as the same object, its ``apply`` allreducing first.
+    A tf-keras optimizer comes back wrapped by Horovod's ``DistributedOptimizer`` (a
+    ``LossScaleOptimizer`` comes back as one around Horovod's wrapper); a Keras 3 one comes back as
+    the same object, allreducing in ``apply`` (or once per update when it accumulates), except
+    under a ``mixed_float16`` global policy, where it comes back inside a ``LossScaleOptimizer``.
     """
     flavour = flavour_of(optimizer)
     if flavour == TF_KERAS:
@@ -75,6 +92,15 @@ def distributed_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
 def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
     from horovod.tensorflow.keras import DistributedOptimizer
 
+    inner = upstream.loss_scale_inner(optimizer)
+    if inner is not None:  # LossScaleOptimizer(Horovod(inner)): the allreduce sees scaled gradients
+        import tf_keras
+
+        refuse_tf_keras_loss_scale_accumulation(optimizer, settings.backward_passes_per_step)
+        return tf_keras.mixed_precision.LossScaleOptimizer(
+            _horovod_keras_optimizer(inner, settings), dynamic=optimizer.dynamic,
+            initial_scale=optimizer.initial_scale,
+            **({"dynamic_growth_steps": optimizer.dynamic_growth_steps} if optimizer.dynamic else {}))
     extra = {} if settings.process_set is None else {"process_set": settings.process_set}
     return DistributedOptimizer(
         optimizer, name=settings.name, device_dense=settings.device_dense, device_sparse=settings.device_sparse,
@@ -85,31 +111,139 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
         num_groups=settings.num_groups, **extra)
 
 
+def refuse_tf_keras_loss_scale_accumulation(optimizer: Any, backward_passes_per_step: int) -> None:
+    """Refuse Horovod's local accumulation under a tf-keras ``LossScaleOptimizer``: the loss-scale
+    optimizer skips non-finite micro-steps on its own rank, which Horovod's step counter never hears
+    of, so the ranks would stop agreeing on when to allreduce."""
+    inner = upstream.loss_scale_inner(optimizer)
+    if inner is None or backward_passes_per_step == 1 or flavour_of(optimizer) != TF_KERAS:
+        return
+    raise ArgumentValueError(with_fix(
+        f"`backward_passes_per_step`={backward_passes_per_step} with the tf-keras {type(optimizer).__name__} "
+        f"around {type(inner).__name__}: Horovod's local accumulation cannot see the loss-scale "
+        "optimizer's skipped steps",
+        "leave backward_passes_per_step at 1 with mixed_float16 on tf-keras (or use mixed_bfloat16, which "
+        "needs no loss scaling, or a Keras 3 model, whose accumulation composes with it)"))
+
+
 def _allreduce_in_apply(optimizer: Any, settings: AllreduceSettings) -> Any:
+    """A Keras 3 optimizer that allreduces: in ``apply`` (scaled, before a loss-scale optimizer's
+    finite test), or once per update when it accumulates gradients."""
     import horovod.tensorflow as hvd
 
-    if getattr(optimizer, ALLREDUCE_MARK, None) is not None:
-        raise ArgumentValueError(with_fix(
-            f"this {type(optimizer).__name__} already allreduces its gradients (it went through "
-            "DistributedOptimizer or strategy.optimizer before)", "wrap a new optimizer, once"))
-    if settings.backward_passes_per_step != 1:
-        raise ArgumentValueError(with_fix(
-            f"`backward_passes_per_step`={settings.backward_passes_per_step} is not available for Keras 3 "
-            "optimizers in tfdist (local accumulation between allreduces is tf-keras only)",
-            "leave backward_passes_per_step at 1 for Keras 3 models (or build the model with tf-keras)"))
+    _refuse_wrapped(optimizer)
     if settings.op not in (hvd.Average, hvd.Sum):
         raise ArgumentValueError(with_fix(
             f"`op`={settings.op!r} is not available for Keras 3 optimizers in tfdist",
             "pass op=hvd.Average (the default) or op=hvd.Sum"))
+    if upstream.loss_scale_inner(optimizer) is None and _mixed_float16():
+        import keras  # what compile(...) would do under this policy; then the allreduce goes outside
+
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    inner = upstream.loss_scale_inner(optimizer)
+    if inner is not None:
+        _refuse_wrapped(inner)
+    steps = _accumulation_steps(optimizer if inner is None else inner, settings)
     reduce = _gradient_reducer(hvd, settings)
-    apply = optimizer.apply  # the class's bound method; the instance attribute shadows it
+    if steps > 1:
+        if inner is not None and settings.compression is not hvd.Compression.none:
+            raise ArgumentValueError(with_fix(
+                f"compression=fp16 with gradient accumulation ({steps} steps) inside a Keras 3 "
+                "LossScaleOptimizer: the accumulated gradients are unscaled, and float16 would flush small "
+                "ones to zero", "drop compression='fp16' here, or accumulate without mixed_float16 (or use "
+                "mixed_bfloat16)"))
+        _allreduce_per_update(optimizer if inner is None else inner, reduce, steps,
+                              average=settings.average_aggregated_gradients)
+        if inner is not None:
+            _same_finite_decision(hvd, optimizer)
+    else:
+        apply = optimizer.apply  # the class's bound method; the instance attribute shadows it
 
-    def allreduce_then_apply(grads: Sequence[Any], trainable_variables: Any = None) -> Any:
-        return apply(reduce(list(grads)), trainable_variables)
+        def allreduce_then_apply(grads: Sequence[Any], trainable_variables: Any = None) -> Any:
+            return apply(reduce(list(grads)), trainable_variables)
 
-    optimizer.apply = allreduce_then_apply
+        optimizer.apply = allreduce_then_apply
     setattr(optimizer, ALLREDUCE_MARK, settings)
     return optimizer
+
+
+def _refuse_wrapped(optimizer: Any) -> None:
+    if getattr(optimizer, ALLREDUCE_MARK, None) is not None:
+        raise ArgumentValueError(with_fix(
+            f"this {type(optimizer).__name__} already allreduces its gradients (it went through "
+            "DistributedOptimizer or strategy.optimizer before)",
+            "wrap a new optimizer, once (a LossScaleOptimizer around the plain optimizer, not around a "
+            "distributed one)"))
+
+
+def _mixed_float16() -> bool:
+    """Whether Keras 3's global dtype policy is ``mixed_float16`` (its ``compile`` then adds loss scaling)."""
+    import keras
+
+    return keras.mixed_precision.global_policy().name == "mixed_float16"
+
+
+def _accumulation_steps(optimizer: Any, settings: AllreduceSettings) -> int:
+    """The micro-steps per update of a Keras 3 optimizer: its ``gradient_accumulation_steps``, set
+    from ``backward_passes_per_step`` when that asks for more than 1."""
+    own = getattr(optimizer, "gradient_accumulation_steps", None) or 1
+    asked = settings.backward_passes_per_step
+    if asked == 1 or asked == own:
+        return own
+    name = type(optimizer).__name__
+    if own != 1:
+        raise ArgumentValueError(with_fix(
+            f"`backward_passes_per_step`={asked}, but the {name} already has gradient_accumulation_steps={own}",
+            "give one of them (they are the same thing on Keras 3)"))
+    if upstream.optimizer_is_built(optimizer):
+        raise ArgumentValueError(with_fix(
+            f"`backward_passes_per_step`={asked} needs gradient accumulators, and this {name} was built "
+            "without them", f"wrap the optimizer before compile/fit, or create it with "
+            f"gradient_accumulation_steps={asked}"))
+    optimizer.gradient_accumulation_steps = asked  # Keras 3 creates the accumulators in build()
+    return asked
+
+
+def _allreduce_per_update(optimizer: Any, reduce: Any, steps: int, average: bool) -> None:
+    """Allreduce in ``_clip_gradients``: Keras 3 calls it once per update, on the mean of the
+    ``steps`` accumulated gradients (``average=False``: their sum, as Horovod's default)."""
+    clip = upstream.clip_gradients(optimizer)
+
+    def allreduce_then_clip(grads: list) -> list:
+        grads = reduce(list(grads))
+        if not average:
+            grads = [g if g is None else g * steps for g in grads]
+        return clip(grads)
+
+    setattr(optimizer, upstream.CLIP_GRADIENTS, allreduce_then_clip)
+
+
+def _same_finite_decision(hvd: Any, loss_scale: Any) -> None:
+    """Make a Keras 3 loss-scale optimizer skip a micro-step on every rank when any rank's gradients
+    are not finite (one float allreduced with Min): ranks stay on the same step count and scale."""
+    import tensorflow as tf
+
+    check = loss_scale.check_finite
+
+    def finite_everywhere(grads: list) -> Any:
+        local = tf.cast(check(grads), tf.float32)
+        return hvd.allreduce(local, op=hvd.Min, name="tfdist.loss_scale.finite") > 0.5
+
+    loss_scale.check_finite = finite_everywhere
+
+
+def rehome_under_loss_scale(optimizer: Any) -> Any:
+    """Move the allreduce of a Keras 3 optimizer that ``compile`` wrapped in a ``LossScaleOptimizer``
+    afterwards (the model's dtype policy is ``mixed_float16``, the global one was not) out to that
+    loss-scale optimizer, before the first step is traced. Returns ``optimizer``."""
+    inner = upstream.loss_scale_inner(optimizer)
+    settings = None if inner is None else getattr(inner, ALLREDUCE_MARK, None)
+    if settings is None or getattr(optimizer, ALLREDUCE_MARK, None) is not None:
+        return optimizer
+    for name in ("apply", upstream.CLIP_GRADIENTS):
+        vars(inner).pop(name, None)
+    delattr(inner, ALLREDUCE_MARK)
+    return _allreduce_in_apply(optimizer, dataclasses.replace(settings, backward_passes_per_step=1))
 
 
 def _gradient_reducer(hvd: Any, settings: AllreduceSettings):

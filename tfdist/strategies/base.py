@@ -205,6 +205,31 @@ class DistributedStrategy:
         """The callbacks that measure this backend per worker, on ``clock`` (``metrics`` only)."""
         return []
 
+    # --- after training -----------------------------------------------------------------------
+    def export(self, model: Any, path: Any, *, format: str = "saved_model", overwrite: bool = False,
+               verify: bool = True, input_signature: Any = None, sample: Any = None) -> str:
+        """Export ``model`` once, for serving; returns the absolute path on every task.
+
+            path = strategy.export(model, "exports/classifier/1")   # SavedModel, serving_default
+
+        The chief writes it, atomically (a temporary sibling renamed into place); with ``verify`` it
+        is first reloaded in a fresh interpreter (no tfdist, no Horovod) and its ``serving_default``
+        compared with the model on ``sample`` (default: a generated batch). ``format="keras"`` writes
+        a ``.keras`` file of the model without its optimizer. An existing ``path`` needs
+        ``overwrite=True``; ``input_signature=`` (``tf.TensorSpec``s) is for subclassed models whose
+        inputs are not known. Call it on every task, as ``fit``; see ``tfdist.export``."""
+        from tfdist.export import export_model
+
+        return export_model(model, path, self._export_role(), format=format, overwrite=overwrite,
+                            verify=verify, input_signature=input_signature, sample=sample)
+
+    def _export_role(self) -> Any:
+        """What this task does in ``export`` (``tfdist.export.Role``): by default the chief writes
+        and the others, which hold the same model, write nothing."""
+        from tfdist.export import Role
+
+        return Role(writes=self.is_chief)
+
     # --- hooks ----------------------------------------------------------------------------------
     def _check_model(self, model: Any, callbacks: list | None = None) -> None:
         keras_compat.keras_of(model, "model")

@@ -38,7 +38,8 @@ class HorovodOptions(StrategyOptions):
     shard_data: give each rank its own strided share of numpy inputs and datasets; off when your
         input pipeline already splits by ``hvd.rank()``.
     compression: "none" or "fp16" (gradients cast to float16 for the allreduce).
-    backward_passes_per_step: accumulate this many local gradients before each allreduce.
+    backward_passes_per_step: accumulate this many local gradients before each allreduce (Keras 3:
+        the optimizer's own ``gradient_accumulation_steps``, one allreduce per update).
     average_gradients: average (True) or sum (False) the gradients over ranks.
     warmup_epochs: ramp the learning rate linearly from 1/size of the optimizer's (scaled) rate
         to all of it over this many epochs (0: none).
@@ -255,9 +256,15 @@ class HorovodStrategy(DistributedStrategy):
                                      steps_key="steps")
 
     def _before_fit(self, model: Any, x: Any) -> None:
-        """Create every variable before the broadcast, so the first step is already exact; keep a
-        Keras 3 model's train step out of XLA, which has no kernel for Horovod's ops."""
+        """Create every variable before the broadcast, so the first step is already exact; move a
+        Keras 3 allreduce out to the ``LossScaleOptimizer`` compile put around it; keep a Keras 3
+        model's train step out of XLA, which has no kernel for Horovod's ops."""
         build_from_first_batch(model, x)
+        from tfdist.strategies.allreduce import refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale
+
+        if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
+            rehome_under_loss_scale(model.optimizer)  # compile added loss scaling after optimizer()
+        refuse_tf_keras_loss_scale_accumulation(model.optimizer, self.options.backward_passes_per_step)
         if keras_compat.flavour_of(model) == keras_compat.KERAS_3 and model.jit_compile:
             log.info("tfdist: compiling %s's train step without XLA (jit_compile=False): Horovod's "
                      "allreduce has no XLA kernel", model.name)
@@ -315,6 +322,17 @@ class HorovodStrategy(DistributedStrategy):
                 and not self.is_chief:
             return ChiefOnly(callback, is_chief=False)
         return callback
+
+    # --- export (tfdist.export) ---------------------------------------------------------------------
+    def _export_role(self) -> Any:
+        """Rank 0 writes; every rank waits for it and hears every rank's problem (allgather_object)."""
+        from tfdist.export import Role
+
+        def agree(problem: str | None) -> str | None:
+            problems = self._hvd.allgather_object(problem, name="tfdist.export")
+            return next((p for p in problems if p is not None), None)
+
+        return Role(writes=self.rank == 0, agree=agree)
 
 
 def _writers() -> tuple[type, ...]:

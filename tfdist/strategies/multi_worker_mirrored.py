@@ -93,6 +93,22 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         one_replicas_step_logs(model)
         return super().evaluate(model, x, y, **evaluate_kwargs)
 
+    def _export_role(self) -> Any:
+        """Every worker saves (a save under this strategy may run collectives, so a worker that does
+        not would hang the others): the chief the kept export, the others a throwaway copy that is
+        removed. Problems are agreed on with an all-reduce of one flag per worker."""
+        from tfdist.export import Role
+
+        strategy = self._strategy
+
+        def agree(problem: str | None) -> str | None:
+            flag = strategy.run(lambda: tf.constant(0 if problem is None else 1, tf.int32))
+            failed = int(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None).numpy())
+            return problem if problem is not None else (
+                f"{failed} worker(s) failed (their logs say why)" if failed else None)
+
+        return Role(writes=self.is_chief, throwaway=not self.is_chief, agree=agree)
+
 
 def one_replicas_step_logs(model: Any) -> None:
     """Make a tf-keras model's per-step logs under this strategy the job's values, not their sum.

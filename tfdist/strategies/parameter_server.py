@@ -108,6 +108,19 @@ class ParameterServerOptions(StrategyOptions):
                 "pass e.g. cluster={'chief': ['h0:2222'], 'worker': ['h1:2222'], 'ps': ['h2:2222']}"))
 
 
+def refuse_loss_scaling() -> None:
+    """Refuse tf-keras' ``mixed_float16`` global policy: it needs loss scaling, which tf-keras does not
+    run under ParameterServerStrategy (each worker applies its own updates to one shared scale), and
+    tf-keras would fail later, inside the first layer, without a fix."""
+    policy = tf_keras.mixed_precision.global_policy().name
+    if policy == "mixed_float16":
+        raise ArgumentValueError(with_fix(
+            f"the mixed precision policy {policy!r} needs loss scaling, which tf-keras cannot do under "
+            "parameter servers (asynchronous updates to one shared loss scale)",
+            "use tf_keras.mixed_precision.set_global_policy('mixed_bfloat16') (same range as float32, no "
+            "loss scaling), or a synchronous backend for float16: horovod, multi_worker_mirrored or mirrored"))
+
+
 def _is_cluster_like(value: Any) -> bool:
     return isinstance(value, (Mapping, tf.train.ClusterSpec, tf.distribute.cluster_resolver.ClusterResolver))
 
@@ -307,6 +320,19 @@ class ParameterServerStrategy(DistributedStrategy):
             obj, argument, "parameter_server",
             "Keras 3's fit does not drive ParameterServerStrategy (it asks for the dataset to be "
             "passed to ClusterCoordinator.create_per_worker_dataset); tf-keras' fit does")
+
+    def scope(self) -> Any:
+        """As ``DistributedStrategy.scope``, refusing the ``mixed_float16`` policy first (see
+        ``refuse_loss_scaling``); ``mixed_bfloat16`` needs no loss scaling and trains here."""
+        refuse_loss_scaling()
+        return super().scope()
+
+    def _export_role(self) -> Any:
+        """The coordinator writes a copy of the model in plain local variables (shards merged), which
+        reloads anywhere; the evaluator writes nothing (ps and worker tasks never get here)."""
+        from tfdist.export import Role
+
+        return Role(writes=self.is_chief, copies=True)
 
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
