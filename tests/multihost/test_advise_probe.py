@@ -21,6 +21,9 @@ MODEL = "probe_model:build_model"  # tests/scripts/probe_model.py, on PYTHONPATH
 # probe_model.PARAMS, written out: importing the module here would import TensorFlow
 PARAMS = (256 * 1024 + 1024) + (1024 * 1024 + 1024) + (1024 * 10 + 10)
 TIMEOUT = 600.0  # s: a probe or job still running then has hung
+#: seconds of transfer per link (`--probe-seconds`, the shortest allowed; defaults: advise 1.5, launch
+#: --backend auto 1): 3 MB even on a 50 Mbit/s link, far beyond its ~64 KB token-bucket burst
+PROBE_SECONDS = "0.5"
 
 
 def _ssh(lab: Lab) -> list[str]:
@@ -36,7 +39,8 @@ def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
     lab.shape("w2", 50)
     lab.limit_cpu("w2", 0.5)
     argv = [sys.executable, "-m", "tfdist", "advise", "--probe", "--hosts", HOSTS, "--workers", "2",
-            "--ps", "1", "--model", MODEL, "--batch-size", "64", *_ssh(lab), "--json"]
+            "--ps", "1", "--model", MODEL, "--batch-size", "64", "--probe-seconds", PROBE_SECONDS, *_ssh(lab),
+            "--json"]
     result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
@@ -70,7 +74,8 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
         lab.shape("w1", shaped)
         lab.shape("w2", shaped)
     argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", HOSTS, "--workers", "2",
-            "--ps", "1", "--model", MODEL, "--batch-size", "32", *_ssh(lab), "--grace", "2",
+            "--ps", "1", "--model", MODEL, "--batch-size", "32", "--probe-seconds", PROBE_SECONDS, *_ssh(lab),
+            "--grace", "2",
             "--save-plan", str(tmp_path / "plan.json"), "--",
             sys.executable, "examples/classifier.py", "--epochs", "1", "--logdir", str(tmp_path / "runs")]
     result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)

@@ -9,7 +9,8 @@
 * after every test, nothing of the job is left on any host (checked before the lab closes, which
   would kill it anyway).
 
-Each fault test prints the time from the fault to the job's reaction.
+Each fault test prints the time from the fault to the job's reaction. The fault tests shorten
+Gloo's timeout (``GLOO_TIMEOUT``, the knob users have for it), so the reaction takes seconds, not 30+.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ JOB_TIMEOUT = 600  # a hung job fails the test instead of hanging the suite
 #: seconds the hosts get to be empty after a job ends: a rank's supervisor stops it at once on EOF,
 #: or after missed heartbeats (~8 s) when its link was cut; generous for a loaded machine
 LEFTOVER_TIMEOUT = 60
+#: s a Gloo collective or rendezvous waits for a peer before it fails (Horovod's
+#: HOROVOD_GLOO_TIMEOUT_SECONDS, `horovodrun --gloo-timeout-seconds`; default 30): the fault tests
+#: set it shorter so that a surviving rank learns of a lost peer sooner; still longer than a rank's
+#: start (TensorFlow's import) on a loaded machine, which a rendezvous waits for
+GLOO_TIMEOUT = "10"
 
 
 @pytest.fixture
@@ -48,11 +54,13 @@ def _ssh(lab) -> list[str]:
     return ["-p", str(lab.ssh_port), "-i", str(lab.identity_file)]
 
 
-def _start(lab, argv: list[str], log: Path) -> subprocess.Popen:
-    """``argv`` on h0, output to ``log`` (read it when the test fails)."""
+def _start(lab, argv: list[str], log: Path, **env: str) -> subprocess.Popen:
+    """``argv`` on h0 with ``env`` added to its environment, output to ``log`` (read it when the test
+    fails)."""
     handle = log.open("w")
     try:
-        return lab.popen("h0", argv, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(), cwd=REPO)
+        return lab.popen("h0", argv, stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(**env),
+                         cwd=REPO)
     finally:
         handle.close()
 
@@ -123,14 +131,15 @@ def test_ranks_on_two_hosts_start_different_end_identical_and_equal_one_process(
 @pytest.mark.parametrize("launcher", ["horovodrun", "tfdist-launch"])
 def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab, tmp_path, launcher):
     """Without elastic, a lost rank must end the job (Gloo's timeout fails the surviving rank's
-    collective; horovodrun then stops the others), never hang it; started with horovodrun itself,
-    or with `tfdist launch --backend horovod --hosts` (tfdist's ssh wrapper: the rank on the cut
-    host misses its heartbeats and is stopped there too)."""
+    collective, after `--gloo-timeout-seconds`; horovodrun then stops the others), never hang it;
+    started with horovodrun itself, or with `tfdist launch --backend horovod --hosts` (tfdist's ssh
+    wrapper: the rank on the cut host misses its heartbeats and is stopped there too)."""
     log = tmp_path / "job.log"
     script = [sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--static", "--epochs", "200",
               "--epoch-seconds", "1"]
     if launcher == "horovodrun":
-        argv = [find_horovodrun(), "-np", "2", "-H", "h1:1,h2:1", *_ssh(lab), "--gloo", *script]
+        argv = [find_horovodrun(), "-np", "2", "-H", "h1:1,h2:1", *_ssh(lab), "--gloo",
+                "--gloo-timeout-seconds", GLOO_TIMEOUT, *script]
     else:
         argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "--hosts", "h1:1,h2:1",
                 "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--", *script]
@@ -155,14 +164,16 @@ def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab,
 
 def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path):
     """`tfdist launch --backend horovod --elastic`: cut h2 -> training continues on h1 (size 1), every
-    epoch runs once; restore h2 -> it rejoins (size 2 again)."""
+    epoch runs once; restore h2 -> it rejoins (size 2 again). A short job: from its third-last epoch
+    on, rank 0 ends an epoch alone only once Horovod has told it of h2's return (--hold-from), so the
+    job cannot end before h2 is back however long the rejoin takes."""
     log = tmp_path / "job.log"
-    epochs_total = 40
+    epochs_total = 14
     argv = [sys.executable, "-m", "tfdist", "launch", *readme_launch_options("--elastic"),
             "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--",
             sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--epochs", str(epochs_total),
-            "--epoch-seconds", "1.5"]
-    process = _start(lab, argv, log)
+            "--epoch-seconds", "1", "--hold-from", f"{epochs_total - 3}:2"]
+    process = _start(lab, argv, log, HOROVOD_GLOO_TIMEOUT_SECONDS=GLOO_TIMEOUT)
     epochs = tmp_path / "epochs.jsonl"
 
     def last_epoch() -> int:

@@ -26,20 +26,26 @@ from support import REPO, SCRIPTS, assert_nothing_left, readme_launch_options, s
 
 PS_LAYOUT = readme_launch_options("--hosts h1:1,h2:1,h3:1 --workers 2 --ps 1")  # the README's command
 JOB_TIMEOUT = 420.0  # s: a launcher still running then has hung
+#: The fault tests' gRPC keepalive (TF_GRPC_DEFAULT_OPTIONS, which tfdist keeps over its own 10 s +
+#: 10 s, `tfdist.cluster.tf_config.merge_grpc_options`): an RPC to a host behind a cut link fails
+#: after a few seconds of unanswered pings instead of 10-20 s, so the job reacts sooner, the same way
+FAST_KEEPALIVE = {"TF_GRPC_DEFAULT_OPTIONS": "grpc.keepalive_time_ms=3000,grpc.keepalive_timeout_ms=3000"}
 
 
 class Launch:
     """`tfdist launch OPTIONS -- python SCRIPT ARGS` started on h0; its output lines with arrival times."""
 
-    def __init__(self, lab, *options: str, script: str, args: tuple[str, ...] = ()) -> None:
-        """``script``: a file in tests/scripts, or Python source given to ``python -c``."""
+    def __init__(self, lab, *options: str, script: str, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        """``script``: a file in tests/scripts, or Python source given to ``python -c``; ``env`` is
+        added to the launcher's environment (which it forwards to every task)."""
         program = [str(SCRIPTS / script)] if script.endswith(".py") else ["-c", script]
         argv = [sys.executable, "-m", "tfdist", "launch", *options, "--ssh-port", str(lab.ssh_port),
                 "--ssh-identity-file", str(lab.identity_file), "--grace", "2", "--",
                 sys.executable, *program, *args]
         self.lines: list[tuple[float, str]] = []
         self.process = lab.popen("h0", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 env=subprocess_env(), cwd=REPO)
+                                 env=subprocess_env(**(env or {})), cwd=REPO)
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
 
@@ -159,7 +165,7 @@ def test_a_worker_hosts_link_cut_mid_training_does_not_stop_the_job(make_lab, tm
     """h2 stays cut to the end, and its sshd (stock: no ClientAlive keepalives) never ends the
     session: worker:1 is stopped by its supervisor, which misses the launcher's heartbeats."""
     lab = make_lab(["h0", "h1", "h2", "h3"])
-    job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)))
+    job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)), env=FAST_KEEPALIVE)
     await_epochs(tmp_path, job, 1)
     assert lab.task_processes("h2", sessions=False)  # worker:1 and its supervisor run there
     lab.cut("h2")  # worker:1's host: neither the chief nor the ps
@@ -192,7 +198,7 @@ def test_a_worker_hosts_link_cut_mid_training_does_not_stop_the_job(make_lab, tm
 
 def test_the_ps_hosts_link_cut_fails_the_chief_with_the_clear_error(make_lab, tmp_path):
     lab = make_lab(["h0", "h1", "h2", "h3"])
-    job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)))
+    job = Launch(lab, *PS_LAYOUT, script="ps_train.py", args=("plain", str(tmp_path)), env=FAST_KEEPALIVE)
     await_epochs(tmp_path, job, 1)
     lab.cut("h3")  # ps:0's host
     cut = time.monotonic()

@@ -2,6 +2,7 @@
 
     python hvd_elastic.py OUTDIR [--epochs N] [--epoch-seconds S] [--commit-every K] [--static] [--quiet]
                                  [--fail-once HOST:EPOCH] [--hosts-file F --remove-at E --add-at E]
+                                 [--hold-from EPOCH:SIZE]
 
 Every rank appends one JSON line per finished epoch to OUTDIR/epochs.jsonl (host, pid, rank, size,
 epoch, time) and one line per start to OUTDIR/starts.jsonl; rank 0 writes OUTDIR/result.json at
@@ -11,6 +12,9 @@ rank on HOST (HOROVOD_HOSTNAME) exit at the start of EPOCH, once (a marker file 
 dropping then restoring its last line; then, in the next epoch's first batch, it waits until Horovod
 has told it of the change, so the change lands on a batch commit (with --commit-every K >= 2),
 never on the epoch's end (the discovery poll and the commits would otherwise race).
+``--hold-from EPOCH:SIZE``: from the end of EPOCH on, rank 0 ends an epoch only once the job runs
+SIZE ranks or Horovod has told it of a host change (up to ``HOST_CHANGE_WAIT`` s per epoch), so a
+job with few epochs is not over before a host that comes back has rejoined (a test's short job).
 ``--quiet``: nothing on stdout or stderr (no progress bar, no log lines), like a rank that never
 prints: its ssh session then never fails on a write when its launcher is gone.
 """
@@ -38,6 +42,7 @@ parser.add_argument("--fail-once", default=None)
 parser.add_argument("--hosts-file", default=None)
 parser.add_argument("--remove-at", type=int, default=None)
 parser.add_argument("--add-at", type=int, default=None)
+parser.add_argument("--hold-from", default=None, metavar="EPOCH:SIZE")
 parser.add_argument("--static", action="store_true", help="elastic=False: the same job, not elastic")
 parser.add_argument("--quiet", action="store_true")
 args = parser.parse_args()
@@ -102,6 +107,12 @@ class Record(tf.keras.callbacks.Callback):
             self.changed_at = None
 
     def on_epoch_end(self, epoch, logs=None):
+        if args.hold_from and strategy.rank == 0:
+            at, size = (int(part) for part in args.hold_from.split(":"))
+            deadline = time.monotonic() + HOST_CHANGE_WAIT
+            while (epoch >= at and strategy.size < size and not _host_change_pending()
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
         append("epochs.jsonl", {"rank": strategy.rank, "size": strategy.size, "epoch": epoch,
                                 "lr": float(self.model.optimizer.learning_rate.numpy()),
                                 "steps": self.params.get("steps"), "loss": float(logs["loss"])})
