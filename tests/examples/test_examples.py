@@ -87,13 +87,35 @@ def assert_trained(result: dict[str, str], backend: str, workers: int) -> None:
     assert loss < 0.9 * CHANCE_LOSS, f"test loss {loss} is not below chance ({CHANCE_LOSS:.2f})"
 
 
+def assert_served_by_the_demo(result: dict, export: Path) -> None:
+    """`classifier.py --export DIR`: one export, named on the RESULT line; then the demo's own serving
+    step (`scripts/demo.sh serve DIR`, TensorFlow's saved_model_cli) serves a test digit from it and
+    prints the prediction."""
+    assert result["export"] == str(export)
+    assert sorted(p.name for p in export.parent.iterdir()) == ["1"]  # one export, no temporary sibling left
+    served = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh"), "serve", str(export)], capture_output=True,
+                            text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
+    assert served.returncode == 0, served.stdout[-3000:] + served.stderr[-3000:]
+    line = served.stdout.strip().splitlines()[-1]
+    match = re.fullmatch(rf"Served by saved_model_cli from {re.escape(str(export))}: predicted digit (\d) "
+                         r"\(label (\d)\); logits \[.*\]", line)
+    assert match, served.stdout
+
+
 @pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS)
 def test_classifier(strategy, launcher, tmp_path):
+    """Every backend trains and logs; under horovodrun with ``--export`` (what `make demo` runs) it also
+    exports once, and the demo's serving step serves a digit from that export."""
     backend, workers = expected(strategy, launcher)
+    demo = (strategy, launcher) == ("horovod", "horovodrun")
+    export = tmp_path / "exports" / "classifier" / "1"
     run = run_example("classifier.py", launcher, "--strategy", strategy, "--epochs", "1",
-                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"))
+                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"),
+                      *(["--export", str(export)] if demo else []))
     result = result_line(run)
     assert_trained(result, backend, workers)
+    if demo:
+        assert_served_by_the_demo(result, export)
     assert float(result["examples_per_second"]) > 0
     run_dir = Path(result["logdir"])
     assert run_dir.parent == tmp_path / "runs"

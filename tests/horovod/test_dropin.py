@@ -1,6 +1,6 @@
 """tfdist.horovod as a drop-in for horovod.tensorflow.keras, with tf-keras and with Keras 3.
 
-The horovodrun jobs (two per Keras: the MNIST-shaped example and tests/scripts/hvd_dropin.py) pick
+The horovodrun jobs (one per Keras: tests/scripts/hvd_dropin.py, then the MNIST-shaped example) pick
 the Keras as Horovod users do, through TF_USE_LEGACY_KERAS and `tf.keras`. The checks without
 horovodrun run in this process, Horovod not initialised.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ FLAVOURS = {"tf_keras": "1", "keras_3": "0"}  # the TF_USE_LEGACY_KERAS each fla
 horovod_job = [pytest.mark.horovod, pytest.mark.no_gpu]  # CPU-exact tolerances
 
 
-def _job(script: str, outdir: Path, keras: str) -> None:
-    result = horovodrun(script, str(outdir), np=2, timeout=300,
+def _job(script: str, outdir: Path, keras: str, *args: str) -> None:
+    result = horovodrun(script, str(outdir), *args, np=2, timeout=300,
                         env={"TF_USE_LEGACY_KERAS": FLAVOURS[keras], "TFDIST_TEST_KERAS": keras})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -33,17 +34,30 @@ def relative_error(weights: list, reference: list) -> float:
                for w, r in zip(weights, reference))
 
 
-@pytest.fixture(scope="module", params=list(FLAVOURS))
-def mnist(request, tmp_path_factory) -> tuple[str, Path]:
-    outdir = tmp_path_factory.mktemp(f"hvd-mnist-{request.param}")
-    _job("horovod_keras_mnist.py", outdir, request.param)
-    return request.param, outdir
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> Callable[[str], tuple[Path, Path]]:
+    """``jobs(keras)``: the output folders of hvd_dropin.py and of the MNIST example, which that
+    job runs after its scenarios (``--then-mnist``); one job per Keras, run once."""
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def run(keras: str) -> tuple[Path, Path]:
+        if keras not in done:
+            outdir, mnist = tmp_path_factory.mktemp(f"hvd-dropin-{keras}"), tmp_path_factory.mktemp(f"hvd-mnist-{keras}")
+            _job("hvd_dropin.py", outdir, keras, "--then-mnist", str(mnist))
+            done[keras] = outdir, mnist
+        return done[keras]
+
+    return run
 
 
 @pytest.fixture(scope="module", params=list(FLAVOURS))
-def scenarios(request, tmp_path_factory) -> tuple[str, list[dict]]:
-    outdir = tmp_path_factory.mktemp(f"hvd-dropin-{request.param}")
-    _job("hvd_dropin.py", outdir, request.param)
+def mnist(request, jobs) -> tuple[str, Path]:
+    return request.param, jobs(request.param)[1]
+
+
+@pytest.fixture(scope="module", params=list(FLAVOURS))
+def scenarios(request, jobs) -> tuple[str, list[dict]]:
+    outdir = jobs(request.param)[0]
     return request.param, [json.loads((outdir / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -150,15 +164,17 @@ def test_keras_3_refuses_groups_as_variable_lists_naming_the_fix():
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=[[variable]])
 
 
-def test_keras_3_refuses_backward_passes_and_any_optimizer_refuses_adasum():
+def test_keras_3_backward_passes_map_onto_accumulation_and_any_optimizer_refuses_adasum():
     import keras
     import tf_keras
 
     import tfdist.horovod as hvd
     from tfdist.errors import ArgumentValueError
 
-    with pytest.raises(ArgumentValueError, match=r"`backward_passes_per_step`=2 .*fix: leave"):
-        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
+    # issue 22: Keras 3 accumulates with the optimizer's own gradient_accumulation_steps (one allreduce per
+    # update: tests/strategies/test_accumulation.py counts them), instead of refusing
+    optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
+    assert optimizer.gradient_accumulation_steps == 2
     for optimizer in (keras.optimizers.SGD(0.1), tf_keras.optimizers.SGD(0.1)):
         with pytest.raises(ArgumentValueError, match=r"`op`=.*fix: pass op=hvd.Average"):
             hvd.DistributedOptimizer(optimizer, op=hvd.Adasum)

@@ -1,6 +1,7 @@
 """`import tfdist.horovod as hvd` scenarios for tests/horovod/test_dropin.py, under horovodrun -np 2.
 
-    hvd_dropin.py OUTDIR      (the Keras: tf.keras as TF_USE_LEGACY_KERAS sets it, like Horovod users)
+    hvd_dropin.py OUTDIR [--then-mnist MNIST_OUTDIR]
+                              (the Keras: tf.keras as TF_USE_LEGACY_KERAS sets it, like Horovod users)
 
 Writes OUTDIR/rank<r>.json with, per scenario:
 * equivalence: ranks start from different weights, DistributedOptimizer + BroadcastGlobalVariablesCallback
@@ -12,6 +13,9 @@ Writes OUTDIR/rank<r>.json with, per scenario:
 * warmup: the learning rate each batch starts with under LearningRateWarmupCallback;
 * trap: identical starting weights, different shards; final weights with Horovod's own
   horovod.tensorflow.keras.DistributedOptimizer and with tfdist.horovod's.
+
+``--then-mnist MNIST_OUTDIR`` then runs horovod_keras_mnist.py on MNIST_OUTDIR in the same job,
+unchanged, as its own ``__main__`` (one horovodrun start-up for both).
 """
 import json
 import sys
@@ -126,3 +130,10 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    if len(sys.argv) == 4 and sys.argv[2] == "--then-mnist":
+        import runpy
+
+        sys.argv = [str(Path(__file__).with_name("horovod_keras_mnist.py")), sys.argv[3]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    elif len(sys.argv) != 2:
+        raise SystemExit(f"usage: hvd_dropin.py OUTDIR [--then-mnist MNIST_OUTDIR], got {sys.argv[1:]}")

@@ -1,9 +1,11 @@
 """Scenarios run under horovodrun by tests/strategies/test_horovod.py.
 
-    python hvd_train.py MODE OUTDIR
+    python hvd_train.py MODE OUTDIR [KIND]
+    python hvd_train.py several OUTDIR PART [PART ...]   (PART: train, equivalence or lazy/KIND)
 
-Each rank writes OUTDIR/rank<N>.json; the test compares them. TFDIST_TEST_KERAS picks the Keras
-the models, optimizers and callbacks come from: ``tf_keras`` (default) or ``keras_3``.
+Each rank writes OUTDIR/rank<N>.json; the test compares them. ``several`` runs the PARTs one after
+the other in one job (one start-up for all), each in OUTDIR/<PART with - for />. TFDIST_TEST_KERAS
+picks the Keras the models, optimizers and callbacks come from: ``tf_keras`` (default) or ``keras_3``.
 """
 from __future__ import annotations
 
@@ -67,12 +69,12 @@ class LearningRates(K.callbacks.Callback):
         self.values.append(float(self.model.optimizer.learning_rate.numpy()))
 
 
-def dump(rank: int, payload: dict) -> None:
-    with open(os.path.join(OUTDIR, f"rank{rank}.json"), "w") as f:
+def dump(outdir: str, rank: int, payload: dict) -> None:
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(payload, f)
 
 
-if MODE == "train":
+def train(outdir: str) -> None:
     # auto must resolve to horovod under horovodrun; LR scaling and a 2-epoch warm-up are on.
     strategy = tfdist.make_strategy("auto", warmup_epochs=2)
     with strategy.scope():
@@ -81,19 +83,21 @@ if MODE == "train":
     initial = weights(model)
     raw, lrs = RawLogs(), LearningRates()
     checkpoint = K.callbacks.ModelCheckpoint(
-        os.path.join(OUTDIR, f"ckpt-rank{strategy.rank}", "model-{epoch}.weights.h5"), save_weights_only=True)
-    board = TensorBoardRun(os.path.join(OUTDIR, "tb"), run_name=f"run-rank{strategy.rank}",
+        os.path.join(outdir, f"ckpt-rank{strategy.rank}", "model-{epoch}.weights.h5"), save_weights_only=True)
+    board = TensorBoardRun(os.path.join(outdir, "tb"), run_name=f"run-rank{strategy.rank}",
                            strategy=strategy, batch_size=16)
     history = strategy.fit(model, *data(), batch_size=16, epochs=3, validation_data=data(64, seed=7),
                            callbacks=[raw, MetricAverage(), lrs, strategy.throughput(16), checkpoint, board])
-    dump(strategy.rank, {
+    dump(outdir, strategy.rank, {
         "flavour": tfdist.keras_compat.flavour_of(model), "kind": strategy.kind, "size": strategy.size, "is_chief": strategy.is_chief,
         "initial_weights": initial, "final_weights": weights(model),
         "raw_logs": raw.raw, "history": history.history, "lrs": lrs.values,
         "steps": history.params["steps"],
         "evaluate": strategy.evaluate(model, *data(64, seed=9), batch_size=16, return_dict=True),
     })
-elif MODE == "equivalence":
+
+
+def equivalence(outdir: str) -> None:
     # Plain SGD, no LR scaling: 2 ranks x batch 16 must equal 1 process x batch 32.
     strategy = tfdist.make_strategy("horovod", scale_lr=False)
     with strategy.scope():
@@ -106,11 +110,12 @@ elif MODE == "equivalence":
         reference.compile(optimizer=K.optimizers.SGD(LR), loss="mse")
         reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
         payload["reference"] = weights(reference)
-    dump(strategy.rank, payload)
-elif MODE == "lazy":
+    dump(outdir, strategy.rank, payload)
+
+
+def lazy(outdir: str, kind: str) -> None:
     # Models that create their weights lazily (Horovod's own example has no Input): ranks start
     # from different weights, Adam (slots), and must match one process with twice the batch.
-    KIND = sys.argv[3]
 
     class Subclassed(K.Model):
         def __init__(self):
@@ -123,13 +128,13 @@ elif MODE == "lazy":
 
     def lazy_model(seed: int) -> K.Model:
         K.utils.set_random_seed(seed)
-        if KIND == "sequential":
+        if kind == "sequential":
             return K.Sequential([K.layers.Dense(16, activation="tanh"), K.layers.Dense(1)])
-        if KIND == "subclassed":
+        if kind == "subclassed":
             return Subclassed()
-        if KIND == "functional":
+        if kind == "functional":
             return build_model(seed)
-        raise SystemExit(f"unknown model kind {KIND!r}")
+        raise SystemExit(f"unknown model kind {kind!r}")
 
     class InitialWeights(K.callbacks.Callback):
         """The weights every rank starts training from, after tfdist's broadcast."""
@@ -152,8 +157,10 @@ elif MODE == "lazy":
         reference.compile(optimizer=K.optimizers.Adam(0.01), loss="mse")
         reference.fit(*data(), batch_size=32, epochs=2, shuffle=False, verbose=0)
         payload["reference"] = weights(reference)
-    dump(strategy.rank, payload)
-elif MODE == "crash":
+    dump(outdir, strategy.rank, payload)
+
+
+def crash(outdir: str) -> None:
     # Rank 1 fails in its second epoch; rank 0 would wait in the next allreduce forever.
     strategy = tfdist.make_strategy("horovod")
     with strategy.scope():
@@ -163,15 +170,17 @@ elif MODE == "crash":
     class Boom(K.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             if epoch == 1 and strategy.rank == 1:
-                with open(os.path.join(OUTDIR, "fault-time"), "w") as f:  # the test times the reaction
+                with open(os.path.join(outdir, "fault-time"), "w") as f:  # the test times the reaction
                     f.write(repr(time.time()))
                 raise RuntimeError("rank 1 fails on purpose")
 
     strategy.fit(model, *data(4096), batch_size=16, epochs=50, callbacks=[Boom()])
-elif MODE == "resume":
+
+
+def resume(outdir: str) -> None:
     # BackupAndRestore on every rank: the first run dies at epoch 2, the second resumes there.
     strategy = tfdist.make_strategy("horovod")
-    first_run = not os.path.exists(os.path.join(OUTDIR, "first-run-done"))
+    first_run = not os.path.exists(os.path.join(outdir, "first-run-done"))
     with strategy.scope():
         model = build_model(seed=1)
         model.compile(optimizer=strategy.optimizer(K.optimizers.SGD(LR)), loss="mse")
@@ -180,14 +189,31 @@ elif MODE == "resume":
         def on_epoch_begin(self, epoch, logs=None):
             if first_run and epoch == 2:
                 if strategy.rank == 0:
-                    open(os.path.join(OUTDIR, "first-run-done"), "w").close()
+                    open(os.path.join(outdir, "first-run-done"), "w").close()
                 raise RuntimeError("stopping the first run at epoch 2 on purpose")
 
         def on_epoch_end(self, epoch, logs=None):
-            with open(os.path.join(OUTDIR, f"epochs-rank{strategy.rank}.txt"), "a") as f:
+            with open(os.path.join(outdir, f"epochs-rank{strategy.rank}.txt"), "a") as f:
                 f.write(f"{epoch}\n")
 
-    backup = K.callbacks.BackupAndRestore(os.path.join(OUTDIR, "backup"))
+    backup = K.callbacks.BackupAndRestore(os.path.join(outdir, "backup"))
     strategy.fit(model, *data(), batch_size=16, epochs=4, callbacks=[backup, Progress()])
+
+
+MODES = {"train": train, "equivalence": equivalence, "crash": crash, "resume": resume,
+         "lazy": lambda outdir: lazy(outdir, sys.argv[3])}
+
+
+if MODE == "several":
+    for part in sys.argv[3:]:
+        name, *rest = part.split("/")
+        outdir = os.path.join(OUTDIR, part.replace("/", "-"))
+        os.makedirs(outdir, exist_ok=True)
+        if name == "lazy":
+            lazy(outdir, *rest)
+        else:
+            MODES[name](outdir)
+elif MODE in MODES:
+    MODES[MODE](OUTDIR)
 else:
     raise SystemExit(f"unknown mode {MODE!r}")

@@ -4,6 +4,8 @@
 
 Every task runs this script; server tasks block inside make_strategy. Before that, each task
 records its pid in OUTDIR/pids/<type>-<index>, so the chief can kill a task on purpose.
+With PS_TRAIN_START_AT=<unix time> set, the task imports TensorFlow first and then waits until that
+time before it joins the cluster (a restart after an orchestrator's back-off, its import done early).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import tfdist  # noqa: F401  (before tensorflow)
 import numpy as np
 import tensorflow as tf
 
+START_AT_ENV = "PS_TRAIN_START_AT"
 MODE, OUTDIR = sys.argv[1], sys.argv[2]
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 os.makedirs(os.path.join(OUTDIR, "pids"), exist_ok=True)
@@ -30,11 +33,13 @@ if MODE == "sharded":
 if MODE == "plain":
     options["chief_grace_seconds"] = 5  # the servers leave soon after the chief is done
 if MODE == "restart-alone":
-    options.update(chief_grace_seconds=60, cluster_timeout=20)
+    options.update(chief_grace_seconds=20, cluster_timeout=20)
 if MODE == "worker-dies-at-start":
     if (task["type"], task["index"]) == ("worker", 1):
         sys.exit("worker:1 fails before serving, on purpose")
     options["cluster_timeout"] = 15
+if os.environ.get(START_AT_ENV):
+    time.sleep(max(0.0, float(os.environ[START_AT_ENV]) - time.time()))
 strategy = tfdist.make_strategy("auto", **options)  # TF_CONFIG with ps tasks -> parameter_server
 VOCAB, EPOCHS = 1000, 5 if MODE.startswith("restart") else 4
 

@@ -359,9 +359,9 @@ def _check_every_epoch_once(result, records, final, epochs: int) -> None:
 def test_a_lost_rank_is_survived_and_its_host_rejoins(tmp_path):
     """The rank on 127.0.0.1 dies at the start of epoch 2: the other rank restores the last commit,
     goes on alone (twice the steps per epoch), and 127.0.0.1 comes back after its cool-down."""
-    epochs = 8
+    epochs = 6  # 2 at size 2, the failure, 2 s of cool-down (1 s x 2 at the first blacklisting), rejoined
     result, records, final = _elastic_job(tmp_path, "--fail-once", "127.0.0.1:2", "--epochs", str(epochs),
-                                          "--epoch-seconds", "3")
+                                          "--epoch-seconds", "2", cooldown=(1, 2))
     _check_every_epoch_once(result, records, final, epochs)
     sizes = final["sizes"]
     assert sizes[:2] == [2, 2] and sizes[2] == 1, sizes
@@ -372,13 +372,13 @@ def test_a_lost_rank_is_survived_and_its_host_rejoins(tmp_path):
 
 @pytest.mark.horovod
 def test_hosts_removed_and_added_resume_mid_epoch_from_a_batch_commit(tmp_path):
-    """The discovery list drops 127.0.0.1 after epoch 1 and restores it after epoch 4; commits
+    """The discovery list drops 127.0.0.1 after epoch 1 and restores it after epoch 3; commits
     every 3 batches, so the job re-forms part-way through an epoch and runs only its rest. (The
     script waits in the next epoch's first batch until Horovod reports the change, so it lands on
     the batch commit at batch 3, not on an epoch end.)"""
-    epochs = 8
-    result, records, final = _elastic_job(tmp_path, "--remove-at", "1", "--add-at", "4", "--commit-every", "3",
-                                          "--epochs", str(epochs), "--epoch-seconds", "2")
+    epochs = 5
+    result, records, final = _elastic_job(tmp_path, "--remove-at", "1", "--add-at", "3", "--commit-every", "3",
+                                          "--epochs", str(epochs), "--epoch-seconds", "1.5")
     _check_every_epoch_once(result, records, final, epochs)
     assert 1 in final["sizes"] and final["sizes"][-1] == 2, final["sizes"]
     full = {1: 16, 2: 8}
@@ -392,8 +392,8 @@ def test_a_job_that_starts_alone_scales_the_rate_when_a_host_joins(tmp_path):
     """One host listed at the start (Horovod starts every slot it finds, whatever -np says): the rate
     is scaled for one rank (a factor of 1), and must still double when the second host joins after
     epoch 1 (the lr check in _check_every_epoch_once)."""
-    epochs = 5
-    result, records, final = _elastic_job(tmp_path, "--epochs", str(epochs), "--epoch-seconds", "2",
+    epochs = 4  # the join lands on epoch 2's end: epoch 3 runs at size 2
+    result, records, final = _elastic_job(tmp_path, "--epochs", str(epochs), "--epoch-seconds", "1",
                                           "--add-at", "1", start=1)
     _check_every_epoch_once(result, records, final, epochs)
     assert final["sizes"][0] == 1 and final["sizes"][-1] == 2, final["sizes"]

@@ -2,7 +2,6 @@
 models, optimizers and callbacks of tf-keras and of Keras 3 alike."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -23,16 +22,12 @@ def _job(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300, 
                       env={"TFDIST_TEST_KERAS": keras, **env})
 
 
-def _run(mode: str, outdir: Path, *args: str, keras: str, timeout: float = 300, **env: str) -> list[dict]:
-    result = _job(mode, outdir, *args, keras=keras, timeout=timeout, **env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+LAZY_KINDS = ["sequential", "subclassed", "functional"]  # the jobs: tests/strategies/conftest.py
 
 
 @pytest.fixture(scope="module", params=FLAVOURS)
-def trained(request, tmp_path_factory) -> tuple[Path, list[dict]]:
-    outdir = tmp_path_factory.mktemp(f"horovod-train-{request.param}")
-    return outdir, _run("train", outdir, keras=request.param)
+def trained(request, horovod_jobs) -> tuple[Path, list[dict]]:
+    return horovod_jobs.outdir(request.param, "tf_keras", "train"), horovod_jobs(request.param, "tf_keras", "train")
 
 
 def test_the_job_used_the_keras_it_was_given(trained, request):
@@ -129,11 +124,11 @@ def test_validation_figures_in_tensorboard_are_the_mean_over_ranks(trained):
 
 
 @pytest.mark.parametrize("keras", FLAVOURS)
-@pytest.mark.parametrize("kind", ["sequential", "subclassed", "functional"])
-def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kind, keras):
+@pytest.mark.parametrize("kind", LAZY_KINDS)
+def test_lazily_built_models_start_identical_and_match_one_process(horovod_jobs, kind, keras):
     """Horovod's official example builds a Sequential without Input: the broadcast used to crash.
     Keras 3 builds such models (and its optimizer) inside the first traced step unless tfdist builds them."""
-    rank0, rank1 = _run("lazy", tmp_path, kind, keras=keras)
+    rank0, rank1 = horovod_jobs(keras, "tf_keras", f"lazy/{kind}")
     assert rank0["built_before_fit"] is (kind == "functional")
     for start0, start1 in zip(rank0["initial"], rank1["initial"]):
         np.testing.assert_array_equal(np.array(start0), np.array(start1))  # the first step is exact
@@ -146,10 +141,9 @@ def test_lazily_built_models_start_identical_and_match_one_process(tmp_path, kin
 
 @pytest.mark.parametrize("keras, tf_keras_is", [("tf_keras", "tf_keras"), ("keras_3", "keras_3"),
                                                ("tf_keras", "keras_3")])
-def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path, keras, tf_keras_is):
+def test_two_ranks_equal_one_process_with_twice_the_batch(horovod_jobs, keras, tf_keras_is):
     """Last case: tf-keras objects in a process where ``tf.keras`` (and so Horovod's Keras) is Keras 3."""
-    legacy = "1" if tf_keras_is == "tf_keras" else "0"
-    rank0, rank1 = _run("equivalence", tmp_path, keras=keras, TF_USE_LEGACY_KERAS=legacy)
+    rank0, rank1 = horovod_jobs(keras, tf_keras_is, "equivalence")
     assert rank0["tf_keras_is"] == tf_keras_is
     for distributed, other, reference in zip(rank0["distributed"], rank1["distributed"], rank0["reference"]):
         distributed, reference = np.array(distributed), np.array(reference)

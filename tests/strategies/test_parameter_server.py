@@ -108,15 +108,6 @@ def test_a_relaunched_chief_resumes_at_the_last_finished_epoch(tmp_path):
     assert leftover_processes(tmp_path) == []
 
 
-def test_a_worker_that_dies_at_start_up_fails_the_chief_naming_it(tmp_path):
-    """The chief used to wait for the missing worker forever, with no output."""
-    result = launch("worker-dies-at-start", tmp_path, "--workers", "2", "--ps", "1", timeout=240)
-    assert result.returncode != 0
-    assert "worker:1 fails before serving, on purpose" in result.stdout
-    assert "ParameterServerError: the chief waited 15s and these tasks never answered: worker:1 (" in result.stdout
-    assert leftover_processes(tmp_path) == []
-
-
 @pytest.mark.parametrize("form", ["resolver", "cluster_spec", "dict"])
 def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(tmp_path, form):
     """`cluster=resolver` used to raise AttributeError: 'SimpleClusterResolver' object has no attribute 'items'."""
@@ -131,7 +122,8 @@ def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(t
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # min_shard_bytes split the kernel
 
 
-def _start_tasks(names: list[str], cluster: dict, mode: str, outdir: Path) -> dict[str, subprocess.Popen]:
+def _start_tasks(names: list[str], cluster: dict, mode: str, outdir: Path,
+                 **env: str) -> dict[str, subprocess.Popen]:
     """Tasks started by hand, as an orchestrator does (no tfdist launch): one process each."""
     processes = {}
     for name in names:
@@ -139,32 +131,67 @@ def _start_tasks(names: list[str], cluster: dict, mode: str, outdir: Path) -> di
         config = json.dumps({"cluster": cluster, "task": {"type": task_type, "index": int(index)}})
         processes[name] = subprocess.Popen(
             [sys.executable, str(SCRIPTS / "ps_train.py"), mode, str(outdir)], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=subprocess_env(TF_CONFIG=config, GRPC_FAIL_FAST="use_caller"))
+            stderr=subprocess.STDOUT, text=True,
+            env=subprocess_env(TF_CONFIG=config, GRPC_FAIL_FAST="use_caller", **env))
     return processes
 
 
-@pytest.fixture
-def hand_started_cluster(tmp_path):
+def _hand_cluster() -> dict[str, list[str]]:
     from tfdist.cluster import free_ports
 
     ports = free_ports(4)
-    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
-               "ps": [f"127.0.0.1:{ports[3]}"]}
-    started: list[subprocess.Popen] = []
+    return {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:3]],
+            "ps": [f"127.0.0.1:{ports[3]}"]}
 
-    def start(names: list[str]) -> dict[str, subprocess.Popen]:
-        processes = _start_tasks(names, cluster, "restart-alone", tmp_path)
-        started.extend(processes.values())
-        return processes
 
-    yield start
-    for process in started:
+def _end(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
         if process.poll() is None:
             process.kill()
         process.communicate()
 
 
-def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_cluster, tmp_path):
+@pytest.fixture
+def hand_started_cluster(tmp_path):
+    cluster = _hand_cluster()
+    started: list[subprocess.Popen] = []
+
+    def start(names: list[str], **env: str) -> dict[str, subprocess.Popen]:
+        processes = _start_tasks(names, cluster, "restart-alone", tmp_path, **env)
+        started.extend(processes.values())
+        return processes
+
+    yield start
+    _end(started)
+
+
+# The next two jobs spend most of their time waiting on a timeout (15 s, 20 s) with TensorFlow
+# imported and nothing to compute; the restart test below starts them when its back-off begins (its
+# servers then wait 10 s, and 20 s of grace at the end, idle too), and their tests read their output.
+@pytest.fixture(scope="module")
+def worker_dies_at_start(tmp_path_factory) -> tuple[Path, subprocess.Popen, Path]:
+    """`tfdist launch --workers 2 --ps 1` in which worker:1 exits before serving (stdout to a file)."""
+    outdir = tmp_path_factory.mktemp("ps-worker-dies")
+    stdout = tmp_path_factory.mktemp("ps-worker-dies-log") / "stdout.txt"
+    command = [sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1", "--",
+               sys.executable, str(SCRIPTS / "ps_train.py"), "worker-dies-at-start", str(outdir)]
+    with open(stdout, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, text=True,
+                                   env=subprocess_env())
+    yield outdir, process, stdout
+    _end([process])
+
+
+@pytest.fixture(scope="module")
+def lone_chief(tmp_path_factory) -> subprocess.Popen:
+    """A restarted chief whose servers have all left: only the chief of a 4-task cluster runs."""
+    outdir = tmp_path_factory.mktemp("ps-lone-chief")
+    process = _start_tasks(["chief:0"], _hand_cluster(), "restart-alone", outdir)["chief:0"]
+    yield process
+    _end([process])
+
+
+def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_cluster, tmp_path, request):
     """Servers used to leave 5 s after the chief died, so a chief restarted on its own (what an
     orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds for it."""
     servers = hand_started_cluster(["worker:0", "worker:1", "ps:0"])
@@ -172,8 +199,12 @@ def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_clus
     first_output, _ = first.communicate(timeout=300)
     assert first.returncode == -9 and "killing chief-0" in first_output, first_output[-3000:]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1]
-    time.sleep(10)  # Kubernetes' first restart back-off; longer than the servers' old 5 s grace
-    second = hand_started_cluster(["chief:0"])["chief:0"]
+    # Kubernetes' first restart back-off, 10 s from the kill: longer than the servers' old 5 s grace.
+    # The new chief imports TensorFlow meanwhile and joins the cluster only when the 10 s are up.
+    back_off_ends = float((tmp_path / "fault-time").read_text()) + 10
+    request.getfixturevalue("worker_dies_at_start")  # started now: their waits overlap this test's
+    request.getfixturevalue("lone_chief")
+    second = hand_started_cluster(["chief:0"], PS_TRAIN_START_AT=repr(back_off_ends))["chief:0"]
     output, _ = second.communicate(timeout=300)
     assert second.returncode == 0, output[-4000:]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # resumed: none lost, none repeated
@@ -182,9 +213,19 @@ def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_clus
         assert server.returncode == 0, f"{name}: {server_output[-2000:]}"
 
 
-def test_a_chief_restarted_after_the_servers_left_fails_fast_naming_them(hand_started_cluster, tmp_path):
-    chief = hand_started_cluster(["chief:0"])["chief:0"]  # nobody else was ever started
-    output, _ = chief.communicate(timeout=300)
-    assert chief.returncode != 0
+def test_a_chief_restarted_after_the_servers_left_fails_fast_naming_them(lone_chief):
+    output, _ = lone_chief.communicate(timeout=300)  # nobody else was ever started
+    assert lone_chief.returncode != 0
     assert "the chief waited 20s and these tasks never answered: ps:0 (127.0.0.1:" in output
     assert "worker:0 (127.0.0.1:" in output and "worker:1 (127.0.0.1:" in output
+
+
+def test_a_worker_that_dies_at_start_up_fails_the_chief_naming_it(worker_dies_at_start):
+    """The chief used to wait for the missing worker forever, with no output."""
+    outdir, process, stdout = worker_dies_at_start
+    process.wait(timeout=240)
+    output = stdout.read_text()
+    assert process.returncode != 0
+    assert "worker:1 fails before serving, on purpose" in output
+    assert "ParameterServerError: the chief waited 15s and these tasks never answered: worker:1 (" in output
+    assert leftover_processes(outdir) == []
