@@ -186,6 +186,18 @@ def clip_gradients(optimizer: Any) -> Any:
     return method
 
 
+def replace_clip_gradients(optimizer: Any, function: Any) -> None:
+    """Make ``function`` this optimizer's ``_clip_gradients`` (an instance attribute over the class's
+    method, checked to exist first); :func:`restore_clip_gradients` undoes it."""
+    clip_gradients(optimizer)
+    setattr(optimizer, CLIP_GRADIENTS, function)
+
+
+def restore_clip_gradients(optimizer: Any) -> None:
+    """Undo :func:`replace_clip_gradients` (nothing to do if it was not replaced)."""
+    vars(optimizer).pop(CLIP_GRADIENTS, None)
+
+
 # --- models, for strategy.export ---------------------------------------------------------------------
 def is_graph_network(model: Any) -> bool:
     """Whether a model is Functional or Sequential (its inputs are known and it can be cloned):

@@ -250,3 +250,47 @@ def test_a_keras_file_of_a_compiled_subclassed_model_is_refused_before_anything_
                                                       r"after the `with strategy.scope\(\):` block"):
             mirrored.export(inside, tmp_path / "inside.keras", format="keras")
     assert list(tmp_path.iterdir()) == []
+
+
+def _failing_after(step: int, problem: str):
+    """A Role.agree that reports another task's ``problem`` at its ``step``-th call (1: checks,
+    2: writing, 3: committing), as a worker of a real job would."""
+    calls = []
+
+    def agree(mine):
+        calls.append(mine)
+        return mine if mine is not None else (problem if len(calls) == step else None)
+
+    return agree
+
+
+def test_another_tasks_failed_write_keeps_the_previous_export(exported, tmp_path):
+    """The chief has written and verified, a worker's throwaway copy failed: the new export must not
+    replace the previous one (the error says nothing was kept)."""
+    from tfdist.export import Role, export_model
+
+    strategy, model, _ = exported
+    target = strategy.export(model, tmp_path / "model", verify=False)
+    stamp = (tmp_path / "model" / "saved_model.pb").read_bytes()
+    role = Role(writes=True, agree=_failing_after(2, "OSError: [Errno 28] No space left on device"))
+    with pytest.raises(ExportError, match=r"another task failed writing .*No space left.*nothing was kept"):
+        export_model(model, target, role, overwrite=True, verify=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary sibling left
+    assert (tmp_path / "model" / "saved_model.pb").read_bytes() == stamp
+
+
+def test_when_the_tasks_cannot_agree_each_raises_its_own_error_first(exported, tmp_path):
+    from tfdist.export import Role, export_model
+
+    _, model, _ = exported
+
+    def broken(mine):
+        raise RuntimeError("collective aborted")
+
+    with pytest.raises(ExportArgumentError, match=r"`overwrite` must be True or False") as info:
+        export_model(model, tmp_path / "m", Role(writes=True, agree=broken), overwrite="yes")
+    assert "collective aborted" in str(info.value.__cause__)
+    with pytest.raises(ExportError, match=r"the tasks could not agree on the export's checks: RuntimeError: "
+                                          r"collective aborted; fix: "):
+        export_model(model, tmp_path / "m", Role(writes=True, agree=broken))
+    assert not (tmp_path / "m").exists()

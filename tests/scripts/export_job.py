@@ -36,6 +36,14 @@ def dense_model(keras):
     return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(2)])
 
 
+def normalized_model(keras):
+    """BatchNormalization's moving statistics are sync-on-read under MultiWorkerMirrored: reading them
+    is a collective, which every worker must run at the same point of an export."""
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
+                             keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+
+
 def sharded_model(keras):
     keras.utils.set_random_seed(0)
     return keras.Sequential([keras.Input((4,), dtype="int64"), keras.layers.Embedding(VOCAB, 8, name="embedding"),
@@ -81,9 +89,12 @@ def bad_exports(strategy, keras, model) -> list[dict]:
     return found
 
 
-def good_export(strategy, model, name: str, sample: np.ndarray, **kwargs) -> str:
-    """Export ``model`` to EXPORTS/<name>; the chief keeps the sample and the model's predictions."""
-    predictions = model.predict(sample, verbose=0)
+def good_export(strategy, model, name: str, sample: np.ndarray, call: bool = False, **kwargs) -> str:
+    """Export ``model`` to EXPORTS/<name>; the chief keeps the sample and the model's predictions
+    (``call``: ``model(sample)`` outside any replica, where MultiWorkerMirrored reads BatchNormalization's
+    statistics as their mean over the workers, as a checkpoint holds them; ``predict`` would use each
+    worker's own)."""
+    predictions = np.asarray(model(sample, training=False)) if call else model.predict(sample, verbose=0)
     path = strategy.export(model, os.path.join(EXPORTS, *name.split("/")), **kwargs)
     if strategy.is_chief:
         np.savez(os.path.join(RESULTS, name.replace("/", "_") + ".npz"), sample=sample, predictions=predictions)
@@ -142,6 +153,9 @@ def main() -> None:
         model = trained(strategy, tf_keras, dense_model, x, y)
         report["errors"] = bad_exports(strategy, tf_keras, model)
         report["paths"] = [good_export(strategy, model, f"{BACKEND}/1", sample)]
+        if BACKEND == "mwms":  # reading its statistics is a collective: every worker must do it together
+            normalized = trained(strategy, tf_keras, normalized_model, x, y)
+            report["paths"].append(good_export(strategy, normalized, "mwms-bn/1", sample, call=True))
         if BACKEND == "horovod":
             model3 = trained(strategy, keras, dense_model, x, y)
             report["paths"].append(good_export(strategy, model3, "horovod-keras3/1", sample))

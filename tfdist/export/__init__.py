@@ -5,22 +5,26 @@
 
 The steps, the same on every task so that none waits for another that gave up:
 
-1. every task checks the arguments and the model; the writing task (the chief) checks the path
+1. every task checks the arguments and the model, then the writing task (the chief) checks the path
    (``paths.check_target``); the tasks agree on the outcome (``Role.agree``) and all raise the same
    error if one failed, before anything is written;
-2. the chief writes into a temporary sibling (``paths.atomic_target``), reloads it in a fresh
-   interpreter with ``verify=True`` (``verify``), and only then renames it onto the path; tasks that
-   must write too (MultiWorkerMirrored workers) write a throwaway copy that is removed;
-3. the tasks agree again, so a failed write or check fails every task; every task returns the path.
+   every task also computes the model's outputs on the verification sample here, because reading a
+   model's variables may be a collective (MultiWorkerMirrored's sync-on-read BatchNormalization
+   statistics) and must run on every task at once;
+2. the chief writes into a temporary sibling (``paths.staged_target``) and reloads it in a fresh
+   interpreter with ``verify=True`` (``verify``); tasks that must write too (MultiWorkerMirrored
+   workers) write a throwaway copy that is removed; the tasks agree;
+3. only when every task succeeded does the chief rename the export onto the path (the previous one
+   stays until then); the tasks agree once more, and every task returns the path.
 
 Module layout: ``paths`` (where, atomically), ``saved_model`` (what: the serving function),
 ``verify`` (the fresh-process reload), ``check`` (``tfdist export-check``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import os
 from typing import Any, Callable
 
 from tfdist.errors import with_fix
@@ -60,32 +64,40 @@ def export_model(model: Any, path: Any, role: Role, *, format: str = "saved_mode
             if not isinstance(value, bool):
                 raise ExportArgumentError(with_fix(f"`{name}` must be True or False, got {value!r}",
                                                    f"pass {name}=True or {name}=False"))
-        state["target"] = (paths.check_target(path, format, overwrite) if role.writes else
-                           _target_of(path, format))
+        target = paths.absolute_target(path, format)
         saved_model.check_model(model)
         if role.copies or (format == "keras" and getattr(model, "optimizer", None) is not None):
             saved_model.check_copyable(model)
         state["serving"] = saved_model.serving(model, input_signature)  # raises before anything is written
         state["inputs"] = _sample(sample, state["serving"].specs)
+        if verify:  # a collective on some backends: every task gets here, or none does (same checks above)
+            state["expected"] = _outputs(state["serving"], state["inputs"])
+        # last, as the only check that differs between tasks: the writer's path
+        state["target"] = paths.check_target(path, format, overwrite) if role.writes else target
 
     _together(role, check, "the export's checks")
     target = state["target"]
 
-    def write() -> None:
-        if not (role.writes or role.throwaway):
-            return
-        source = saved_model.merged_copy(model) if role.copies else model
-        serving = saved_model.serving(source, input_signature) if source is not model else state["serving"]
-        if not role.writes:
-            with paths.throwaway_target(target) as written:
-                saved_model.write(source, serving, written, format)
-            return
-        with paths.atomic_target(target) as written:
-            saved_model.write(source, serving, written, format)
+    with contextlib.ExitStack() as staged:
+        def write() -> None:
+            if not (role.writes or role.throwaway):
+                return
+            source = saved_model.merged_copy(model) if role.copies else model
+            serving = saved_model.serving(source, input_signature) if source is not model else state["serving"]
+            if not role.writes:
+                with paths.throwaway_target(target) as written:
+                    saved_model.write(source, serving, written, format)
+                return
+            staging = staged.enter_context(paths.staged_target(target))
+            saved_model.write(source, serving, staging.written, format)
             if verify:
-                _verify(model, state["serving"], state["inputs"], written, target, format)
+                _verify(model, state["serving"], state["inputs"], state["expected"], staging.written, target,
+                        format)
+            state["staging"] = staging
 
-    _together(role, write, f"writing {target!r}")
+        _together(role, write, f"writing {target!r}")
+        _together(role, lambda: state["staging"].commit() if "staging" in state else None,
+                  f"putting the export at {target!r}")
     return target
 
 
@@ -96,19 +108,18 @@ def _together(role: Role, step: Callable[[], None], what: str) -> None:
         step()
     except Exception as exc:  # any failure: the other tasks must hear of it, or they would wait
         error = exc
-    agreed = role.agree(None if error is None else f"{type(error).__name__}: {error}")
+    try:
+        agreed = role.agree(None if error is None else f"{type(error).__name__}: {error}")
+    except Exception as failed:  # the tasks could not even agree: say why this one failed, if it did
+        if error is not None:
+            raise error from failed
+        raise ExportError(with_fix(f"the tasks could not agree on {what}: {type(failed).__name__}: {failed}",
+                                   "see the other tasks' errors; every task stopped")) from failed
     if error is not None:
         raise error
     if agreed is not None:
         raise ExportError(with_fix(f"another task failed {what}: {agreed}",
                                    "fix what that task's error says; every task stopped, nothing was kept"))
-
-
-def _target_of(path: Any, format: str) -> str:
-    if format not in FORMATS:
-        raise ExportPathError(with_fix(f"`format` must be one of {list(FORMATS)}, got {format!r}",
-                                       "pass format='saved_model' (for serving) or format='keras'"))
-    return os.path.abspath(os.fspath(path))
 
 
 def _sample(sample: Any, specs: tuple) -> list:
@@ -127,14 +138,18 @@ def _sample(sample: Any, specs: tuple) -> list:
     return [a.astype(spec.dtype.as_numpy_dtype) for spec, a in zip(specs, arrays)]
 
 
-def _verify(model: Any, serving: Any, inputs: list, written: str, target: str, format: str) -> None:
+def _outputs(serving: Any, inputs: list) -> dict:
+    """The model's own outputs on ``inputs``, through the serving function (``training=False``)."""
     import tensorflow as tf
 
+    return {key: value.numpy() for key, value in serving.function(*[tf.constant(x) for x in inputs]).items()}
+
+
+def _verify(model: Any, serving: Any, inputs: list, expected: dict, written: str, target: str,
+            format: str) -> None:
     from tfdist import keras_compat
     from tfdist.export import verify
 
-    expected = {key: value.numpy() for key, value in
-                serving.function(*[tf.constant(x) for x in inputs]).items()}
     policy = getattr(model, "dtype_policy", None)
     compute = str(getattr(policy, "compute_dtype", "float32"))
     package = "tf_keras" if keras_compat.flavour_of(model) == keras_compat.TF_KERAS else "keras"

@@ -14,9 +14,7 @@ from typing import Any
 
 from tfdist.errors import with_fix
 from tfdist.export.errors import ExportError
-
-SIGNATURE = "serving_default"
-TAG = "serve"
+from tfdist.export.signature import SIGNATURE, TAG
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import secrets
 import shutil
 import socket
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
 from tfdist.errors import TfdistError, with_fix
 
@@ -46,9 +46,9 @@ def is_export(path: str, format: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "saved_model.pb"))
 
 
-def check_target(path: str, format: str, overwrite: bool) -> str:
-    """The absolute export path, or ``ExportPathError`` naming it; writes nothing but a probe file in
-    the nearest existing directory (removed at once)."""
+def absolute_target(path: Any, format: str) -> str:
+    """The absolute export path for ``format``, or ``ExportPathError``; reads nothing on disk, so
+    every task gets the same answer."""
     if format not in FORMATS:
         raise ExportPathError(with_fix(f"`format` must be one of {list(FORMATS)}, got {format!r}",
                                        "pass format='saved_model' (for serving) or format='keras'"))
@@ -59,6 +59,13 @@ def check_target(path: str, format: str, overwrite: bool) -> str:
     if format == "keras" and not target.endswith(".keras"):
         raise ExportPathError(with_fix(f"`path` {target!r} must end in .keras with format='keras'",
                                        f"pass {os.path.basename(target)}.keras, or format='saved_model'"))
+    return target
+
+
+def check_target(path: Any, format: str, overwrite: bool) -> str:
+    """The absolute export path, or ``ExportPathError`` naming it; writes nothing but a probe file in
+    the nearest existing directory (removed at once)."""
+    target = absolute_target(path, format)
     if os.path.lexists(target):
         if not overwrite:
             raise ExportPathError(with_fix(f"`path` {target!r} already exists",
@@ -150,24 +157,44 @@ def _remove(path: str) -> None:
             os.remove(path)
 
 
+class Staging:
+    """An export being written: ``written`` (inside a temporary sibling of ``target``) is put at
+    ``target`` only by :meth:`commit`, after the tasks agreed that every one of them succeeded."""
+
+    def __init__(self, written: str, target: str) -> None:
+        self.written = written
+        self.target = target
+
+    def commit(self) -> None:
+        if not os.path.lexists(self.written):
+            raise ExportPathError(with_fix(f"the export wrote nothing to {self.written!r}",
+                                           "report this with the model that was exported"))
+        commit(self.written, self.target)
+
+
+@contextlib.contextmanager
+def staged_target(target: str) -> Iterator[Staging]:
+    """A :class:`Staging` for ``target``; its temporary sibling is removed when the block ends, so
+    an export never committed (an error, another task's failure) leaves nothing; a kill leaves the
+    sibling only, which the next export of ``target`` removes (``sweep``)."""
+    sweep(target)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    temporary = _sibling(target, _TMP)
+    os.mkdir(temporary)
+    try:
+        yield Staging(os.path.join(temporary, os.path.basename(target)), target)
+    finally:
+        _remove(temporary)
+
+
 @contextlib.contextmanager
 def atomic_target(target: str) -> Iterator[str]:
     """Yield where to write the export: a path named like ``target`` inside a temporary sibling
     directory. Once the block has finished, the export replaces ``target`` (two renames when an
     export is there already); on any error, or a kill, nothing but the sibling is left (``sweep``)."""
-    sweep(target)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = _sibling(target, _TMP)
-    os.mkdir(temporary)
-    written = os.path.join(temporary, os.path.basename(target))
-    try:
-        yield written
-        if not os.path.lexists(written):
-            raise ExportPathError(with_fix(f"the export wrote nothing to {written!r}",
-                                           "report this with the model that was exported"))
-        commit(written, target)
-    finally:
-        _remove(temporary)
+    with staged_target(target) as staging:
+        yield staging.written
+        staging.commit()
 
 
 def commit(written: str, target: str) -> None:

@@ -24,10 +24,8 @@ import tensorflow as tf
 from tfdist import keras_compat, upstream
 from tfdist.errors import with_fix
 from tfdist.export.errors import ExportArgumentError
+from tfdist.export.signature import ENDPOINT
 
-#: Where the serving function is registered; ``serving_default`` is its alias (what servers call).
-ENDPOINT = "serve"
-SIGNATURE = "serving_default"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 
 from tfdist.errors import with_fix
 from tfdist.export.errors import ExportError
+from tfdist.export.signature import SIGNATURE
 
 #: (atol, rtol) by compute dtype.
 TOLERANCES: dict[str, tuple[float, float]] = {"float32": (1e-5, 0.0), "float64": (1e-5, 0.0),
@@ -34,12 +35,12 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 import tensorflow as tf
-path, fmt, package, names_json, inputs_npz, outputs_npz, report = sys.argv[1:8]
-names = json.loads(names_json)
+path, fmt, package, names_json, inputs_npz, outputs_npz, report, signature, forbidden_json = sys.argv[1:10]
+names, forbidden = json.loads(names_json), json.loads(forbidden_json)
 with np.load(inputs_npz) as data:
     inputs = [data[f"i{index}"] for index in range(len(names))]
 if fmt == "saved_model":
-    function = tf.saved_model.load(path).signatures["serving_default"]
+    function = tf.saved_model.load(path).signatures[signature]
     outputs = {k: v.numpy() for k, v in function(**{n: tf.constant(x) for n, x in zip(names, inputs)}).items()}
 else:
     import importlib
@@ -53,7 +54,7 @@ else:
 wide = lambda v: tf.cast(v, tf.float64).numpy() if tf.as_dtype(v.dtype).is_floating else np.asarray(v)
 np.savez(outputs_npz, **{k: wide(tf.constant(v)) for k, v in outputs.items()})  # bfloat16 has no .npy form
 with open(report, "w") as f:
-    json.dump({"modules": sorted(m for m in sys.modules if m.split(".")[0] in ("tfdist", "horovod"))}, f)
+    json.dump({"modules": sorted(m for m in sys.modules if m.split(".")[0] in forbidden)}, f)
 """
 
 
@@ -95,8 +96,11 @@ def verify(path: str, format: str, package: str, names: list[str], inputs: list[
     with tempfile.TemporaryDirectory(prefix="tfdist-verify-") as scratch:
         given, got, report = (os.path.join(scratch, name) for name in ("in.npz", "out.npz", "report.json"))
         np.savez(given, **{f"i{index}": array for index, array in enumerate(inputs)})
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        command = [sys.executable, "-I", "-c", _CHILD, path, format, package, json.dumps(names), given, got, report]
+        # on the CPU: the training process may hold the GPUs' memory; the numbers must match anyway
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+               "CUDA_VISIBLE_DEVICES": ""}
+        command = [sys.executable, "-I", "-c", _CHILD, path, format, package, json.dumps(names), given, got, report,
+                   SIGNATURE, json.dumps(FORBIDDEN)]
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
         except subprocess.TimeoutExpired:

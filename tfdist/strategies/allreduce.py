@@ -215,7 +215,7 @@ def _allreduce_per_update(optimizer: Any, reduce: Any, steps: int, average: bool
             grads = [g if g is None else g * steps for g in grads]
         return clip(grads)
 
-    setattr(optimizer, upstream.CLIP_GRADIENTS, allreduce_then_clip)
+    upstream.replace_clip_gradients(optimizer, allreduce_then_clip)
 
 
 def _same_finite_decision(hvd: Any, loss_scale: Any) -> None:
@@ -240,8 +240,8 @@ def rehome_under_loss_scale(optimizer: Any) -> Any:
     settings = None if inner is None else getattr(inner, ALLREDUCE_MARK, None)
     if settings is None or getattr(optimizer, ALLREDUCE_MARK, None) is not None:
         return optimizer
-    for name in ("apply", upstream.CLIP_GRADIENTS):
-        vars(inner).pop(name, None)
+    vars(inner).pop("apply", None)  # our own instance attribute (_allreduce_in_apply), public name
+    upstream.restore_clip_gradients(inner)
     delattr(inner, ALLREDUCE_MARK)
     return _allreduce_in_apply(optimizer, dataclasses.replace(settings, backward_passes_per_step=1))
 

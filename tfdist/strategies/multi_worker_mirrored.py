@@ -100,10 +100,11 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         from tfdist.export import Role
 
         strategy = self._strategy
+        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
 
-        def agree(problem: str | None) -> str | None:
+        def agree(problem: str | None) -> str | None:  # every replica of a failed worker says 1
             flag = strategy.run(lambda: tf.constant(0 if problem is None else 1, tf.int32))
-            failed = int(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None).numpy())
+            failed = int(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None).numpy()) // replicas_per_worker
             return problem if problem is not None else (
                 f"{failed} worker(s) failed (their logs say why)" if failed else None)
 
