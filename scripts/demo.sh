@@ -22,7 +22,7 @@ quiet() { grep -v -E "^(\[[^]]*\] *)?(<std(out|err)>:)?(I0000|E0000|W0000|WARNIN
 # tfdist, no Horovod), and the prediction printed. `bash scripts/demo.sh serve DIR` does only this.
 serve() {
   local export="$1" input
-  python - "$log/digit.npy" <<'PY'
+  python - "$log/digit.npy" 2>"$log/digit.err" <<'PY' || { quiet <"$log/digit.err" >&2; echo "reading a test digit failed" >&2; exit 1; }
 import sys
 
 import numpy as np
