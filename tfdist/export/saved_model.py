@@ -116,11 +116,15 @@ def _named(spec: Any, index: int, flat: list) -> tf.TensorSpec:
     if not isinstance(spec, tf.TensorSpec):
         raise ExportArgumentError(with_fix(f"input {index} of the model is a {type(spec).__name__}, not a "
                                            "tensor", "pass input_signature= with one tf.TensorSpec per input"))
-    name = re.sub(r"[^A-Za-z0-9_]", "_", (spec.name or "").split(":")[0]).strip("_")
-    others = [re.sub(r"[^A-Za-z0-9_]", "_", (s.name or "").split(":")[0]).strip("_") for s in flat]
-    if not name or not name[0].isalpha() or others.count(name) > 1:
+    name = _safe_name(spec)
+    if not name or not name[0].isalpha() or [_safe_name(s) for s in flat].count(name) > 1:
         name = f"input_{index}"
     return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+
+def _safe_name(spec: Any) -> str:
+    """A tensor's name as a signature key: its op name, other characters than [A-Za-z0-9_] as "_"."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", (getattr(spec, "name", None) or "").split(":")[0]).strip("_")
 
 
 # --- copies in plain variables ----------------------------------------------------------------------

@@ -332,7 +332,7 @@ class HorovodStrategy(DistributedStrategy):
             problems = self._hvd.allgather_object(problem, name="tfdist.export")
             return next((p for p in problems if p is not None), None)
 
-        return Role(writes=self.rank == 0, agree=agree)
+        return Role(writes=self.is_chief, agree=agree)
 
 
 def _writers() -> tuple[type, ...]:
