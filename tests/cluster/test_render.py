@@ -1,4 +1,4 @@
-"""Tests of tfdist.cluster.render: JSON, env lines, Kubernetes YAML, atomic per-task files."""
+"""Tests of tfdist.cluster.render: JSON, env lines, atomic per-task files (Kubernetes: test_k8s*.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
 
 from tfdist.cluster import render
-from tfdist.cluster.errors import ClusterConfigError
-from tfdist.cluster.render import render_env, render_json, render_k8s, write_dir
+from tfdist.cluster.render import render_env, render_json, write_dir
 from tfdist.cluster.spec import Address, ClusterSpec
 from tfdist.cluster.tf_config import all_tf_configs
 from tfdist.cluster.validate import validate_tf_config
@@ -90,63 +88,3 @@ def test_write_dir_crash_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch
         write_dir(changed, tmp_path)
     assert (tmp_path / "worker-0.json").read_text() == before
     assert os.listdir(tmp_path) == ["worker-0.json"]
-
-
-def test_render_k8s_tfjob():
-    docs = list(yaml.safe_load_all(render_k8s(SPEC, "reg/train:1", ["python", "train.py"], name="mnist")))
-    assert len(docs) == 1
-    job = docs[0]
-    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("kubeflow.org/v1", "TFJob", "mnist")
-    replicas = job["spec"]["tfReplicaSpecs"]
-    assert {k: v["replicas"] for k, v in replicas.items()} == {
-        "Chief": 1,
-        "Worker": 2,
-        "PS": 1,
-        "Evaluator": 1,
-    }
-    container = replicas["PS"]["template"]["spec"]["containers"][0]
-    assert container == {
-        "name": "tensorflow",
-        "image": "reg/train:1",
-        "command": ["python", "train.py"],
-        "ports": [{"name": "tfjob-port", "containerPort": 2223}],
-    }
-
-
-def test_render_k8s_plain_services_and_pods():
-    docs = list(yaml.safe_load_all(render_k8s(SPEC, "img", name="job", mode="plain")))
-    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
-    pods = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Pod"}
-    assert sorted(services) == ["job-chief-0", "job-ps-0", "job-worker-0", "job-worker-1"]
-    assert sorted(pods) == sorted([*services, "job-evaluator-0"])
-    assert services["job-ps-0"]["spec"]["clusterIP"] == "None"
-    assert services["job-ps-0"]["spec"]["ports"] == [{"name": "grpc", "port": 2223, "targetPort": 2223}]
-    assert services["job-ps-0"]["spec"]["selector"] == pods["job-ps-0"]["metadata"]["labels"]
-    for name, pod in pods.items():
-        (container,) = pod["spec"]["containers"]
-        assert "command" not in container
-        (env,) = container["env"]
-        config = json.loads(env["value"])
-        assert env["name"] == "TF_CONFIG" and validate_tf_config(config) == []
-        assert config["cluster"] == {
-            "chief": ["job-chief-0:2222"],
-            "worker": ["job-worker-0:2222", "job-worker-1:2222"],
-            "ps": ["job-ps-0:2223"],
-        }
-        task_type, index = name[len("job-") :].rsplit("-", 1)
-        assert config["task"] == {"type": task_type, "index": int(index)}
-
-
-@pytest.mark.parametrize(
-    "kwargs, field, text",
-    [
-        ({"image": ""}, "image", "no container image given"),
-        ({"image": "i", "name": "Bad_Name"}, "name", "'Bad_Name' is not a valid Kubernetes name"),
-        ({"image": "i", "name": "a" * 60}, "name", "makes Service names of 72 characters; the limit is 63"),
-        ({"image": "i", "mode": "helm"}, "mode", "unknown Kubernetes mode 'helm'"),
-    ],
-)
-def test_render_k8s_errors(kwargs, field, text):
-    with pytest.raises(ClusterConfigError) as info:
-        render_k8s(SPEC, **kwargs)
-    assert info.value.problems[0].field == field and text in str(info.value)

@@ -16,12 +16,20 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
 from tfdist.cli.strict import StrictGroup
-from tfdist.cli.types import TaskCount
+from tfdist.cli.types import BoundedInt, Parsed, TaskCount
 from tfdist.cluster.build import EXPLICIT_OPTIONS, ClusterOptions, build_cluster, flag
 from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, listing, shown
 from tfdist.cluster.files import read_bounded
 from tfdist.cluster.limits import MAX_INPUT_BYTES
-from tfdist.cluster.render import K8S_MODES, render_env, render_json, render_k8s, write_dir
+from tfdist.cluster.k8s import (
+    K8S_MODES,
+    MAX_GPUS_PER_TASK,
+    TaskResources,
+    parse_cpu,
+    parse_memory,
+    render_k8s,
+)
+from tfdist.cluster.render import render_env, render_json, write_dir
 from tfdist.cluster.slurm import slurm_cluster
 from tfdist.cluster.source import check_source
 from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec
@@ -35,6 +43,12 @@ from tfdist.cluster.tf_config import (
 from tfdist.cluster.validate import validate_cluster, warnings_for
 
 FORMATS = ("json", "env", "dir", "k8s", "slurm")
+#: The options of --format k8s, by the field of the library's problems they answer for.
+_K8S_FLAGS = {"image": "--k8s-image", "mode": "--k8s-mode", "name": "--k8s-name", "command": "--k8s-command",
+              "runtime": "--k8s-runtime", "gpus": "--gpus-per-task", "cpu": "--cpu-per-task",
+              "memory": "--memory-per-task"}
+_K8S_OPTIONS = ("k8s_image", "k8s_mode", "k8s_name", "k8s_command", "k8s_runtime", "gpus_per_task",
+                "cpu_per_task", "memory_per_task")
 
 
 def _option_error(exc: ClusterOptionError) -> click.ClickException:
@@ -101,10 +115,22 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
 @click.option("--out", type=click.Path(file_okay=False), help="Directory for --format dir.")
 @click.option("--k8s-image", help="Container image for --format k8s.")
 @click.option("--k8s-mode", type=click.Choice(K8S_MODES), default="tfjob", show_default=True,
-              help="tfjob: a Kubeflow TFJob; plain: headless Services and Pods with TF_CONFIG.")
+              help="tfjob: a Kubeflow TFJob; plain: headless Services and Pods with TF_CONFIG; mpijob: an "
+                   "mpi-operator MPIJob running Horovod; trainjob: a Kubeflow Trainer v2 TrainJob running "
+                   "Horovod (mpijob and trainjob: workers only).")
 @click.option("--k8s-name", default="tfdist", show_default=True,
-              help="Name of the TFJob / prefix of the Pods.")
-@click.option("--k8s-command", help="Container command for --format k8s, e.g. 'python train.py'.")
+              help="Name of the job / prefix of the Pods.")
+@click.option("--k8s-command", help="Container command for --format k8s, e.g. 'python train.py' "
+                                    "(mpijob and trainjob: what mpirun starts; required).")
+@click.option("--k8s-runtime", metavar="NAME",
+              help="--k8s-mode trainjob: the ClusterTrainingRuntime (with an MPI mlPolicy) it references.")
+@click.option("--gpus-per-task", type=BoundedInt(0, MAX_GPUS_PER_TASK), metavar="N",
+              help="--format k8s: nvidia.com/gpu limit of each chief/worker/evaluator container; under "
+                   "mpijob/trainjob also the Horovod processes per worker.")
+@click.option("--cpu-per-task", type=Parsed("CPU", lambda text: parse_cpu(text, field="")),
+              help="--format k8s: CPU request of each task's container, e.g. 4 or 500m.")
+@click.option("--memory-per-task", type=Parsed("SIZE", lambda text: parse_memory(text, field="")),
+              help="--format k8s: memory request of each task's container, e.g. 16Gi.")
 @click.pass_context
 def tf_config(ctx: click.Context, **options: Any) -> None:
     """Generate TF_CONFIG for every task of a cluster (the default), or `validate` one.
@@ -130,7 +156,7 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
     if o["out"] is not None and fmt != "dir":
         raise click.BadParameter(f"is only used with --format dir, not {fmt}; fix: add --format dir",
                                  param_hint="'--out'")
-    k8s_given = _given(ctx, ("k8s_image", "k8s_mode", "k8s_name", "k8s_command"))
+    k8s_given = _given(ctx, _K8S_OPTIONS)
     if k8s_given and fmt != "k8s":
         raise click.UsageError(f"{', '.join(flag(n) for n in k8s_given)} only apply to --format k8s; "
                                "fix: add --format k8s or drop them")
@@ -152,16 +178,7 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
         if not o["k8s_image"]:
             raise click.BadParameter("--format k8s needs a container image; "
                                      "fix: --k8s-image my-registry/train:1.0", param_hint="'--k8s-image'")
-        command = _split_command(o["k8s_command"])
-        try:
-            text = render_k8s(spec, o["k8s_image"], command, o["k8s_name"], o["k8s_mode"])
-        except ClusterConfigError as exc:
-            if exc.problems[0].field == "tasks":  # --k8s-mode plain above MAX_EVERY_TASK
-                raise click.UsageError(f"--k8s-mode plain: {exc.problems[0].message}; fix: use --k8s-mode "
-                                       "tfjob, "
-                                       "whose operator writes each task's TF_CONFIG") from None
-            raise click.BadParameter(exc.details, param_hint=f"'--k8s-{exc.problems[0].field}'") from None
-        click.echo(text, nl=False)
+        click.echo(_render_k8s(spec, o), nl=False)
         return
     configs = _selected_configs(spec, o["task"])
     if fmt == "json":
@@ -179,6 +196,26 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
                                      "give a directory you can write to", param_hint="'--out'") from None
         for path in paths:
             click.echo(str(path))
+
+
+def _render_k8s(spec: ClusterSpec, o: dict[str, Any]) -> str:
+    """The manifests of --format k8s; one problem becomes its option's error, several a list naming
+    each option (exit 2 either way)."""
+    command = _split_command(o["k8s_command"])
+    try:
+        resources = TaskResources(gpus=o["gpus_per_task"] or 0, cpu=o["cpu_per_task"],
+                                  memory=o["memory_per_task"])
+        return render_k8s(spec, o["k8s_image"], command, o["k8s_name"], o["k8s_mode"], resources=resources,
+                          runtime=o["k8s_runtime"])
+    except ClusterConfigError as exc:
+        problems = exc.problems
+    if problems[0].field == "tasks":  # --k8s-mode plain above MAX_EVERY_TASK
+        raise click.UsageError(f"--k8s-mode plain: {problems[0].message}; fix: use --k8s-mode tfjob, "
+                               "whose operator writes each task's TF_CONFIG")
+    if len(problems) == 1:
+        raise click.BadParameter(problems[0].detail, param_hint=f"'{_K8S_FLAGS[problems[0].field]}'")
+    raise click.UsageError("the Kubernetes options are invalid:"
+                           + listing(f"{_K8S_FLAGS[p.field]}: {p.detail}" for p in problems))
 
 
 def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:

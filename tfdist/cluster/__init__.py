@@ -9,7 +9,15 @@ from tfdist.cluster.build import ClusterOptions, build_cluster
 from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, Problem
 from tfdist.cluster.files import load_cluster_file
 from tfdist.cluster.limits import MAX_DEPTH, MAX_EVERY_TASK, MAX_INPUT_BYTES, MAX_TASKS
-from tfdist.cluster.render import render_env, render_json, render_k8s, write_dir
+from tfdist.cluster.k8s import (
+    K8S_MODES,
+    TaskResources,
+    k8s_manifests,
+    parse_cpu,
+    parse_memory,
+    render_k8s,
+)
+from tfdist.cluster.render import render_env, render_json, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
 from tfdist.cluster.source import SourceCheck, check_source
 from tfdist.cluster.spec import (
@@ -25,10 +33,11 @@ from tfdist.cluster.tf_config import TF_CONFIG_ENV, TFConfig, all_tf_configs, pa
 from tfdist.cluster.validate import check, validate_cluster, validate_tf_config, warnings_for
 
 __all__ = [
-    "MAX_DEPTH", "MAX_EVERY_TASK", "MAX_INPUT_BYTES", "MAX_TASKS", "TASK_TYPES", "TF_CONFIG_ENV", "TFConfig",
-    "TRAINING_TASK_TYPES", "Address", "ClusterConfigError", "ClusterOptionError", "ClusterOptions", "ClusterSpec",
-    "Problem", "SourceCheck", "all_tf_configs", "build_cluster", "check", "check_source", "expand_hostlist", "free_ports", "load_cluster_file",
-    "local_cluster", "parse_task", "render_env", "render_json", "render_k8s", "round_robin_cluster",
-    "slurm_cluster", "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config",
-    "warnings_for", "write_dir",
+    "K8S_MODES", "MAX_DEPTH", "MAX_EVERY_TASK", "MAX_INPUT_BYTES", "MAX_TASKS", "TASK_TYPES",
+    "TF_CONFIG_ENV", "TFConfig", "TRAINING_TASK_TYPES", "Address", "ClusterConfigError",
+    "ClusterOptionError", "ClusterOptions", "ClusterSpec", "Problem", "SourceCheck", "TaskResources",
+    "all_tf_configs", "build_cluster", "check", "check_source", "expand_hostlist", "free_ports",
+    "k8s_manifests", "load_cluster_file", "local_cluster", "parse_cpu", "parse_memory", "parse_task",
+    "render_env", "render_json", "render_k8s", "round_robin_cluster", "slurm_cluster", "slurm_tf_config",
+    "tf_config_for", "validate_cluster", "validate_tf_config", "warnings_for", "write_dir",
 ]

@@ -1,4 +1,6 @@
-"""Renderers of TF_CONFIGs: JSON, shell ``export`` lines, Kubernetes YAML, one file per task.
+"""Renderers of TF_CONFIGs: JSON, shell ``export`` lines, one file per task.
+
+Kubernetes manifests are :mod:`tfdist.cluster.k8s`.
 
 All but :func:`write_dir` are pure and return strings.
 
@@ -12,26 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tfdist.cluster.errors import ClusterConfigError, Problem
+from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.errors import ArgumentValueError
-from tfdist.cluster.spec import TASK_TYPES, TRAINING_TASK_TYPES, Address, ClusterSpec
-from tfdist.cluster.tf_config import TF_CONFIG_ENV, check_every_task, tf_config_for
-
-K8S_MODES = ("tfjob", "plain")
-#: The container name and port name that the Kubeflow training operator requires.
-TFJOB_CONTAINER = "tensorflow"
-TFJOB_PORT_NAME = "tfjob-port"
-_REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def compact_json(obj: Any) -> str:
@@ -78,97 +68,6 @@ def write_dir(configs: Mapping[str, Mapping[str, Any]], directory: str | os.Path
         paths.append(target)
     _fsync_directory(root)
     return paths
-
-
-def render_k8s(spec: ClusterSpec, image: str, command: Sequence[str] = (), name: str = "tfdist",
-               mode: str = "tfjob") -> str:
-    """Kubernetes YAML for the cluster.
-
-    ``mode="tfjob"``: one Kubeflow ``kubeflow.org/v1`` TFJob; the training operator creates the
-    services and sets TF_CONFIG itself, so hosts of `spec` are ignored and only the replica counts
-    and each type's first port are used. ``mode="plain"``: a headless Service per training task and
-    a Pod per task with its own TF_CONFIG; the hosts become the Service names
-    ``<name>-<type>-<index>`` and the ports of `spec` are kept.
-    """
-    problems = _k8s_problems(spec, image, name, mode)
-    if problems:
-        raise ClusterConfigError(problems)
-    if mode == "tfjob":
-        docs = [_tfjob(spec, image, list(command), name)]
-    else:
-        check_every_task(spec)  # a Pod with the whole cluster's TF_CONFIG per task: quadratic
-        docs = _plain(spec, image, list(command), name)
-    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
-
-
-def k8s_service_spec(spec: ClusterSpec, name: str) -> ClusterSpec:
-    """`spec` with every host replaced by its Service name ``<name>-<type>-<index>``."""
-    return ClusterSpec(**{
-        t: tuple(Address(f"{name}-{t}-{i}", a.port) for i, a in enumerate(spec.addresses(t)))
-        for t in TASK_TYPES})
-
-
-def _k8s_problems(spec: ClusterSpec, image: str, name: str, mode: str) -> list[Problem]:
-    problems = []
-    if mode not in K8S_MODES:
-        problems.append(Problem("mode", f"unknown Kubernetes mode {mode!r}",
-                                f"use one of {', '.join(K8S_MODES)}"))
-    if not isinstance(image, str) or not image.strip():
-        problems.append(Problem("image", "no container image given",
-                                "pass the image, e.g. 'my-registry/train:1.0'"))
-    longest = max((len(f"{name}-{t}-{i}") for t, i in spec.tasks()), default=len(name))
-    if not isinstance(name, str) or not _DNS_1035.match(name):
-        problems.append(Problem("name", f"{name!r} is not a valid Kubernetes name",
-                                "use lower-case letters, digits and '-', starting with a letter and ending "
-                                "with a letter or digit"))
-    elif longest > 63:
-        problems.append(Problem("name", f"{name!r} makes Service names of {longest} characters; "
-                                "the limit is 63", f"shorten the name by {longest - 63} characters"))
-    return problems
-
-
-def _container(image: str, command: list[str], port: int, port_name: str) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": TFJOB_CONTAINER, "image": image}
-    if command:
-        container["command"] = command
-    container["ports"] = [{"name": port_name, "containerPort": port}]
-    return container
-
-
-def _tfjob(spec: ClusterSpec, image: str, command: list[str], name: str) -> dict[str, Any]:
-    replicas = {}
-    for task_type in TASK_TYPES:
-        addresses = spec.addresses(task_type)
-        if addresses:
-            replicas[_REPLICA_TYPES[task_type]] = {
-                "replicas": len(addresses),
-                "restartPolicy": "OnFailure",
-                "template": {"spec": {"containers": [_container(image, command, addresses[0].port,
-                                                                TFJOB_PORT_NAME)]}},
-            }
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name},
-            "spec": {"tfReplicaSpecs": replicas}}
-
-
-def _plain(spec: ClusterSpec, image: str, command: list[str], name: str) -> list[dict[str, Any]]:
-    services = k8s_service_spec(spec, name)
-    docs: list[dict[str, Any]] = []
-    for task_type, index in services.tasks():
-        address = services.address_of(task_type, index)
-        labels = {"app.kubernetes.io/name": name, "tfdist/task": f"{task_type}-{index}"}
-        if task_type in TRAINING_TASK_TYPES:
-            ports = [{"name": "grpc", "port": address.port, "targetPort": address.port}]
-            docs.append({"apiVersion": "v1", "kind": "Service",
-                         "metadata": {"name": address.host, "labels": dict(labels)},
-                         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                                  "selector": dict(labels), "ports": ports}})
-        container = _container(image, command, address.port, "grpc")
-        config = compact_json(tf_config_for(services, task_type, index))
-        container["env"] = [{"name": TF_CONFIG_ENV, "value": config}]
-        docs.append({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": address.host, "labels": dict(labels)},
-                     "spec": {"restartPolicy": "OnFailure", "containers": [container]}})
-    return docs
 
 
 def _atomic_write(target: Path, text: str) -> None:
