@@ -239,3 +239,84 @@ def test_save_to_a_folder_that_does_not_exist_is_refused_before_anything(tmp_pat
                     "--bandwidth", "50mbit", "--save", str(tmp_path / "no" / "plan.json"))
     assert result.exit_code == 2 and "Invalid value for '--save'" in result.output
     assert "does not exist; fix:" in result.output and "Recommended" not in result.output
+
+
+# --- memory ---------------------------------------------------------------------------------------------
+TABLE = ["--workers", "2", "--ps", "2", "--params", "128M", "--batch-size", "64", "--step-ms", "50",
+         "--bandwidth", "10gbit", "--worker-speeds", "1,0.25", "--optimizer", "adagrad"]
+
+
+def test_memory_json_has_min_ps_and_the_shards():
+    data = json.loads(run(*TABLE, "--ps-memory", "1.5GiB", "--json").output)
+    assert (data["min_ps"], data["min_ps_shards"]) == (3, 3)
+    memory = data["memory"]
+    assert (memory["ps"], memory["shards"], memory["ps_fits"], memory["ps_memory"]) == (2, 2, False, 3 * 2**29)
+    assert memory["ps_bytes"] > 3 * 2**29 and memory["min_ps_need"]["bytes"] <= 3 * 2**29
+    assert data["recommended"] != "parameter_server"
+    assert data["reasons"][-1].startswith("parameter_server does not fit: with 2 ps and shards=2 the fullest")
+
+
+def test_a_ps_that_fits_is_recommended_and_the_text_says_the_fewest_ps():
+    slow = ["--step-ms", "500", "--bandwidth", "10gbit", "--worker-speeds", "1,0.05"]  # a far slower worker
+    result = run(*TABLE[:-8], *slow, "--optimizer", "adagrad", "--ps-memory", "3GiB")
+    assert result.exit_code == 0, result.output
+    assert "Recommended: parameter_server" in result.output
+    assert "Each of 2 ps (shards=2): 1.66 GiB (variables 244 MiB + slots 244 MiB + working space 977 MiB +\n" \
+           "  server 238 MiB) of --ps-memory 3 GiB: fits." in result.output
+    assert "Fewest ps that fit --ps-memory 3 GiB: 2 with shards=2 (1.66 GiB each)." in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 100
+
+
+def test_a_model_that_fits_nowhere_is_refused_with_the_numbers():
+    text = error(run(*TABLE, "--ps-memory", "1.5GiB", "--worker-memory", "1.5GiB"))
+    assert text.startswith("Error: Invalid value for '--ps-memory': no backend fits in the memory given: ")
+    assert "horovod, multi_worker_mirrored: every worker holds the whole model: 3.57 GiB" in text
+    assert "parameter_server: with 2 ps and shards=2 the fullest ps needs 1.66 GiB" in text
+    assert "above --ps-memory 1.5 GiB; --ps 3 with shards=3 is the fewest that fit" in text
+    assert run(*TABLE[:3], "3", *TABLE[4:], "--ps-memory", "1.5GiB", "--worker-memory", "1.5GiB").exit_code == 0
+
+
+def test_the_plan_saved_under_a_memory_cap_carries_its_shards(tmp_path):
+    from tfdist.advise.plan import load_plan
+
+    path = tmp_path / "plan.json"
+    result = run(*TABLE[:3], "3", *TABLE[4:], "--ps-memory", "1.5GiB", "--worker-memory", "1.5GiB",
+                 "--save", str(path))
+    assert result.exit_code == 0, result.output
+    plan, _ = load_plan(str(path))
+    assert (plan.backend, plan.ps, dict(plan.options)) == ("parameter_server", 3, {"shards": 3})
+    assert (plan.inputs["optimizer"], plan.inputs["ps_memory"], plan.inputs["min_ps"]) == ("adagrad", 3 * 2**29, 3)
+
+
+@pytest.mark.parametrize("args, flag, words", [
+    (["--ps-memory", "lots"], "--ps-memory", ["'lots' is not a size", "4GiB, 512M"]),
+    (["--ps-memory", "0"], "--ps-memory", ["below 1 byte"]),
+    (["--worker-memory", "-4G"], "--worker-memory", ["is not a size"]),
+    (["--optimizer", "adamm"], "--optimizer", ["not an optimizer the advisor knows", "adagrad 1"]),
+    (["--largest-variable", "0"], "--largest-variable", ["below 1"]),
+    (["--largest-variable", "200M"], "--largest-variable", ["larger than the model", "at most --params"]),
+])
+def test_bad_memory_input_names_the_option(args, flag, words):
+    given = dict(zip(TABLE[::2], TABLE[1::2]))
+    given.update(dict(zip(args[::2], args[1::2])))
+    text = error(run(*[x for pair in given.items() for x in pair]))
+    assert f"'{flag}'" in text, text
+    for word in words:
+        assert word in text
+
+
+def test_memory_caps_need_the_optimizer_and_probe_reads_them():
+    text = error(run(*LAB, "--ps-memory", "4GiB"))
+    assert text.startswith("Error: --ps-memory needs --optimizer") and "fix: add e.g. --optimizer adam" in text
+    assert "--largest-variable needs --optimizer" in error(run(*LAB, "--largest-variable", "1000"))
+    text = error(run("--probe", "--hosts", "a:1,b:1", "--batch-size", "8", "--params", "1M", "--step-ms", "5",
+                     "--optimizer", "adam", "--ps-memory", "4GiB"))
+    assert "--probe measures --ps-memory itself" in text
+
+
+def test_the_optimizer_alone_shows_what_each_task_needs():
+    result = run(*LAB, "--optimizer", "adam")
+    assert result.exit_code == 0, result.output
+    assert "Memory: 2.55 MiB of variables (taken as one variable: give --largest-variable, or --probe" in result.output
+    assert json.loads(run(*LAB, "--optimizer", "adam", "--json").output)["min_ps"] is None
+    assert "min_ps" not in json.loads(run(*LAB, "--json").output)  # no memory described, none reported

@@ -98,6 +98,26 @@ def test_the_file_round_trips_and_is_strict_json(tmp_path):
     assert inline == plan and source == f"{PLAN_ENV} (inline JSON)"
 
 
+
+def test_a_plan_made_under_a_memory_cap_round_trips_with_its_shards_to_the_options(tmp_path):
+    """128M parameters with Adagrad, 3 ps capped at 1.5 GiB each: parameter servers fit only sharded; the
+    plan's shards=3 and what the memory check was told survive the file and reach the backend's options."""
+    from tfdist.advise.inputs import memory_inputs
+
+    cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=3, bandwidths=(parse_rate("10gbit"),))
+    workload = Workload(params=128_000_000, batch_size=64, step_ms=50.0)
+    memory = memory_inputs(cluster, workload, ("adagrad", 1), ps_memory=3 * 2**29, worker_memory=3 * 2**29)
+    advice = advise(cluster, workload, memory)
+    plan = plan_from_advice(advice, cluster, workload)
+    assert (plan.backend, dict(plan.options)) == ("parameter_server", {"shards": 3})
+    assert {k: plan.inputs[k] for k in ("optimizer", "slots_per_variable", "ps_memory", "min_ps")} == {
+        "optimizer": "adagrad", "slots_per_variable": 1, "ps_memory": 3 * 2**29, "min_ps": 3}
+    assert plan.inputs["ps_bytes"] == memory.planned.total <= 3 * 2**29
+    loaded, _ = load_plan(save_plan(plan, str(tmp_path / "plan.json")))
+    assert loaded == plan
+    resolved = resolve_plan("parameter_server", ps_env(2, 3, **{PLAN_ENV: str(tmp_path / "plan.json")}), {}, OPTIONS)
+    assert resolved.options == {"shards": 3}
+
 # --- plan -> environment -> options ------------------------------------------------------------------------
 
 def test_under_horovodrun_auto_gets_the_planned_options(tmp_path):
@@ -129,6 +149,20 @@ def test_a_parameter_server_plan_under_tf_config(tmp_path):
     resolved = resolve_plan("parameter_server", ps_env(2, 2, **{PLAN_ENV: path}), {}, OPTIONS)
     assert resolved.options == {"shards": 2}
     assert run_size("parameter_server", ps_env(3, 1)) == (3, 1)
+
+
+@pytest.mark.parametrize("explicit, notice", [
+    ({"min_shard_bytes": 1 << 20}, "min_shard_bytes=1048576 (the script's) over the plan's shards=2"),
+    ({"shards": 4}, "shards=4 (the script's) over the plan's 2"),
+])
+def test_the_scripts_own_sharding_wins_over_the_planned_shards(tmp_path, explicit, notice):
+    """shards= and min_shard_bytes= exclude each other: the script's min_shard_bytes replaces the
+    plan's shards (both would be refused by the backend), with one line saying so."""
+    path = save_plan(_plan("10gbit", speeds=(1.0, 0.25), ps=2), str(tmp_path / "plan.json"))
+    resolved = resolve_plan("parameter_server", ps_env(2, 2, **{PLAN_ENV: path}), explicit, OPTIONS)
+    assert resolved.options == explicit
+    overrides = [n for n in resolved.notices if "win over the plan" in n]
+    assert overrides == [f"tfdist plan: the script's options win over the plan: {notice}"]
 
 
 def test_without_the_variable_nothing_changes():

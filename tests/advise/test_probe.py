@@ -200,6 +200,7 @@ def test_a_link_measured_over_loopback_by_real_agents():
 
     measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
     assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
+    assert measured.target_memory is not None and measured.target_memory.usable > 2**20  # the receiver's host
 
 
 def test_an_agent_that_dies_is_named_with_its_host():
@@ -311,3 +312,58 @@ def test_the_measured_block_and_json(monkeypatch):
     data = json.loads(run(*PROBE, "--model", "m:f", "--json").output)
     assert data["recommended"] == "parameter_server" and data["measured"]["hosts"]["w2"]["speed"] == 0.25
     assert data["measured"]["params"] == 85_002
+
+
+# --- memory -----------------------------------------------------------------------------------------------
+def _with_memory(links, memory):
+    """``links`` with each target's memory as its receiver reports it."""
+    import dataclasses
+
+    return [dataclasses.replace(link, target_memory=memory.get(link.target)) for link in links]
+
+
+def test_each_hosts_memory_comes_from_its_receiver_and_is_shared_by_its_tasks():
+    from tfdist.advise.host_memory import HostMemory
+
+    gib = 2**30
+    memory = {"w1": HostMemory(16 * gib, 8 * gib), "w2": HostMemory(16 * gib, 12 * gib),
+              "p": HostMemory(16 * gib, 15 * gib, limit=2 * gib, source="/sys/fs/cgroup/lab/memory.max")}
+    result = aggregate(SLOTS, _with_memory(lab_links(), memory))
+    assert {h.host: h.memory.usable for h in result.hosts} == {"w1": 8 * gib, "w2": 12 * gib, "p": 2 * gib}
+    assert result.memory_caps(workers=2, ps=1) == (2 * gib, 8 * gib)
+    two = parse_hosts("a:2,b:1")  # two workers share a's memory
+    links = _with_memory([link("a", "b", 1000), link("b", "a", 1000)],
+                         {"a": HostMemory(None, 8 * gib), "b": HostMemory(None, 3 * gib)})
+    assert aggregate(two, links).memory_caps(workers=2, ps=1) == (3 * gib, 4 * gib)
+    assert aggregate(SLOTS, lab_links()).memory_caps(2, 1) == (None, None)  # no memory reported
+    assert result.as_dict()["hosts"]["p"]["memory"]["limit"] == 2 * gib
+
+
+def test_probed_memory_decides_and_the_block_shows_it(monkeypatch):
+    """A 128M-parameter table listed by the probe, the ps host capped at 2 GiB by its cgroup: one ps
+    does not fit, the text says so with the numbers, and the JSON has min_ps."""
+    from tfdist.advise import probe
+    from tfdist.advise.host_memory import HostMemory
+
+    gib = 2**30
+    memory = {"w1": HostMemory(None, 16 * gib), "w2": HostMemory(None, 16 * gib),
+              "p": HostMemory(16 * gib, 15 * gib, limit=2 * gib, source="/sys/fs/cgroup/lab/memory.max")}
+
+    def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
+        return aggregate(parse_hosts(hosts), _with_memory(lab_links(), memory), steps={"w1": 20.0, "w2": 80.0},
+                         params=128_000_129, dtype_bytes=4, batch_size=64,
+                         variables=[((1_000_000, 128), 4), ((128, 1), 4), ((1,), 4)])
+
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    result = run(*PROBE, "--model", "m:f", "--optimizer", "adagrad")
+    assert result.exit_code == 0, result.output
+    assert "  p: link 50 Mbit/s" not in result.output and "memory 2 GiB (cgroup limit)" in result.output
+    assert "Memory: 488 MiB of variables (3 variables listed from the model)" in result.output
+    words = " ".join(result.output.split())
+    assert "- parameter_server would be faster but does not fit: with 1 ps and shards=1 the fullest ps needs " \
+           "3.09 GiB" in words and "above the probed 2 GiB per ps; --ps 2 with shards=2 is the fewest" in words
+    data = json.loads(run(*PROBE, "--model", "m:f", "--optimizer", "adagrad", "--json").output)
+    assert (data["min_ps"], data["min_ps_shards"], data["memory"]["probed"]) == (2, 2, True)
+    assert data["recommended"] != "parameter_server"
+    text = usage_error(run(*PROBE, "--model", "m:f", "--optimizer", "adam", "--largest-variable", "1M"))
+    assert "--probe with --model measures --largest-variable itself" in text

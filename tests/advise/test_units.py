@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.units import MAX_RATE, MIN_RATE, format_bytes, format_rate, parse_count, parse_rate
+from tfdist.advise.units import (MAX_RATE, MIN_RATE, format_bytes, format_memory, format_rate, parse_bytes,
+                                 parse_count, parse_rate)
 from tfdist.errors import TfdistError
 
 
@@ -111,3 +112,20 @@ def test_formatting():
     assert format_bytes(138e6 * 4) == "552 MB"
     assert format_bytes(999.9) == "1000 B"
     assert format_bytes(12) == "12 B"
+
+
+@pytest.mark.parametrize("text, value", [("4GiB", 4 * 2**30), ("512M", 512 * 10**6), ("16Gi", 16 * 2**30),
+                                         ("1.5GB", 1_500_000_000), ("4294967296", 2**32), ("512m", 512 * 10**6),
+                                         (" 2 GiB ", 2 * 2**30), (1024, 1024)])
+def test_memory_sizes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text, words", [("0", "is below 1 byte"), ("-1", "is not a size"),
+                                         ("lots", "is not a size"), ("4 GiBs", "is not a size"),
+                                         ("nan", "is not a size"), ("2048TiB", "is above 1 PiB")])
+def test_bad_memory_sizes_name_the_option_and_the_fix(text, words):
+    with pytest.raises(AdviseError) as info:
+        parse_bytes(text, field="--worker-memory")
+    assert str(info.value).startswith(f"--worker-memory {text!r} {words}") and "; fix: " in str(info.value)
+    assert format_memory(4 * 2**30) == "4 GiB" and format_memory(630e6) == "601 MiB"

@@ -670,3 +670,49 @@ def test_a_failing_rank_of_real_horovodrun_is_named_in_the_last_line(tmp_path):
     assert "RuntimeError: Horovod detected that one or more processes exited" in result.stderr  # passed through
     assert result.stderr.strip().splitlines()[-1] == (
         "tfdist launch: horovodrun exited with code 1: rank 1 exited with code 2; its output is above")
+
+
+def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(monkeypatch, tmp_path):
+    """`launch --backend auto --optimizer`: with 2 ps hosts capped at 3 GiB (their cgroups) a 128M-parameter
+    table fits with shards=2, which every task gets in TFDIST_PLAN; capped at 1.5 GiB, and the workers too
+    small for the whole model, nothing fits and nothing is launched (exit 2, the numbers in one line)."""
+    import json
+
+    import tfdist.cli.launch as module
+    from tfdist.advise import probe
+    from tfdist.advise.host_memory import HostMemory
+    from tfdist.advise.plan import PLAN_ENV
+    from tfdist.launch.hosts import parse_hosts
+
+    monkeypatch.chdir(tmp_path)
+    gib = 2**30
+    hosts = ["w1", "w2", "p1", "p2"]
+    caps = {}
+
+    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
+        links = [probe.LinkMeasure(a, b, (50e6 if "w2" in (a, b) else 2e9), 1e-4,
+                                   HostMemory(None, caps.get(b, 16 * gib))) for a, b in probe.ring(hosts)]
+        return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 100.0},
+                               params=128_000_000, dtype_bytes=4, batch_size=batch_size,
+                               variables=[((1_000_000, 128), 4)])
+
+    launched = []
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args) or 0)
+    argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p1:1,p2:1", "--ps", "2", "--model", "m:f",
+            "--batch-size", "64", "--optimizer", "adagrad", "--", sys.executable, "train.py"]
+    caps.update(p1=3 * gib, p2=3 * gib)
+    result = CliRunner().invoke(launch, argv)
+    assert result.exit_code == 0, result.output
+    (call,) = launched
+    assert call[:1] == ("parameter_server",) and call[2:4] == (2, 2)
+    plan = json.loads(call[-1][PLAN_ENV])
+    assert plan["options"] == {"shards": 2} and plan["inputs"]["ps_memory"] == 3 * gib
+    assert "of the probed 3 GiB per ps: fits" in " ".join(result.output.split())
+    launched.clear()
+    caps.update(p1=3 * gib // 2, p2=3 * gib // 2, w1=3 * gib // 2, w2=3 * gib // 2)
+    line = _refused(argv)
+    assert line.startswith("Error: no backend fits in the memory given: ") and launched == []
+    assert "parameter_server: with 2 ps and shards=2 the fullest ps needs 1.66 GiB" in line
+    assert "above the probed 1.5 GiB per ps; --ps 3 with shards=3 is the fewest that fit" in line

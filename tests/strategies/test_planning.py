@@ -120,3 +120,25 @@ def test_under_horovodrun_each_rank_runs_the_planned_compression(tmp_path, run_h
     overrides = [line for line in output.splitlines() if "win over the plan" in line]
     assert len(overrides) == (2 if explicit else 0), overrides  # one line per task
     assert json.loads(result.read_text())["epochs"] == 3  # the chief's measured figures
+
+
+@pytest.mark.parametrize("explicit", [{"min_shard_bytes": 1 << 20}, {"shards": 4}, {}])
+def test_the_planned_shards_and_the_scripts_own_sharding_build_the_backends_options(explicit):
+    """A plan's shards=2 under make_strategy('auto') with the script's own min_shard_bytes= used to
+    give both to ParameterServerOptions, which refuses the pair: the script's now wins."""
+    from tfdist.advise.plan import plan_json
+    from tfdist.strategies import build_options
+    from tfdist.strategies.planning import resolve_plan
+
+    plan = Plan(backend="parameter_server", variant="parameter_server", options={"shards": 2}, workers=2, ps=2,
+                batch_size=16, predicted_examples_per_second=1e3, predicted_step_ms=32.0, bottleneck="ps link",
+                explanation="a test's ps links", inputs={})
+    cluster = {"chief": ["h0:1"], "worker": ["w0:1", "w1:1"], "ps": ["p0:1", "p1:1"]}
+    environ = {PLAN_ENV: plan_json(plan), "TF_CONFIG": json.dumps({"cluster": cluster,
+                                                                   "task": {"type": "chief", "index": 0}})}
+    names = {name: option_names(name) for name in ("parameter_server", "horovod", "multi_worker_mirrored")}
+    resolved = resolve_plan("parameter_server", environ, explicit, names)
+    options = build_options("parameter_server", resolved.options)
+    want = {"shards": 2, "min_shard_bytes": None} if not explicit else {"shards": None, **explicit}
+    assert {"shards": options.shards, "min_shard_bytes": options.min_shard_bytes} == {
+        "shards": None, "min_shard_bytes": None, **want}

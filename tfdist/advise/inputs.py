@@ -21,6 +21,7 @@ from tfdist.advise.units import parse_rate
 from tfdist.errors import with_fix
 
 if TYPE_CHECKING:
+    from tfdist.advise.memory import MemoryCheck
     from tfdist.advise.probe import ProbeResult
 
 _MAX_MODEL_TEXT = 200
@@ -141,3 +142,21 @@ def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, par
                                  dtype_bytes=None if found.params is not None else dtype_bytes,
                                  overlap=overlap)
     return cluster, workload, found
+
+
+def memory_inputs(cluster: Cluster, workload: Workload, optimizer: tuple[str, int], largest: int | None = None,
+                  ps_memory: int | None = None, worker_memory: int | None = None,
+                  shapes: Sequence[tuple[Sequence[int], int]] | None = None, probed: bool = False) -> MemoryCheck:
+    """The memory verdict for ``cluster`` and ``workload``: ``optimizer`` as
+    :func:`tfdist.advise.memory.parse_optimizer` gives it, the model's variables from ``shapes``
+    (``(shape, dtype bytes)`` per variable, as the probe lists them) or else from the workload's
+    parameter count and ``largest`` (the largest variable's parameters), the caps per ps task and
+    per worker in bytes (``probed``: measured by the probe)."""
+    from tfdist.advise.memory import ModelMemory, check_memory
+
+    name, slots = optimizer
+    if shapes:
+        model = ModelMemory.from_shapes(shapes, name, slots)
+    else:
+        model = ModelMemory.from_counts(workload.params, workload.dtype_bytes, name, slots, largest)
+    return check_memory(model, cluster.ps, ps_memory, worker_memory, probed)

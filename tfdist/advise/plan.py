@@ -28,6 +28,7 @@ import tempfile
 from typing import Any, Mapping, Sequence
 
 from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.memory import planned_shards
 from tfdist.advise.recommend import Advice, backend_of
 from tfdist.errors import TfdistError, with_fix
 
@@ -118,20 +119,26 @@ def plan_from_advice(advice: Advice, cluster: Cluster, workload: Workload) -> Pl
     """The plan of ``advice``: its recommended variant as options, for ``cluster`` and ``workload``.
 
     Parameter servers get ``shards=P`` with P > 1 ps tasks: the advisor models every variable split
-    evenly over the P servers (memory and ps links alike). Only options that keep accuracy are
+    evenly over the P servers (memory and ps links alike: ``tfdist.advise.memory.planned_shards``, the
+    shards the memory check counted). Only options that keep accuracy are
     planned: ``steps_per_execution`` (staler updates) is never set.
     """
     prediction = advice.predictions[advice.variant]
     options = dict(_VARIANT_OPTIONS[advice.variant])
     ps = cluster.ps if advice.recommended == "parameter_server" else 0
-    if ps > 1:
-        options["shards"] = ps
+    shards = planned_shards(ps) if ps else None
+    if shards is not None:
+        options["shards"] = shards
     rate = prediction.examples_per_second
     inputs = {"hosts": cluster.hosts, "workers_per_host": cluster.workers_per_host,
               "speeds": list(cluster.speeds), "bandwidths_bytes_per_s": list(cluster.bandwidths),
               "ps_bandwidth_bytes_per_s": cluster.ps_bandwidth, "latency_s": cluster.latency_s,
               "params": workload.params, "dtype_bytes": workload.dtype_bytes, "step_ms": workload.step_ms,
               "overlap": workload.overlap}
+    if advice.memory is not None:  # what the memory check was told and found
+        figures = advice.memory.as_dict()
+        inputs.update({name: figures[name] for name in ("optimizer", "slots_per_variable", "ps_memory",
+                                                         "worker_memory", "ps_bytes", "min_ps")})
     return Plan(backend=advice.recommended, variant=advice.variant, options=options, workers=cluster.workers,
                 ps=ps, batch_size=workload.batch_size, predicted_examples_per_second=rate,
                 predicted_step_ms=1000.0 * workload.batch_size * cluster.workers / rate,
@@ -302,12 +309,27 @@ def _launch_hint(plan: Plan) -> str:
     return f"tfdist launch --backend {plan.backend} --workers {plan.workers} ..."
 
 
+#: Options that say the same thing two ways: a script giving one of a group replaces the plan's others
+#: (``shards`` and ``min_shard_bytes`` both choose the partitioner; the backend refuses both at once).
+EXCLUSIVE_OPTIONS = (frozenset({"shards", "min_shard_bytes"}),)
+
+
 def merge_options(plan: Plan, explicit: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The options to build: the plan's, with the script's explicit ones winning; and one notice per
-    planned option the script overrode (``"compression='none' (the script's) over the plan's 'fp16'"``)."""
-    merged = {**plan.options, **explicit}
-    notices = [f"{name}={explicit[name]!r} (the script's) over the plan's {value!r}"
-               for name, value in sorted(plan.options.items()) if name in explicit and explicit[name] != value]
+    planned option the script overrode (``"compression='none' (the script's) over the plan's 'fp16'"``).
+    A script's option of an :data:`EXCLUSIVE_OPTIONS` group replaces the plan's others of that group
+    (``"min_shard_bytes=1048576 (the script's) over the plan's shards=2"``)."""
+    planned = dict(plan.options)
+    notices = []
+    for group in EXCLUSIVE_OPTIONS:
+        mine = sorted(name for name in group if name in explicit)
+        for name in sorted(group - set(mine)) if mine else ():
+            if name in planned:
+                notices.append(f"{mine[0]}={explicit[mine[0]]!r} (the script's) over the plan's "
+                               f"{name}={planned.pop(name)!r}")
+    merged = {**planned, **explicit}
+    notices += [f"{name}={explicit[name]!r} (the script's) over the plan's {value!r}"
+                for name, value in sorted(planned.items()) if name in explicit and explicit[name] != value]
     return merged, notices
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.errors import AdviseError
+from tfdist.advise.host_memory import HostMemory
 from tfdist.errors import with_fix
 from tfdist.launch.hosts import HostSlots, Placement, check_reachable_names, parse_hosts, place_tasks
 
@@ -61,29 +62,34 @@ class ProbeError(AdviseError):
 @dataclasses.dataclass(frozen=True)
 class LinkMeasure:
     """One measured direction: ``source`` sent to ``target`` at ``rate_bps`` (bits/s, measured by the
-    receiver); ``latency_s`` is half the median round trip of one-byte pings."""
+    receiver); ``latency_s`` is half the median round trip of one-byte pings; ``target_memory`` the
+    receiving host's memory as the receiver read it."""
 
     source: str
     target: str
     rate_bps: float
     latency_s: float
+    target_memory: HostMemory | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class HostMeasure:
     """One host's figures: its link rate (bits/s, min of sent and received), the median latency of
-    its links, its step time (ms, None when not measured) and its speed (fastest step / its step)."""
+    its links, its step time (ms, None when not measured), its speed (fastest step / its step) and its
+    memory (None when the receiver reported none)."""
 
     host: str
     rate_bps: float
     latency_s: float
     step_ms: float | None = None
     speed: float = 1.0
+    memory: HostMemory | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
-    """What the probe measured, per host in ``--hosts`` order, and the model (None without ``--model``)."""
+    """What the probe measured, per host in ``--hosts`` order, and the model (None without ``--model``;
+    ``variables``: each variable's shape and dtype bytes)."""
 
     slots: tuple[HostSlots, ...]
     hosts: tuple[HostMeasure, ...]
@@ -91,6 +97,7 @@ class ProbeResult:
     params: int | None = None
     dtype_bytes: int | None = None
     batch_size: int | None = None
+    variables: tuple[tuple[tuple[int, ...], int], ...] | None = None
 
     def host(self, name: str) -> HostMeasure:
         return next(h for h in self.hosts if h.host == name)
@@ -136,6 +143,22 @@ class ProbeResult:
         return Cluster(workers=workers, bandwidths=bandwidths, speeds=speeds, workers_per_host=group, ps=ps,
                        ps_placement=placement, ps_bandwidth=ps_bandwidth, latency_s=self.latency_s)
 
+    def memory_caps(self, workers: int, ps: int) -> tuple[int | None, int | None]:
+        """``(bytes per ps task, bytes per worker)``: the smallest share over the hosts of each kind,
+        a host's usable memory (:class:`HostMemory`) split evenly over the tasks placed on it as
+        ``tfdist launch`` would (None when a host of that kind reported no memory)."""
+        placements = [p for p in place_tasks(self.slots, workers, ps) if p.task_type in ("worker", "ps")]
+        tasks = {h: sum(p.host == h for p in placements) for h in {p.host for p in placements}}
+        known = {h.host: h.memory.usable for h in self.hosts if h.memory is not None}
+
+        def cap(kind: str) -> int | None:
+            hosts = {p.host for p in placements if p.task_type == kind}
+            if not hosts or any(known.get(h) is None for h in hosts):
+                return None
+            return min(known[h] // tasks[h] for h in hosts)
+
+        return cap("ps"), cap("worker")
+
     def to_workload(self, batch_size: int, step_ms: float | None = None, params: int | None = None,
                     dtype_bytes: int | None = None, overlap: float = 0.0) -> Workload:
         """The advisor's :class:`Workload`: the measured step time of the fastest host, params and
@@ -154,7 +177,8 @@ class ProbeResult:
     def as_dict(self) -> dict[str, Any]:
         """The ``"measured"`` object of ``--json``."""
         return {"hosts": {h.host: {"rate_bps": h.rate_bps, "latency_ms": h.latency_s * 1000,
-                                   "step_ms": h.step_ms, "speed": h.speed} for h in self.hosts},
+                                   "step_ms": h.step_ms, "speed": h.speed,
+                                   "memory": h.memory.as_dict() if h.memory else None} for h in self.hosts},
                 "links": [{"from": link.source, "to": link.target, "rate_bps": link.rate_bps,
                            "latency_ms": link.latency_s * 1000} for link in self.links],
                 "latency_ms": self.latency_s * 1000, "params": self.params, "dtype_bytes": self.dtype_bytes,
@@ -185,7 +209,8 @@ def measured_hosts(slots: Sequence[HostSlots], workers: int, ps: int) -> tuple[l
 
 def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
               steps: Mapping[str, float] | None = None, params: int | None = None,
-              dtype_bytes: int | None = None, batch_size: int | None = None) -> ProbeResult:
+              dtype_bytes: int | None = None, batch_size: int | None = None,
+              variables: Sequence[tuple[Sequence[int], int]] | None = None) -> ProbeResult:
     """Per-host figures from link measurements and step times. Pure.
 
     A transfer a->b runs at the slower of a's sending and b's receiving, so one slow host slows
@@ -207,8 +232,11 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
         latency = statistics.median(link.latency_s for link in mine)
         step = steps.get(host)
         speed = fastest / step if step and fastest else 1.0
-        measures.append(HostMeasure(host, rate, latency, step, speed))
-    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size)
+        memory = next((link.target_memory for link in mine if link.target == host and link.target_memory), None)
+        measures.append(HostMeasure(host, rate, latency, step, speed, memory))
+    listed = None if variables is None else tuple((tuple(int(d) for d in shape), int(size))
+                                                  for shape, size in variables)
+    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed)
 
 
 # --- running agents -------------------------------------------------------------------------------
@@ -303,7 +331,8 @@ def measure_link(source: str, target: str, seconds: float,
     finally:
         for agent in agents:
             agent.close()
-    return LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]))
+    return LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]),
+                       HostMemory.from_dict(received.get("memory")))
 
 
 def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str | None = None,
@@ -342,7 +371,7 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
         log(f"probing the link {source} -> {target} ({seconds:g} s)")
         links.append(measure_link(source, target, seconds, start))
     steps: dict[str, float] = {}
-    params = dtype_bytes = None
+    params = dtype_bytes = variables = None
     if model is not None:
         spec = {"role": "compute", "model": model, "batch_size": batch_size, "cwd": cwd,
                 "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS,
@@ -356,7 +385,8 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
                 agent.close()
             steps[host] = float(found["step_ms"])
             params, dtype_bytes = int(found["params"]), int(found["dtype_bytes"])
-    return aggregate(slots, links, steps, params, dtype_bytes, batch_size)
+            variables = found.get("variables")
+    return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables)
 
 
 def default_workers(slots: Sequence[HostSlots], ps: int) -> int:

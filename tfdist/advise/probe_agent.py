@@ -13,7 +13,11 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   (latency = median RTT / 2), then send for ``seconds`` and close;
 * ``compute``: build ``model`` (``module:build_fn``), train steps at ``batch_size`` on random data
   shaped like ``model.input_shape`` and report the time per step after a warm-up (the fastest of
-  three timed windows), the parameter count and the bytes per parameter.
+  three timed windows), the parameter count, the bytes per parameter and every variable's shape
+  and dtype size (for the memory check).
+
+The receiver also reports its host's memory (:mod:`tfdist.advise.host_memory`: the cgroup limit,
+MemTotal, MemAvailable): every probed host receives once.
 
 Every answer is one stdout line ``TFDIST_PROBE {json}`` (``{"error": ...}`` on failure, exit code
 2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
@@ -148,7 +152,10 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
             total += count
             samples.append((time.monotonic(), total))
     bits, moved, timed = rate_after_skip(samples, skip)
-    return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed}
+    from tfdist.advise.host_memory import read_host_memory
+
+    return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed,
+            "memory": read_host_memory().as_dict()}  # every probed host receives once
 
 
 def send(peer: str, port: int, seconds: float, pings: int) -> dict[str, Any]:
@@ -262,7 +269,17 @@ def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup:
     dtype_bytes = max(1, round(total_bytes / sum(counts))) if sum(counts) else 4
     return {"step_ms": min(means) * 1000, "window_ms": [m * 1000 for m in means], "steps": done,
             "params": int(net.count_params()),
-            "dtype_bytes": dtype_bytes, "batch_size": batch_size}
+            "dtype_bytes": dtype_bytes, "batch_size": batch_size,
+            "variables": variables_of(net)}
+
+
+def variables_of(model: Any) -> list[list[Any]]:
+    """Each of the model's variables as ``[shape, dtype bytes]`` (tf-keras or Keras 3), for the memory
+    check (:meth:`tfdist.advise.memory.ModelMemory.from_shapes`)."""
+    import numpy as np
+
+    return [[[int(d) for d in w.shape], int(np.dtype(getattr(w.dtype, "as_numpy_dtype", w.dtype)).itemsize)]
+            for w in model.weights]
 
 
 # --- the process ------------------------------------------------------------------------------------

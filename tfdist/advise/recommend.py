@@ -15,10 +15,16 @@ does) and a margin inside the model's error.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.cost import Prediction, predict_all
+from tfdist.advise.errors import AdviseError
+from tfdist.errors import with_fix
 from tfdist.launch.backends import MODELLED
+
+if TYPE_CHECKING:
+    from tfdist.advise.memory import MemoryCheck
 
 #: The backends a recommendation names (tfdist's strategy and launcher names): the modelled ones of
 #: the one backend table, tfdist.launch.backends.
@@ -35,18 +41,26 @@ def backend_of(name: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Advice:
     """recommended: one of BACKENDS; variant: the winning entry of ``predictions`` (e.g.
-    ``horovod_fp16``); reasons: sentences, the deciding one first."""
+    ``horovod_fp16``); reasons: sentences, the deciding one first; memory: the memory verdict the
+    choice respected (None: no memory was described)."""
 
     recommended: str
     variant: str
     predictions: dict[str, Prediction]
     reasons: tuple[str, ...]
+    memory: MemoryCheck | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The ``--json`` object: recommended, variant, strategies {name: figures}, reasons."""
-        return {"recommended": self.recommended, "variant": self.variant,
-                "strategies": {name: p.as_dict() for name, p in self.predictions.items()},
-                "reasons": list(self.reasons)}
+        """The ``--json`` object: recommended, variant, strategies {name: figures}, reasons; with a
+        memory verdict also ``min_ps`` and ``min_ps_shards`` (the fewest ps tasks, and shards, that
+        fit ``--ps-memory``; null without it or when none fits) and ``memory`` (the figures)."""
+        data: dict[str, object] = {"recommended": self.recommended, "variant": self.variant,
+                                   "strategies": {name: p.as_dict() for name, p in self.predictions.items()},
+                                   "reasons": list(self.reasons)}
+        if self.memory is not None:
+            figures = self.memory.as_dict()
+            data.update(min_ps=figures["min_ps"], min_ps_shards=figures["min_ps_shards"], memory=figures)
+        return data
 
 
 def _best_of(predictions: dict[str, Prediction], backend: str) -> Prediction | None:
@@ -66,11 +80,23 @@ def _toward_accuracy(prediction: Prediction, workload: Workload) -> float:
     return prediction.examples_per_second
 
 
-def advise(cluster: Cluster, workload: Workload) -> Advice:
+def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = None) -> Advice:
     """Predict every strategy and recommend the one soonest to accuracy (without a measured epochs
-    factor: the most examples/s), with reasons."""
+    factor: the most examples/s), with reasons. With ``memory`` a backend whose tasks would not fit
+    is never recommended (the reasons say why, with the numbers); when none fits, AdviseError."""
     predictions = predict_all(cluster, workload)
-    candidates = [p for name, p in predictions.items() if _may_recommend(name, predictions)]
+    unfit = {} if memory is None else {backend_of(name): memory.refusal(backend_of(name))
+                                       for name in predictions if not memory.fits(backend_of(name))}
+    candidates = [p for name, p in predictions.items()
+                  if _may_recommend(name, predictions) and backend_of(name) not in unfit]
+    if not candidates:
+        why: dict[str, list[str]] = {}
+        for backend in unfit:
+            why.setdefault(memory.refusal(backend, detail=False), []).append(backend)
+        raise AdviseError(with_fix("no backend fits in the memory given: " + "; ".join(
+            f"{', '.join(names)}: {text}" for text, names in why.items()),
+            "give the hosts more memory, or more ps tasks as said"),
+            "ps_memory" if "parameter_server" in unfit and memory.ps_fits is False else "worker_memory")
     fastest = max(candidates, key=lambda p: p.examples_per_second)
     best = max(candidates, key=lambda p: _toward_accuracy(p, workload))
     recommended = backend_of(best.name)
@@ -91,7 +117,9 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
     else:
         comparisons = ", ".join(f"{best.examples_per_second / p.examples_per_second:.2f}x {p.name} "
                                 f"({_fmt(p.examples_per_second)})" for p in others.values())
-        reasons.append(f"{best.name} is predicted fastest: {_fmt(best.examples_per_second)}"
+        fit = " of the backends that fit" if any(
+            _best_of(predictions, b).examples_per_second > best.examples_per_second for b in unfit) else ""
+        reasons.append(f"{best.name} is predicted fastest{fit}: {_fmt(best.examples_per_second)}"
                        + (f", {comparisons}" if comparisons else ""))
     reasons.append(f"{best.name} is limited by {best.explanation}")
     if contrast is not None:
@@ -103,7 +131,27 @@ def advise(cluster: Cluster, workload: Workload) -> Advice:
         reasons.append("parameter_server was not considered: no ps task (give --ps 1 or more to compare it)")
     reasons += _variant_hints(best, predictions)
     reasons += _caveats(recommended, predictions, cluster, workload)
-    return Advice(recommended, best.name, predictions, tuple(reasons))
+    if memory is not None:
+        faster = [b for b in unfit if _best_of(predictions, b).examples_per_second > best.examples_per_second]
+        first = [f"{b} would be faster but does not fit: {unfit[b]}" for b in faster]
+        later = [f"{b} does not fit: {unfit[b]}" for b in unfit if b not in faster]
+        reasons = first + reasons + later + _memory_notes(memory, unfit)
+    return Advice(recommended, best.name, predictions, tuple(reasons), memory)
+
+
+def _memory_notes(memory: MemoryCheck, unfit: dict[str, str]) -> list[str]:
+    """What the memory verdict adds: the ps tasks' need against the cap and the fewest ps that fit."""
+    from tfdist.advise.units import format_memory
+
+    notes = []
+    if memory.ps_memory is not None and memory.planned is not None and "parameter_server" not in unfit:
+        notes.append(f"memory: the fullest of {memory.ps} ps needs {format_memory(memory.planned.total)} "
+                     f"with shards={memory.planned.shards or 1}, within {memory.ps_cap}")
+    if memory.ps_memory is not None and memory.smallest is not None and "parameter_server" not in unfit:
+        notes.append(f"memory: the fewest ps tasks that fit {memory.ps_cap}: "
+                     f"{memory.smallest.ps} with shards={memory.smallest.shards or 1} "
+                     f"({format_memory(memory.smallest.total)} each)")
+    return notes
 
 
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.recommend import Advice
-from tfdist.advise.units import format_bytes, format_rate
+from tfdist.advise.units import format_bytes, format_memory, format_rate
 from tfdist.errors import with_fix
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ def render(result: Advice, cluster: Cluster, workload: Workload) -> str:
         f"{workload.dtype_bytes} B = {format_bytes(workload.model_bytes)}, batch {workload.batch_size} per "
         "worker, "
         f"{workload.step_ms:g} ms compute per step, overlap {workload.overlap:g}.", WIDTH)
+    if result.memory is not None:
+        for line in result.memory.describe():
+            lines += textwrap.wrap(line, WIDTH, subsequent_indent="  ")
     lines.append("")
     header = (f"{'strategy':<24}{'step ms':>10}{'examples/s':>14}{'efficiency':>12}{'waiting ms':>12}"
               "  bottleneck")
@@ -71,8 +74,12 @@ def render_measured(found: ProbeResult) -> str:
     lines = ["Measured:"]
     for host in found.hosts:
         step = f", step {host.step_ms:,.1f} ms, speed {host.speed:.2f}" if host.step_ms is not None else ""
+        memory = ""
+        if host.memory is not None and host.memory.usable is not None:
+            limit = " (cgroup limit)" if host.memory.limit is not None and host.memory.usable == host.memory.limit else ""
+            memory = f", memory {format_memory(host.memory.usable)}{limit}"
         lines.append(f"  {host.host}: link {format_rate(host.rate_bps / 8)}, latency "
-                     f"{host.latency_s * 1000:.3g} ms{step}")
+                     f"{host.latency_s * 1000:.3g} ms{step}{memory}")
     if found.params is not None:
         lines.append(f"  model: {found.params:,} params x {found.dtype_bytes} B, batch {found.batch_size}")
     return "\n".join(lines)

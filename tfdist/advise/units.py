@@ -135,6 +135,41 @@ def parse_count(text: str | int, field: str = "--params") -> int:
     return count
 
 
+#: The largest memory size accepted (1 PiB): above it the input is a typo.
+MAX_MEMORY = 2**50
+_MEMORY = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<unit>[bB]?)\s*")
+MEMORY_EXAMPLES = "4GiB, 512M, 1.5G, 16Gi or plain bytes such as 4294967296"
+
+
+def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
+    """A memory size in bytes: ``4GiB``, ``512M``, ``16Gi``, ``1.5GB``, ``4294967296``.
+
+    k M G T are powers of 1000 and Ki Mi Gi Ti powers of 1024 (as Kubernetes reads them), any case
+    (a thousandth of a byte means nothing, so ``512m`` is 512 MB); a trailing ``B`` is optional.
+    Zero, negative, fractional-byte and absurd sizes (above 1 PiB) are refused naming ``field``.
+
+    >>> parse_bytes("4GiB")
+    4294967296
+    """
+    fix = f"write a size such as {MEMORY_EXAMPLES}"
+    if isinstance(text, bool):
+        raise AdviseError(with_fix(f"{field or 'a size'} must be a size, got {text!r}", fix), field)
+    raw = str(text)
+    if len(raw) > _MAX_TEXT:
+        raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a size", fix), field)
+    match = _MEMORY.fullmatch(raw)
+    if match is None:
+        raise AdviseError(with_fix(f"{_subject(field, raw)} is not a size", fix), field)
+    value = float(match["number"]) * _PREFIXES[match["prefix"].lower()]
+    if not math.isfinite(value) or value > MAX_MEMORY:
+        raise AdviseError(with_fix(f"{_subject(field, raw)} is above 1 PiB",
+                                   "check the unit: e.g. 64GiB, not 64TiB"), field)
+    if value < 1:
+        raise AdviseError(with_fix(f"{_subject(field, raw)} is below 1 byte",
+                                   "give the memory of one task's host, e.g. 4GiB"), field)
+    return int(value)
+
+
 def format_rate(bytes_per_second: float) -> str:
     """A rate for people, in bits/s with an SI prefix: ``'1 Gbit/s'``, ``'50 Mbit/s'``."""
     bits = bytes_per_second * 8
@@ -147,6 +182,14 @@ def format_rate(bytes_per_second: float) -> str:
 def format_bytes(count: float) -> str:
     """A size for people, with an SI prefix: ``'2.7 MB'``, ``'552 MB'``."""
     for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{_number(count / scale)} {prefix}B"
+    return f"{_number(count)} B"
+
+
+def format_memory(count: float) -> str:
+    """A memory size for people, in powers of 1024 as memory is sold: ``'4 GiB'``, ``'630 MiB'``."""
+    for prefix, scale in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
         if count >= scale:
             return f"{_number(count / scale)} {prefix}B"
     return f"{_number(count)} B"

@@ -16,10 +16,12 @@ from tfdist.advise import advise as advise_cluster
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
                                    MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
                                    MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
-from tfdist.advise.inputs import build_inputs, manual_inputs, parse_model_ref, parse_rates, parse_speeds
+from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_inputs, parse_model_ref, parse_rates,
+                                  parse_speeds)
+from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
-from tfdist.advise.units import RATE_EXAMPLES, parse_count, parse_rate
+from tfdist.advise.units import MEMORY_EXAMPLES, RATE_EXAMPLES, parse_bytes, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
 from tfdist.launch.remote import SshOptions
@@ -32,21 +34,28 @@ _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host
           "batch_size": "--batch-size", "step_ms": "--step-ms", "dtype_bytes": "--dtype-bytes",
           "overlap": "--overlap", "ps_epochs_factor": "--ps-epochs-factor",
           "ps_overhead_ms": "--ps-overhead-ms", "allreduce_overhead_ms": "--allreduce-overhead-ms",
-          "hosts": "--hosts", "model": "--model"}
+          "hosts": "--hosts", "model": "--model", "optimizer": "--optimizer",
+          "largest_variable": "--largest-variable", "ps_memory": "--ps-memory",
+          "worker_memory": "--worker-memory"}
 
 # options only --probe reads
 _PROBE_ONLY = {"hosts": "--hosts", "model": "--model", "ssh_port": "--ssh-port",
                "ssh_identity_file": "--ssh-identity-file", "probe_seconds": "--probe-seconds"}
 # what --probe measures, so giving it too is a contradiction (never silently ignored)
 _MEASURED = {"bandwidth": "--bandwidth", "latency_ms": "--latency-ms", "ps_bandwidth": "--ps-bandwidth",
-             "ps_placement": "--ps-placement", "workers_per_host": "--workers-per-host"}
+             "ps_placement": "--ps-placement", "workers_per_host": "--workers-per-host",
+             "ps_memory": "--ps-memory", "worker_memory": "--worker-memory"}
 _MEASURED_WITH_MODEL = {"params": "--params", "step_ms": "--step-ms", "dtype_bytes": "--dtype-bytes",
-                        "worker_speeds": "--worker-speeds"}
+                        "worker_speeds": "--worker-speeds", "largest_variable": "--largest-variable"}
+# what the memory check needs the optimizer for
+_MEMORY = {"ps_memory": "--ps-memory", "worker_memory": "--worker-memory", "largest_variable": "--largest-variable"}
 _WORKERS_LIMIT = f"the advisor models at most {MAX_WORKERS:,} workers"
 _RATE = Parsed("RATE", lambda text: parse_rate(text, field=""))  # click names the option: field=""
 _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 _RATES = Parsed("RATE[,RATE...]", lambda text: parse_rates(text, field=""))
 _SPEEDS = Parsed("S,S,...", lambda text: parse_speeds(text, field=""))
+_BYTES = Parsed("BYTES", lambda text: parse_bytes(text, field=""))
+_OPTIMIZER = Parsed("NAME", lambda text: parse_optimizer(text, field=""))
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -105,6 +114,18 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
                    "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
                    "recommendation then weighs time to accuracy, not examples/s alone.")
+@click.option("--optimizer", type=_OPTIMIZER,
+              help="The optimizer, for the memory its slots take: " + ", ".join(OPTIMIZER_SLOTS)
+                   + ", or its slot variables per variable (e.g. 3); shows the memory each task needs.")
+@click.option("--largest-variable", type=Parsed("COUNT", lambda text: parse_count(text, field="")),
+              help="Parameters of the model's largest variable, e.g. an embedding table (default: all of "
+                   "--params, the conservative case); --probe --model lists every variable.")
+@click.option("--ps-memory", type=_BYTES,
+              help=f"Memory of each ps task's host ({MEMORY_EXAMPLES}): parameter servers are recommended "
+                   "only if they fit; says the fewest ps tasks and shards that do. --probe reads it.")
+@click.option("--worker-memory", type=_BYTES,
+              help="Memory of each worker's host: allreduce (each worker holds the whole model, slots and "
+                   "gradients) is recommended only if it fits. --probe reads it.")
 @click.option("--probe", is_flag=True,
               help="Measure instead of asking: the links between --hosts, and with --model each worker "
                    "host's step time and the model's size (over ssh, as `tfdist launch --hosts`).")
@@ -129,7 +150,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
            allreduce_overhead_ms: float, ps_epochs_factor: float | None,
            probe: bool, hosts: str | None, model: str | None,
            ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool,
-           save_path: str | None) -> None:
+           save_path: str | None, optimizer: tuple[str, int] | None, largest_variable: int | None,
+           ps_memory: int | None, worker_memory: int | None) -> None:
     """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
     MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
 
@@ -140,10 +162,19 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
     tfdist advise --workers 128 --gpus-per-host 4 --ps 0 --params 138M --batch-size 64 \\
         --step-ms 415.6 --bandwidth 25gbit --latency-ms 0.01 --overlap 0.5
     tfdist advise --probe --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model --batch-size 64
+    tfdist advise --workers 2 --ps 2 --params 128M --batch-size 64 --step-ms 50 --bandwidth 10gbit \\
+        --optimizer adagrad --ps-memory 2GiB
 
     The model and its assumptions: docs/advise.md.
     """
     ctx = click.get_current_context()
+    if optimizer is None:
+        for name, flag in _MEMORY.items():
+            if _given(ctx, name):
+                raise click.UsageError(f"{flag} needs --optimizer: its slots are part of what each task holds; "
+                                       "fix: add e.g. --optimizer adam (slots per variable: "
+                                       + ", ".join(f"{k} {v}" for k, v in OPTIMIZER_SLOTS.items()) + ")")
+    memory = dict(optimizer=optimizer, largest=largest_variable, ps_memory=ps_memory, worker_memory=worker_memory)
     if probe:
         cluster, workload, found = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms,
                                           dtype_bytes, worker_speeds, overlap,
@@ -154,7 +185,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
                                            allreduce_overhead_ms=allreduce_overhead_ms)
         except AdviseError as exc:
             raise _bad(exc) from None
-        _print(advise_cluster(cluster, workload), cluster, workload, as_json, found, save_path)
+        _print(_advice(cluster, workload, memory, found), cluster, workload, as_json, found, save_path)
         return
     for name, flag in _PROBE_ONLY.items():
         if _given(ctx, name):
@@ -173,7 +204,23 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
             ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms)
     except AdviseError as exc:
         raise _bad(exc) from None
-    _print(advise_cluster(cluster, workload), cluster, workload, as_json, save_path=save_path)
+    _print(_advice(cluster, workload, memory), cluster, workload, as_json, save_path=save_path)
+
+
+def _advice(cluster: Cluster, workload: Workload, memory: dict, found: ProbeResult | None = None) -> Advice:
+    """The advice, with the memory verdict when --optimizer is given (the caps measured by --probe or
+    given); a model that fits nowhere is a usage error naming the cap (exit 2)."""
+    check = None
+    try:
+        if memory["optimizer"] is not None:
+            caps = found.memory_caps(cluster.workers, cluster.ps) if found is not None else (
+                memory["ps_memory"], memory["worker_memory"])
+            check = memory_inputs(cluster, workload, memory["optimizer"], memory["largest"], *caps,
+                                  shapes=found.variables if found is not None else None,
+                                  probed=found is not None)
+        return advise_cluster(cluster, workload) if check is None else advise_cluster(cluster, workload, check)
+    except AdviseError as exc:
+        raise _bad(exc) from None
 
 
 def _print(result: Advice, cluster: Cluster, workload: Workload, as_json: bool,

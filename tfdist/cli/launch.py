@@ -10,6 +10,7 @@ from click.core import ParameterSource
 
 from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
+from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
@@ -24,6 +25,7 @@ MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
 MAX_TASK_TIMEOUT = 86_400.0  # s: a day
 _TASKS = BoundedInt(1, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
 _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))  # click names the option
+_OPTIMIZER = Parsed("NAME", lambda text: parse_optimizer(text, field=""))
 _SSH = {"hosts", "ssh_port", "ssh_identity_file"}
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
@@ -31,7 +33,7 @@ _BACKEND_OPTIONS = {
                          *_SSH},
     "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
     "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
-    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", *_SSH},
+    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", "optimizer", *_SSH},
 }
 _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
@@ -39,7 +41,7 @@ _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num
           "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
           "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
           "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
-          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan"}
+          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan", "optimizer": "--optimizer"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
@@ -109,6 +111,10 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 @click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
               help="auto: the function that builds the Keras model, timed on each worker host.")
 @click.option("--batch-size", type=BoundedInt(1, MAX_BATCH_SIZE), help="auto: examples per step per worker.")
+@click.option("--optimizer", type=_OPTIMIZER,
+              help="auto: the script's optimizer (" + ", ".join(OPTIMIZER_SLOTS) + ", or its slots per "
+                   "variable): the probed hosts' memory is checked and a backend that would not fit is not "
+                   "launched.")
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True,
               help="auto: seconds of transfer per measured link.")
@@ -128,7 +134,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
            network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
            save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
-           command: tuple[str, ...]) -> None:
+           command: tuple[str, ...], optimizer: tuple[str, int] | None = None) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
@@ -186,7 +192,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
         if _given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
         backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
-                                                        probe_seconds)
+                                                        probe_seconds, optimizer)
         if plan is not None:
             environ, result_path = _apply_plan(plan, save_plan, environ)
     if backend == "horovod":
@@ -252,12 +258,15 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
 
 
 def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model: str,
-                    batch_size: int, ssh, probe_seconds: float) -> tuple[str, str, int, object]:
+                    batch_size: int, ssh, probe_seconds: float,
+                    optimizer: tuple[str, int] | None = None) -> tuple[str, str, int, object]:
     """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers, plan)``
-    to launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers."""
+    to launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers.
+    With ``optimizer`` the probed memory is checked: a backend that would not fit is not chosen, and
+    when none fits nothing is launched (a usage error with the numbers)."""
     from tfdist.advise import AdviseError
     from tfdist.advise import advise as advise_cluster
-    from tfdist.advise.inputs import build_inputs
+    from tfdist.advise.inputs import build_inputs, memory_inputs
     from tfdist.advise.plan import plan_from_advice
     from tfdist.advise.probe import default_workers, probe_hosts
     from tfdist.advise.render import render, render_measured
@@ -270,7 +279,12 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
         found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
                             seconds=probe_seconds, log=_report)
         cluster, workload, _ = build_inputs(found, workers, ps, batch_size)
-        advice = advise_cluster(cluster, workload)
+        if optimizer is None:
+            advice = advise_cluster(cluster, workload)
+        else:
+            memory = memory_inputs(cluster, workload, optimizer, None, *found.memory_caps(workers, ps),
+                                   shapes=found.variables, probed=True)
+            advice = advise_cluster(cluster, workload, memory)
         placed = place_tasks(slots, workers, ps)
     except (AdviseError, LaunchError) as exc:
         raise click.UsageError(str(exc)) from None

@@ -2,7 +2,9 @@
 
 The environment picks the backend as the auto table says; the plan must name that backend and the
 run's cluster (workers, ps tasks, read from the same detectors), and its options must be that
-backend's. The script's explicit options win over the plan's, each override reported in one line.
+backend's. The script's explicit options win over the plan's, each override reported in one line; an
+option that says the same thing another way replaces the plan's (the script's ``min_shard_bytes=``
+drops the plan's ``shards=``: ``tfdist.advise.plan.EXCLUSIVE_OPTIONS``).
 A named backend (``make_strategy("horovod")``) does not apply a plan: it says so in one line.
 
     resolved = resolve_plan("horovod", os.environ, {"warmup_epochs": 1}, option_names)

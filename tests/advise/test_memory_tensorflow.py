@@ -1,0 +1,46 @@
+"""The memory arithmetic against real Keras (tf-keras and Keras 3, in process, imports TensorFlow): the
+variables counted from a model as the probe lists them make ``model.count_params()``, and each optimizer
+of OPTIMIZER_SLOTS creates that many slot variables of its variables' shapes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytestmark = pytest.mark.slow  # imports TensorFlow
+
+tf = pytest.importorskip("tensorflow")
+
+import tfdist  # noqa: E402,F401  (first: keeps tf.keras on tf-keras)
+from tfdist.advise.memory import KERAS3_SLOTS, OPTIMIZER_SLOTS, ModelMemory  # noqa: E402
+from tfdist.advise.probe_agent import variables_of  # noqa: E402
+
+
+def _optimizers(K):
+    o = K.optimizers
+    return {"sgd": lambda: o.SGD(), "momentum": lambda: o.SGD(momentum=0.9), "adagrad": lambda: o.Adagrad(),
+            "rmsprop": lambda: o.RMSprop(), "lion": lambda: o.Lion(), "adam": lambda: o.Adam(),
+            "adamw": lambda: o.AdamW(), "adamax": lambda: o.Adamax(), "nadam": lambda: o.Nadam(),
+            "ftrl": lambda: o.Ftrl(), "adadelta": lambda: o.Adadelta(), "amsgrad": lambda: o.Adam(amsgrad=True)}
+
+
+def test_the_counts_and_slots_match_real_models_and_optimizers():
+    import keras
+    import tf_keras
+
+    for K in (tf_keras, keras):
+        inputs = K.Input((3,), dtype="int32")
+        x = K.layers.Flatten()(K.layers.Embedding(500, 8)(inputs))
+        model = K.Model(inputs, K.layers.Dense(1)(K.layers.Dense(16, activation="relu")(x)))
+        listed = ModelMemory.from_shapes(variables_of(model), "adam", 2)
+        assert listed.variable_bytes == 4 * model.count_params(), K.__name__
+        assert max(v.rows for v in listed.variables) == 500  # the table's rows: what shards split
+        assert set(_optimizers(K)) == set(OPTIMIZER_SLOTS)
+        found = {}
+        for name, make in _optimizers(K).items():
+            optimizer = make()
+            optimizer.build(model.trainable_variables)
+            shaped = [v for v in optimizer.variables if len(v.shape)]  # scalars: iterations, learning rate
+            found[name] = sum(math.prod(v.shape) for v in shaped) / model.count_params()
+        want = dict(OPTIMIZER_SLOTS, **(KERAS3_SLOTS if K is keras else {}))
+        assert found == want, K.__name__
