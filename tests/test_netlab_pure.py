@@ -14,7 +14,7 @@ import pytest
 
 from tfdist.errors import TfdistError
 from tfdist.testing import labspec, labsweep, netlab
-from tfdist.testing.cgroups import CpuCgroups
+from tfdist.testing.cgroups import CpuCgroups, MemoryCgroups, lab_trees
 from tfdist.testing.labspec import LabError, LabNames
 
 
@@ -233,6 +233,126 @@ def test_a_quota_file_that_cannot_be_written_is_a_lab_error(tmp_path):
     (tmp_path / "g").mkdir()
     with pytest.raises(LabError, match="could not write .*cpu.cfs_period_us.*fix:"):
         cgroups.set_quota("g", 0.5)  # no such file (the kernel would have made it)
+
+
+# --- memory cgroups: v1 and v2 on fake roots -----------------------------------------------------------
+def fake_memory_v1(root: Path, swap: bool = True) -> Path:
+    base = root / "memory"
+    base.mkdir(parents=True)
+    for name in ("memory.limit_in_bytes", *(["memory.memsw.limit_in_bytes"] if swap else [])):
+        (base / name).write_text("9223372036854771712\n")
+    return base
+
+
+def test_detects_the_memory_controller_v1_and_v2(tmp_path):
+    base = fake_memory_v1(tmp_path / "a")
+    assert MemoryCgroups.detect(tmp_path / "a") == MemoryCgroups(1, base)
+    assert MemoryCgroups.detect(fake_v2(tmp_path / "b")) == MemoryCgroups(2, tmp_path / "b")
+    assert MemoryCgroups.detect(fake_v2(tmp_path / "c", controllers="cpu pids")) is None
+    assert MemoryCgroups.detect(tmp_path / "absent") is None
+    fake_v1(tmp_path / "d")
+    assert lab_trees(tmp_path / "d") == [CpuCgroups(1, tmp_path / "d" / "cpu")]  # no memory: cpu only
+
+
+def test_memory_limit_files_cap_swap_too_in_an_order_the_kernel_accepts():
+    v1, v2 = MemoryCgroups(1, Path("/x")), MemoryCgroups(2, Path("/x"))
+    # memsw may never be below limit_in_bytes: lift it, set the limit, then set memsw to the same
+    assert v1.limit_files(768 << 20) == [("memory.memsw.limit_in_bytes", "-1"),
+                                         ("memory.limit_in_bytes", "805306368"),
+                                         ("memory.memsw.limit_in_bytes", "805306368")]
+    assert v1.limit_files(None) == [("memory.memsw.limit_in_bytes", "-1"), ("memory.limit_in_bytes", "-1"),
+                                    ("memory.memsw.limit_in_bytes", "-1")]
+    assert v1.limit_files(1 << 30, swap=False) == [("memory.limit_in_bytes", "1073741824")]
+    assert v2.limit_files(1 << 30) == [("memory.max", "1073741824"), ("memory.swap.max", "0")]
+    assert v2.limit_files(None) == [("memory.max", "max"), ("memory.swap.max", "max")]
+    assert v2.limit_files(1 << 30, swap=False) == [("memory.max", "1073741824")]
+    for bad in (0, 1000, 1.5e9, True, "1G"):
+        with pytest.raises(LabError, match=r"memory limit must be a whole number of bytes >= .*; fix: pass e\.g\."):
+            v1.limit_files(bad)
+
+
+def test_v1_memory_group_lifecycle_on_a_fake_root(tmp_path):
+    memory = MemoryCgroups.detect(fake_memory_v1(tmp_path).parent)
+    group = memory.create("tfl1n1-h0")
+    for name in ("cgroup.procs", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # the kernel's
+        (group / name).write_text("")
+    memory.set_limit("tfl1n1-h0", 512 << 20)
+    assert (group / "memory.limit_in_bytes").read_text() == str(512 << 20)
+    assert (group / "memory.memsw.limit_in_bytes").read_text() == str(512 << 20)
+    memory.set_limit("tfl1n1-h0", None)
+    assert (group / "memory.limit_in_bytes").read_text() == "-1"
+    (group / "memory.memsw.limit_in_bytes").unlink()  # a kernel without swap accounting: the limit alone
+    memory.set_limit("tfl1n1-h0", 256 << 20)
+    assert not (group / "memory.memsw.limit_in_bytes").exists()
+    for name in ("cgroup.procs", "memory.limit_in_bytes"):
+        (group / name).unlink()
+    memory.remove("tfl1n1-h0")
+    assert not group.exists()
+
+
+def test_v2_memory_group_enables_the_controller_and_writes_memory_max_and_no_swap(tmp_path):
+    memory = MemoryCgroups.detect(fake_v2(tmp_path))
+    cpu = CpuCgroups.detect(tmp_path)
+    group = cpu.create("tfl1n1-h0")
+    assert memory.create("tfl1n1-h0") == group  # one directory holds both controllers in v2
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory"  # the fake keeps the last write
+    for name in ("memory.max", "memory.swap.max"):
+        (group / name).write_text("")
+    memory.set_limit("tfl1n1-h0", 1 << 30)
+    assert ((group / "memory.max").read_text(), (group / "memory.swap.max").read_text()) == ("1073741824", "0")
+
+
+def test_a_memory_file_that_cannot_be_written_is_a_lab_error(tmp_path):
+    memory = MemoryCgroups(1, tmp_path)
+    (tmp_path / "g").mkdir()
+    with pytest.raises(LabError, match="could not write .*memory.limit_in_bytes.*fix: run as root"):
+        memory.set_limit("g", 1 << 30)
+
+
+def test_the_wrapper_joins_every_cgroup_then_mounts_the_memory_tree_inside():
+    procs = [Path("/sys/fs/cgroup/cpu/tfl1n1-h1/cgroup.procs"), Path("/sys/fs/cgroup/memory/tfl1n1-h1/cgroup.procs")]
+    argv = labspec.wrap_argv("h1", "tfl1n1-h1", ["python", "-c", "print(1)"], procs, {"sh": "/bin/sh"},
+                             memory_mount=1)
+    assert argv[:4] == ["/bin/sh", "-c", 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; '
+                        'shift; exec "$@"', "tfdist-lab"]
+    assert argv[4:7] == [str(procs[0]), str(procs[1]), "--"]
+    rest = argv[7:]
+    assert rest[:4] == ["ip", "netns", "exec", "tfl1n1-h1"]
+    assert "mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory" in rest[9]
+    assert rest[-5:] == ["hostname", "h1", "python", "-c", "print(1)"]
+    # one tree for both controllers (v2): joined once
+    one = labspec.wrap_argv("h1", "ns", ["true"], [procs[0], procs[0]], memory_mount=2)
+    assert one[:5] == ["sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "tfdist-lab", str(procs[0])]
+    assert "mount -t cgroup2 cgroup2 /sys/fs/cgroup" in one[-5]
+
+
+def test_the_wrappers_shell_steps_run(tmp_path):
+    """The join loop and the mount step as a shell runs them (the mount fails unprivileged: skipped)."""
+    files = [tmp_path / "a", tmp_path / "b"]
+    argv = labspec.wrap_argv("h1", "ns", ["true"], files)
+    join = argv[: argv.index("--") + 1] + ["sh", "-c", 'echo "$$" > "$1"', "x", str(tmp_path / "child")]
+    result = subprocess.run(join, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    pids = {files[0].read_text().strip(), files[1].read_text().strip(), (tmp_path / "child").read_text().strip()}
+    assert len(pids) == 1  # every exec kept the pid: the task itself is in both groups
+    script = labspec.wrap_argv("h1", "ns", ["true"], None, memory_mount=1)[9]
+    ran = subprocess.run(["sh", "-c", script.replace("mount ", "false ").replace("mkdir ", "false "),
+                          "tfdist-lab", "echo", "still runs"], capture_output=True, text=True, timeout=30)
+    assert ran.stdout.strip() == "still runs" and ran.stderr == ""  # a failed mount leaves the rest running
+
+
+def test_leftovers_list_memory_cgroups_of_a_dead_owner(tmp_path):
+    cgroup_root = tmp_path / "cgroup"
+    fake_v1(cgroup_root)
+    memory = fake_memory_v1(cgroup_root)
+    (memory / "tfl99999999n1-h0").mkdir()  # beyond any pid_max: its owner is dead
+    (cgroup_root / "cpu" / "tfl99999999n1-h0").mkdir()
+    found = labsweep.scan(tmp_path / "labs", cgroup_root)["tfl99999999n1"]
+    assert f"cgroup {memory / 'tfl99999999n1-h0'}" in found
+    assert f"cgroup {cgroup_root / 'cpu' / 'tfl99999999n1-h0'}" in found
+    both = fake_v2(tmp_path / "v2")
+    (both / "tfl99999999n2-h0").mkdir()
+    assert labsweep.scan(tmp_path / "labs", both)["tfl99999999n2"] == [f"cgroup {both / 'tfl99999999n2-h0'}"]
 
 
 # --- ownership and errors before anything is built -----------------------------------------------------

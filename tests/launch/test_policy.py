@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.errors import TfdistError
+from tfdist.launch.oom import KillCause
 from tfdist.launch.plan import LaunchError
 from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy, Verdict, describe_exit
 
@@ -148,3 +149,55 @@ def test_launch_errors_are_tfdist_errors_and_keep_their_builtin_base():
 
     assert issubclass(LaunchError, TfdistError) and issubclass(LaunchError, ValueError)
     assert issubclass(BindShimError, TfdistError) and issubclass(BindShimError, RuntimeError)
+
+
+# --- a task the OOM killer ended (the cause comes from tfdist.launch.oom) -----------------------------
+OOM_ON_H3 = KillCause(True, "h3", 768 << 20)
+
+
+def test_an_oom_killed_ps_ends_the_job_at_once_with_one_line_naming_task_host_memory_and_fix():
+    policy = _serving(timeout=60)
+    lines = policy.exited("ps:0", -9, now=100, kill=OOM_ON_H3)
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith("ps:0 on h3 ran out of memory: the kernel's OOM killer killed it (SIGKILL) at its "
+                           "memory limit of 768 MiB (805306368 bytes); training cannot go on without the "
+                           "variables a ps task holds, so the job ends now; fix: ")
+    assert "shards=N" in line and "--ps-memory 805306368" in line and line.count("fix:") == 1
+    assert policy.verdict(now=100) == Verdict(1)  # now, not 60 s later, and no second message
+
+
+def test_a_chief_that_already_exited_keeps_its_code_after_an_oom_killed_ps():
+    policy = _serving()
+    policy.exited("chief:0", 3, now=1)
+    policy.exited("ps:0", -9, now=1, kill=OOM_ON_H3)
+    assert policy.verdict(now=1) == Verdict(3)
+
+
+def test_an_oom_killed_worker_follows_the_worker_rules_and_says_why():
+    policy = _serving(timeout=60)
+    lines = policy.exited("worker:1", -9, now=5, kill=KillCause(True, "h2", None))
+    assert lines == ["worker:1 on h2 ran out of memory: the kernel's OOM killer killed it (SIGKILL); the "
+                     "coordinator goes on with 1 worker; fix: give h2 more memory, run fewer tasks there, or "
+                     "lower the batch size"]
+    assert policy.verdict(now=1000) is None
+    assert policy.exited("chief:0", -9, now=6, kill=KillCause(True, "h1", None))[0].startswith(
+        "chief:0 on h1 ran out of memory")
+    assert policy.verdict(now=6) == Verdict(137)
+
+
+def test_a_sigkill_of_unknown_cause_says_the_oom_killer_is_the_usual_one_and_waits_as_before():
+    policy = _serving(timeout=60)
+    lines = policy.exited("ps:0", -9, now=100, kill=KillCause(None))
+    assert lines == ["ps:0 killed by SIGKILL (the kernel's OOM killer is the usual cause: check `dmesg` on "
+                     "this machine); training cannot go on without the variables a ps task holds, so the job "
+                     "ends in 60 s unless the chief exits first"]
+    assert policy.verdict(now=159) is None and policy.verdict(now=160).code == 1
+
+
+def test_peer_workers_name_an_oom_kill_too():
+    policy = PeerPolicy(["worker:0", "worker:1"])
+    lines = policy.exited("worker:1", -9, now=0, kill=KillCause(True, "h2", 1 << 30))
+    assert lines[0].startswith("worker:1 on h2 ran out of memory") and "; stopping the other workers" in lines[0]
+    assert lines[0].endswith("fix: give h2 more memory, run fewer tasks there, or lower the batch size")
+    assert policy.verdict(now=0) == Verdict(137)

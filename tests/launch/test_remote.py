@@ -22,7 +22,8 @@ from tfdist.launch.remote import (
     ssh_command,
     supervisor_command,
 )
-from tfdist.launch.remote_task import RemoteTaskError, bind_address, decode_spec, preflight
+from tfdist.launch import oom
+from tfdist.launch.remote_task import RemoteTaskError, bind_address, decode_spec, preflight, report_exit
 
 
 def test_ssh_command_never_prompts_and_quotes_the_remote_command():
@@ -223,3 +224,46 @@ def test_preflight_prints_one_json_line():
                               "localhost"], capture_output=True, text=True, timeout=60, env=subprocess_env())
     answer = json.loads(process.stdout)
     assert process.returncode == 0 and len(answer["ports"]) == 2 and answer["error"] is None
+
+
+def test_a_task_killed_by_sigkill_is_reported_in_one_marker_line_the_launcher_reads(tmp_path):
+    task = "import os, signal; print('up', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    spec = TaskSpec("ps:0", (sys.executable, "-c", task), str(tmp_path), {}, None, 1.0)
+    process = subprocess.Popen([sys.executable, "-m", "tfdist.launch.remote_task"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    process.stdin.write(spec.encode())
+    process.stdin.flush()  # and kept open: the launcher is still there
+    try:
+        assert process.wait(timeout=60) == 128 + signal.SIGKILL
+        markers = [line for line in process.stderr.read().decode().splitlines() if line.startswith(oom.EXIT_MARKER)]
+        assert len(markers) == 1, markers
+        signal_number, cause = oom.decode_exit(markers[0], "h3")
+        # the counter of this machine's memory cgroup did not rise (no limit was hit), or cannot be read
+        assert signal_number == signal.SIGKILL and cause.oom is not True and cause.host == "h3"
+        assert process.stdout.read() == b"up\n"
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+
+
+def test_the_marker_says_oom_when_the_counter_rose_and_nothing_when_the_supervisor_stopped_the_task():
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> None:
+            lines.extend(part for part in text.splitlines() if part)
+
+        def flush(self) -> None:
+            pass
+
+    before, after = oom.MemoryRecord("/g", 0, 1 << 30), oom.MemoryRecord("/g", 1, 1 << 30)
+    report_exit(-9, False, before, after, Sink())
+    assert [oom.decode_exit(line, "h3") for line in lines] == [(9, oom.KillCause(True, "h3", 1 << 30))]
+    lines.clear()
+    report_exit(-9, True, before, after, Sink())  # the supervisor's own SIGKILL after the grace
+    report_exit(0, False, before, after, Sink())
+    report_exit(1, False, before, after, Sink())
+    assert lines == []
+    report_exit(-15, False, before, after, Sink())  # another signal: reported, no memory verdict
+    assert [oom.decode_exit(line, None) for line in lines] == [(15, oom.KillCause(False))]

@@ -1,4 +1,4 @@
-"""The network lab itself: ssh between hosts, names, link rates, CPU quotas, cuts, clean-up.
+"""The network lab itself: ssh between hosts, names, link rates, CPU quotas, memory caps, cuts, clean-up.
 
 Timing checks compare two runs in the same test (a ratio), or use bounds that a loaded machine can
 only make easier to meet (a shaped link is never *faster* than its rate; a quota never gives *more*
@@ -302,18 +302,41 @@ def test_a_lab_left_open_is_closed_at_exit():
     assert resources_of(child_id) == [] and [item for item in leftovers() if child_id in item] == []
 
 
+#: Allocates argv[1] MiB and touches every page; exits 0 if it got them.
+HOG = "import sys; block = bytearray(int(sys.argv[1]) << 20); print(len(block) >> 20)"
+#: What a task on the host reads of its own memory cgroup (tfdist.launch.oom, as the supervisor does).
+RECORD = "from tfdist.launch import oom; r = oom.snapshot(); print(r.kills, r.limit)"
+
+
 def test_close_removes_everything_even_after_an_error_inside_the_block():
+    """And a memory cap: an ssh session beyond it is OOM-killed, a task on the host sees the kill
+    counted in its own memory cgroup, with the cap; the cap goes with the lab."""
     with pytest.raises(ZeroDivisionError), Lab(["h0", "h1"]) as lab:
         sshds = lab.pids("h0") + lab.pids("h1")
         sleeper = lab.popen("h1", ["sleep", "300"])
         lab.limit_cpu("h1", cores=0.5)
         lab.shape("h0", rate_mbit=10)
+        lab.limit_memory("h1", 128 << 20)
+        assert lab.run("h1", [PYTHON, "-c", RECORD], timeout=60).stdout.split() == ["0", str(128 << 20)]
+        small = lab.run("h0", ssh(lab, "h1", f"{PYTHON} -c '{HOG}' 32"), timeout=60)
+        big = lab.run("h0", ssh(lab, "h1", f"sh -c \"{PYTHON} -c '{HOG}' 512; echo exit \\$?\""), timeout=60)
+        free = lab.run("h0", [PYTHON, "-c", HOG, "512"], timeout=60)  # h0 has no cap
+        assert small.stdout.strip() == "32", small.stderr
+        assert big.stdout.strip() == "exit 137", (big.stdout, big.stderr)  # SIGKILL, sessions capped too
+        assert free.stdout.strip() == "512", free.stderr
+        kills, limit = lab.run("h1", [PYTHON, "-c", RECORD], timeout=60).stdout.split()
+        assert int(kills) >= 1 and int(limit) == 128 << 20
+        lab.limit_memory("h1", None)
+        assert lab.run("h1", [PYTHON, "-c", HOG, "512"], timeout=60).stdout.strip() == "512"
+        with pytest.raises(LabError, match="memory limit must be a whole number of bytes"):
+            lab.limit_memory("h1", 100)
         print(1 / 0)
     assert sleeper.poll() is not None and sshds
     assert not any(alive(pid) for pid in sshds)
     assert resources_of(lab.lab_id) == []
     assert not (Path("/etc/netns") / lab.namespace("h0")).exists() and not lab.lab_dir.exists()
     assert not Path(f"/sys/fs/cgroup/cpu/{lab.namespace('h1')}").exists()
+    assert not Path(f"/sys/fs/cgroup/memory/{lab.namespace('h1')}").exists()
     assert [item for item in leftovers() if lab.lab_id in item] == []
     lab.close()  # idempotent
     with pytest.raises(LabError, match="closed"):

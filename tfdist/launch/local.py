@@ -23,6 +23,11 @@ and the supervisor sees EOF; when the launcher's host vanishes or its link is cu
 reaches the supervisor any more, and it stops its task after ``MISSED_HEARTBEATS`` silent
 intervals (stock sshd would keep such a session for hours). Output lines are prefixed
 ``[worker:1@h2]``; an ssh client's exit code 255 is reported as a failed or dropped connection.
+
+A task that dies by SIGKILL may have run out of memory (``tfdist.launch.oom``): for a task on a host
+the supervisor's marker line (read from the task's output, not shown) says whether that host's
+memory cgroup counted an OOM kill; for a task on this machine the launcher reads its own memory
+cgroup before the job and after the kill. The policy gets the cause with the exit.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ import time
 from collections import deque
 from typing import IO, Callable, Mapping, Sequence
 
+from tfdist.launch import oom
 from tfdist.launch.plan import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
 from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, StopSignals, close_stdins, start_group, terminate
@@ -46,6 +52,10 @@ TAIL_LINE_BYTES = 2000
 PUMP_JOIN_SECONDS = 5.0  # a grandchild may hold the pipe open after the command exits
 PROBE_SECONDS = 0.5  # how often the launcher looks whether a task's server listens
 SUPERVISOR_MARGIN = 5.0  # s beyond the grace for a remote supervisor to stop its task and exit
+MARKER_WAIT_SECONDS = 3.0  # after a supervised task exits: how long its output may take to arrive
+#: After a verdict that fails the job: how long the launcher still reports exits, so a chief that
+#: exits first (it saw a ps vanish) does not hide the ps's own exit line (its OOM kill, say).
+LATE_EXIT_SECONDS = 1.0
 
 __all__ = ["GRACE_SECONDS", "exit_code", "report_to_stderr", "run_command", "run_local_cluster"]
 
@@ -71,8 +81,14 @@ def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
     return process
 
 
-def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
+def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock,
+          marker: Callable[[str], None] | None = None) -> None:
+    """Copy ``stream`` to ``sink`` with ``prefix``; a supervisor's exit marker line goes to ``marker``."""
+    token = oom.EXIT_MARKER.encode()
     for line in iter(stream.readline, b""):
+        if marker is not None and line.startswith(token):
+            marker(line.decode(errors="replace").rstrip("\r\n"))
+            continue
         with lock:
             sink.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             sink.flush()
@@ -103,16 +119,62 @@ def _listening(address: str) -> bool:
     return reachable(address, timeout=0.2)
 
 
+class _Exits:
+    """What is known of how tasks died: the supervisors' marker lines (``tfdist.launch.oom``), and the
+    launcher's own memory cgroup read before the job (for the tasks it runs on this machine)."""
+
+    def __init__(self, before: oom.MemoryRecord | None = None) -> None:
+        self.before = before
+        self.markers: dict[str, str] = {}
+        self.pumps: dict[str, threading.Thread] = {}
+
+    def marker(self, name: str) -> Callable[[str], None]:
+        return lambda line: self.markers.__setitem__(name, line)
+
+    def cause(self, task: TaskProcess, returncode: int) -> tuple[int, oom.KillCause | None]:
+        """The return code to report (a supervised task's signal as a negative code) and the cause of
+        a SIGKILL (None: not a SIGKILL, or the memory cgroup counted no OOM kill)."""
+        if task.stdin is not None:  # a supervisor: its marker line, once its output has arrived
+            pump = self.pumps.get(task.name)
+            if pump is not None:
+                pump.join(timeout=MARKER_WAIT_SECONDS)
+            decoded = oom.decode_exit(self.markers.get(task.name, ""), task.host)
+            if decoded is None:
+                return returncode, None
+            signal_number, cause = decoded
+            return -signal_number, cause if signal_number == signal.SIGKILL and cause.oom is not False else None
+        if returncode != -signal.SIGKILL:
+            return returncode, None
+        cause = oom.kill_cause(self.before, oom.snapshot())
+        return returncode, cause if cause.oom is not False else None
+
+
 def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: StopSignals,
            report: Callable[[str], None], poll: float = 0.1,
-           probe: Callable[[str], bool] = _listening) -> int | None:
+           probe: Callable[[str], bool] = _listening, exits: _Exits | None = None) -> int | None:
     """Report every exit to ``policy`` (and print its lines) until it ends the job: its exit code;
     ``None`` when a stop signal arrives first."""
+    exits = exits or _Exits()
     running = {task.name: process for task, process in started}
     tasks = {task.name: task for task, _ in started}
     unserved = {task.name: task.address for task, _ in started if task.name in policy.probe and task.address}
     next_probe = 0.0
     beat = Heartbeat(process.stdin for _, process in started)  # the supervisors' stdins (see the docstring)
+
+    def collect() -> None:
+        """Report the exits of tasks that have ended since the last look."""
+        for name, process in list(running.items()):
+            if process.poll() is not None:
+                del running[name]
+                unserved.pop(name, None)
+                task = tasks[name]
+                if task.ssh and process.returncode == SSH_EXIT_FAILED:
+                    report(f"{name}: ssh to {task.host} failed or the connection dropped (exit code "
+                           f"{SSH_EXIT_FAILED})")
+                returncode, kill = exits.cause(task, process.returncode)
+                for line in policy.exited(name, returncode, time.monotonic(), kill):
+                    report(line)
+
     while not guard.stopped.is_set():
         beat.tick()
         now = time.monotonic()
@@ -122,18 +184,14 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
                     policy.served(name)
                     del unserved[name]
             next_probe = now + PROBE_SECONDS
-        for name, process in list(running.items()):
-            if process.poll() is not None:
-                del running[name]
-                unserved.pop(name, None)
-                task = tasks[name]
-                if task.ssh and process.returncode == SSH_EXIT_FAILED:
-                    report(f"{name}: ssh to {task.host} failed or the connection dropped (exit code "
-                           f"{SSH_EXIT_FAILED})")
-                for line in policy.exited(name, process.returncode, time.monotonic()):
-                    report(line)
+        collect()
         verdict = policy.verdict(time.monotonic())
         if verdict is not None:
+            if verdict.code != 0:  # a failed job: exits of the same moment may say why (a ps out of memory)
+                deadline = time.monotonic() + LATE_EXIT_SECONDS
+                while running and time.monotonic() < deadline:
+                    time.sleep(poll)
+                    collect()
             if verdict.message:
                 report(verdict.message)
             return verdict.code
@@ -159,6 +217,7 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
     pumps: list[threading.Thread] = []
     width = max(len(t.label) for t in tasks)
     code: int | None = None
+    exits = _Exits(oom.snapshot())  # local tasks run in this process's memory cgroup
     with StopSignals() as guard:
         try:
             for task in tasks:  # every fork before the first thread (see the module docstring)
@@ -167,11 +226,14 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
                 started.append((task, _start(task.command, dict(task.env), capture=True, stdin=task.stdin)))
             for task, process in started:
                 prefix = f"[{task.label}]".ljust(width + 2).encode() + b" "
-                pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock), daemon=True)
+                marker = exits.marker(task.name) if task.stdin is not None else None
+                pump = threading.Thread(target=_pump, args=(process.stdout, prefix, sink, lock, marker),
+                                        daemon=True)
                 pump.start()
                 pumps.append(pump)
+                exits.pumps[task.name] = pump
             if not guard.stopped.is_set():
-                code = _watch(started, policy, guard, report)
+                code = _watch(started, policy, guard, report, exits=exits)
         finally:
             guard.quiet()
             live = [task.name for task, process in started if process.poll() is None]

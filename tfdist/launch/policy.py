@@ -13,6 +13,8 @@ the chief exits                                ends the job with the chief's exi
 a ps task exits                                ends the job ``timeout`` s later (exit code 1)
                                                unless the chief exits first: training cannot go on
                                                without the variables a ps task holds
+a ps task is OOM-killed                        ends the job at once (exit code 1), one line naming
+                                               the task, its host, its memory limit and the fix
 every worker has exited                        the same: the coordinator has nothing to train on
 a worker exits before it ever listened         the same: the chief connects to every task at
                                                start-up and waits for this one forever
@@ -21,7 +23,9 @@ the evaluator exits                            goes on (it is a sidecar)
 =============================================  ====================================================
 
 The waiting gives the chief the first word: it usually fails by itself with a message that says
-more (the strategy's ``ParameterServerError``). Every bound above is ``timeout`` plus the
+more (the strategy's ``ParameterServerError``). Not for a ps the OOM killer ended: its memory cgroup
+says why (``tfdist.launch.oom``), the chief could only report a lost task, and the ps would run out
+of memory again, so the job ends at once with the cause and the fix. Every bound above is ``timeout`` plus the
 launcher's teardown grace. Without a check on the chief's side, one case has no bound: a worker
 that listened and then died *before the chief connected* looks like a worker lost mid-training,
 so the launcher lets the job go on while the chief waits for it. The chief's own start-up check
@@ -36,6 +40,7 @@ import signal
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+from tfdist.launch.oom import KillCause
 from tfdist.launch.plan import LaunchError
 
 DEFAULT_TASK_TIMEOUT = 60.0
@@ -71,7 +76,7 @@ class Policy(Protocol):
 
     def served(self, name: str) -> None: ...
 
-    def exited(self, name: str, returncode: int, now: float) -> list[str]: ...
+    def exited(self, name: str, returncode: int, now: float, kill: KillCause | None = None) -> list[str]: ...
 
     def verdict(self, now: float) -> Verdict | None: ...
 
@@ -105,19 +110,26 @@ so the job ends in 60 s unless the chief exits first']
         self._exited: dict[str, int] = {}
         self._lost: list[str] = []  # tasks whose loss ends the job, in the order they went
         self._lost_since: float | None = None
+        self._out_of_memory = False  # a ps the OOM killer ended: the job ends at once
 
     def served(self, name: str) -> None:
         self._served.add(name)
 
-    def exited(self, name: str, returncode: int, now: float) -> list[str]:
-        """Record an exit; the lines to print."""
+    def exited(self, name: str, returncode: int, now: float, kill: KillCause | None = None) -> list[str]:
+        """Record an exit; the lines to print. ``kill``: what the memory cgroup says of a SIGKILL."""
         self._exited[name] = returncode
-        line = describe_exit(name, returncode)
+        line = describe_exit(name, returncode) if kill is None else kill.describe(name)
+        fix = "" if kill is None or kill.fix(name) is None else f"; fix: {kill.fix(name)}"
         kind = name.split(":", 1)[0]
         if kind == "chief":
-            return [line]
+            return [line + fix]
         if kind == "evaluator":
-            return [f"{line}; training goes on without the evaluator"]
+            return [f"{line}; training goes on without the evaluator{fix}"]
+        if kind == "ps" and kill is not None and kill.oom:
+            self._lost.append(name)
+            self._out_of_memory = True
+            return [f"{line}; training cannot go on without the variables a ps task holds, so the job ends "
+                    f"now{fix}"]
         if kind == "ps":
             reason = "training cannot go on without the variables a ps task holds"
         else:
@@ -129,16 +141,18 @@ so the job ends in 60 s unless the chief exits first']
                 line += " before it served"
                 reason = "the chief cannot connect to the cluster without it"
             else:
-                return [f"{line}; the coordinator goes on with {_plural(len(alive), 'worker')}"]
+                return [f"{line}; the coordinator goes on with {_plural(len(alive), 'worker')}{fix}"]
         self._lost.append(name)
         if self._lost_since is None:
             self._lost_since = now
         remaining = max(0.0, self._lost_since + self.timeout - now)
-        return [f"{line}; {reason}, so the job ends in {remaining:.0f} s unless the chief exits first"]
+        return [f"{line}; {reason}, so the job ends in {remaining:.0f} s unless the chief exits first{fix}"]
 
     def verdict(self, now: float) -> Verdict | None:
         if "chief:0" in self._exited:
             return Verdict(exit_code(self._exited["chief:0"]))
+        if self._out_of_memory:  # the exit line said why and how to fix it
+            return Verdict(STOPPED_EXIT_CODE)
         if self._lost_since is None or now - self._lost_since < self.timeout:
             return None
         lost = ", ".join(self._lost)
@@ -161,13 +175,15 @@ class PeerPolicy:
     def served(self, name: str) -> None:
         pass
 
-    def exited(self, name: str, returncode: int, now: float) -> list[str]:  # noqa: ARG002
+    def exited(self, name: str, returncode: int, now: float,  # noqa: ARG002
+               kill: KillCause | None = None) -> list[str]:
         self._exited[name] = returncode
-        line = describe_exit(name, returncode)
+        line = describe_exit(name, returncode) if kill is None else kill.describe(name)
+        fix = "" if kill is None or kill.fix(name) is None else f"; fix: {kill.fix(name)}"
         if returncode != 0 and self._failed is None:
             self._failed = name
-            return [f"{line}; stopping the other workers (every worker must take part in each step)"]
-        return [line]
+            return [f"{line}; stopping the other workers (every worker must take part in each step){fix}"]
+        return [line + fix]
 
     def verdict(self, now: float) -> Verdict | None:  # noqa: ARG002
         if self._failed is not None:

@@ -17,7 +17,11 @@ command line, so TF_CONFIG stays out of ``ps`` and nothing needs shell quoting. 
   supervisor sends SIGTERM to the task's process group, SIGKILL ``grace`` seconds later, and
   exits. SIGTERM, SIGHUP or SIGINT to the supervisor do the same;
 * when the task exits by itself, exits with its code (128+N for a signal N), after stopping
-  whatever the task left in its group (TERM, the same grace, KILL).
+  whatever the task left in its group (TERM, the same grace, KILL). A task killed by a signal it
+  did not get from the supervisor is also reported in one marker line on stderr
+  (``tfdist.launch.oom.encode_exit``): the signal, and for SIGKILL whether this host's memory
+  cgroup counted an OOM kill while the task ran, with the cgroup's limit. The launcher reads it
+  and names the cause (``ps:0 on h3 ran out of memory ...``).
 
 ``--shell COMMAND`` supervises ``sh -c COMMAND`` the same way (no spec; the ssh wrapper that
 horovodrun uses, ``tfdist.launch.ssh_wrapper``, runs Horovod's remote commands so).
@@ -40,6 +44,7 @@ import time
 from typing import IO, Any, Callable, Mapping, Sequence
 
 from tfdist.errors import TfdistError, with_fix
+from tfdist.launch import oom
 from tfdist.launch.processes import HEARTBEAT_SECONDS, MISSED_HEARTBEATS, StopSignals, start_group, stop_group
 
 SPEC_FIELDS = ("name", "argv", "cwd", "env", "bind", "grace")
@@ -148,13 +153,21 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: fl
     pass without a byte on it (missed heartbeats), or SIGTERM/SIGHUP/SIGINT arrives; then TERM,
     ``grace``, KILL of its group. The exit code to leave with (128+N for a signal N, 127 when it
     cannot start)."""
+    code, _ = _run_supervised(argv, env, grace, stdin_fd, silence, stderr)
+    return 128 - code if code < 0 else code
+
+
+def _run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: float, stdin_fd: int,
+                    silence: float, stderr: IO[str]) -> tuple[int, bool]:
+    """``run_supervised``'s work: the task's ``Popen.returncode`` (127: it did not start) and whether
+    the supervisor stopped it (then a signal it died of is the supervisor's own)."""
     with StopSignals() as guard:
         try:
             process = start_group(argv, env=None if env is None else dict(env), stdin=subprocess.DEVNULL)
         except OSError as exc:
             _say(stderr, with_fix(f"cannot start {argv[0]!r} ({exc})", "install it at the same path on "
                                   "every host, or check the command and the working directory"))
-            return 127
+            return 127, False
         watch = _StdinWatch(stdin_fd)
         while process.poll() is None and not guard.stopped.is_set():
             if watch.eof.is_set():
@@ -164,9 +177,19 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: fl
                      "the launcher is gone); stopping the task")
                 break
             guard.stopped.wait(0.2)
+        stopped = process.poll() is None
         stop_group(process, grace)
-    code = process.returncode
-    return 128 - code if code < 0 else code
+    return process.returncode, stopped
+
+
+def report_exit(returncode: int, stopped: bool, before: oom.MemoryRecord | None,
+                after: oom.MemoryRecord | None, stderr: IO[str]) -> None:
+    """Write the marker line for a task that died by a signal it did not get from the supervisor
+    (for SIGKILL with what the memory cgroup says: ``before`` and ``after`` the task)."""
+    if returncode >= 0 or stopped:
+        return
+    cause = oom.kill_cause(before, after) if -returncode == 9 else oom.KillCause(False)
+    print(oom.encode_exit(-returncode, cause), file=stderr, flush=True)
 
 
 def _say(stderr: IO[str], message: str) -> None:
@@ -192,7 +215,10 @@ def supervise(stdin: IO[bytes], environ: Mapping[str, str], stderr: IO[str] = sy
         _say(stderr, with_fix(f"cannot enter the working directory ({exc})", "create it on this host, or "
                               "start the launcher from a directory that exists on every host"))
         return EXIT_BAD_SPEC
-    return run_supervised(spec["argv"], env, float(spec["grace"]), stdin.fileno(), silence, stderr)
+    before = oom.snapshot()  # the task runs in this process's memory cgroup
+    code, stopped = _run_supervised(spec["argv"], env, float(spec["grace"]), stdin.fileno(), silence, stderr)
+    report_exit(code, stopped, before, oom.snapshot() if code == -9 and not stopped else None, stderr)
+    return 128 - code if code < 0 else code
 
 
 def supervise_shell(command: str, stdin: IO[bytes], grace: float, silence: float = HEARTBEAT_TIMEOUT,

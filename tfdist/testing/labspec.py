@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,23 +202,46 @@ def known_hosts(addresses: Mapping[str, str], port: int, host_public_key: str) -
     return "\n".join(lines) + "\n"
 
 
-def wrap_argv(host: str, namespace: str, argv: list[str], cgroup_procs: Path | None,
-              tools: Mapping[str, str] | None = None) -> list[str]:
+def wrap_argv(host: str, namespace: str, argv: list[str], cgroup_procs: Path | Sequence[Path] | None,
+              tools: Mapping[str, str] | None = None, memory_mount: int | None = None) -> list[str]:
     """The command line that runs ``argv`` on a lab host.
 
-    Joins the host's cgroup first (``ip netns exec`` remounts ``/sys``, so afterwards the cgroup tree
-    is not the machine's), then enters the network namespace (which bind-mounts /etc/netns/NS/* over
-    /etc), then a UTS namespace whose hostname is the host name. Every step ``exec``s the next, so
-    the returned process is ``argv`` itself. ``tools`` maps ``sh``, ``ip``, ``unshare`` and
-    ``hostname`` to absolute paths, so the caller's ``env`` (its PATH) only matters for ``argv``.
+    Joins the host's cgroups first (``cgroup_procs``: one ``cgroup.procs`` file or several, e.g. cpu
+    and memory; ``ip netns exec`` remounts ``/sys``, so afterwards the cgroup tree is not the
+    machine's), then enters the network namespace (which bind-mounts /etc/netns/NS/* over /etc), then
+    a UTS namespace whose hostname is the host name. With ``memory_mount`` (the memory controller's
+    cgroup version, 1 or 2) the memory hierarchy is mounted again at ``/sys/fs/cgroup`` inside
+    (private to the host's mount namespace), so a task there reads its own memory cgroup as on a real
+    host (``tfdist.launch.oom``); a mount that fails leaves that out and nothing else. Every step
+    ``exec``s the next, so the returned process is ``argv`` itself. ``tools`` maps ``sh``, ``ip``,
+    ``unshare``, ``hostname``, ``mount`` and ``mkdir`` to absolute paths, so the caller's ``env`` (its
+    PATH) only matters for ``argv``.
     """
-    tool = {"sh": "sh", "ip": "ip", "unshare": "unshare", "hostname": "hostname", **(tools or {})}
+    tool = {"sh": "sh", "ip": "ip", "unshare": "unshare", "hostname": "hostname", "mount": "mount",
+            "mkdir": "mkdir", **(tools or {})}
+    script = '"$1" "$2" && shift 2 && exec "$@"'
+    if memory_mount is not None:
+        script = f"{{ {memory_mount_script(memory_mount, tool)}; }} 2>/dev/null; {script}"
     inner = [tool["ip"], "netns", "exec", namespace, tool["unshare"], "--uts", "--",
-             tool["sh"], "-c", '"$1" "$2" && shift 2 && exec "$@"', "tfdist-lab", tool["hostname"], host,
-             *argv]
+             tool["sh"], "-c", script, "tfdist-lab", tool["hostname"], host, *argv]
     if cgroup_procs is None:
         return inner
-    return [tool["sh"], "-c", 'echo $$ > "$1" && shift && exec "$@"', "tfdist-lab", str(cgroup_procs), *inner]
+    procs = [cgroup_procs] if isinstance(cgroup_procs, (str, Path)) else list(dict.fromkeys(cgroup_procs))
+    if not procs:
+        return inner
+    if len(procs) == 1:
+        return [tool["sh"], "-c", 'echo $$ > "$1" && shift && exec "$@"', "tfdist-lab", str(procs[0]), *inner]
+    join = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"'
+    return [tool["sh"], "-c", join, "tfdist-lab", *map(str, procs), "--", *inner]
+
+
+def memory_mount_script(version: int, tools: Mapping[str, str] | None = None) -> str:
+    """Shell commands that mount the memory cgroup hierarchy (v1 or v2) at ``/sys/fs/cgroup``."""
+    tool = {"mount": "mount", "mkdir": "mkdir", **(tools or {})}
+    if version == 1:
+        return (f"{tool['mount']} -t tmpfs tfdist-lab /sys/fs/cgroup && {tool['mkdir']} /sys/fs/cgroup/memory "
+                f"&& {tool['mount']} -t cgroup -o memory cgroup /sys/fs/cgroup/memory")
+    return f"{tool['mount']} -t cgroup2 cgroup2 /sys/fs/cgroup"
 
 
 def tbf_args(rate_mbit: float) -> list[str]:

@@ -1,9 +1,9 @@
 """Finding and removing lab resources, also those of labs whose owner process died.
 
 Every lab resource carries its lab's id (``tfl<owner pid>n<serial>``, see :mod:`tfdist.testing.labspec`),
-so a scan of the machine's namespaces, links, cgroups, /etc/netns, lab directories and processes
-finds them all and tells whose they are: :func:`leftovers` lists them, :func:`sweep` removes those
-whose owner is gone, :func:`destroy` removes one lab (what :meth:`Lab.close
+so a scan of the machine's namespaces, links, cgroups (cpu and memory), /etc/netns, lab directories
+and processes finds them all and tells whose they are: :func:`leftovers` lists them, :func:`sweep`
+removes those whose owner is gone, :func:`destroy` removes one lab (what :meth:`Lab.close
 <tfdist.testing.netlab.Lab.close>` calls).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from tfdist.testing import labspec
-from tfdist.testing.cgroups import CGROUP_ROOT, CpuCgroups
+from tfdist.testing.cgroups import CGROUP_ROOT, lab_trees
 from tfdist.testing.labspec import LAB_ROOT, LabError
 
 ETC_NETNS = Path("/etc/netns")
@@ -69,11 +69,11 @@ def scan(root: Path, cgroup_root: Path) -> dict[str, list[str]]:
         add(namespace, f"netns {namespace}")
     for link in link_names():
         add(link, f"link {link}")
-    cgroups = CpuCgroups.detect(cgroup_root)
-    if cgroups is not None and cgroups.base.is_dir():
-        for path in cgroups.base.iterdir():
-            if path.is_dir():
-                add(path.name, f"cgroup {path}")
+    for base in dict.fromkeys(tree.base for tree in lab_trees(cgroup_root)):  # cpu, memory (one tree in v2)
+        if base.is_dir():
+            for path in base.iterdir():
+                if path.is_dir():
+                    add(path.name, f"cgroup {path}")
     for base in (ETC_NETNS, root):
         if base.is_dir():
             for path in base.iterdir():
@@ -91,16 +91,13 @@ def scan(root: Path, cgroup_root: Path) -> dict[str, list[str]]:
 
 def destroy(lab_id: str, root: Path, cgroup_root: Path) -> None:
     """Kill every process of lab ``lab_id`` and remove all its resources; tolerates missing pieces."""
-    cgroups = CpuCgroups.detect(cgroup_root)
     namespaces = [name for name in netns_names() if labspec.lab_id_of(name) == lab_id]
-    groups = []
-    if cgroups is not None and cgroups.base.is_dir():
-        groups = [path.name for path in cgroups.base.iterdir()
-                  if path.is_dir() and labspec.lab_id_of(path.name) == lab_id]
+    groups = [(tree, path.name) for tree in lab_trees(cgroup_root) if tree.base.is_dir()
+              for path in tree.base.iterdir() if path.is_dir() and labspec.lab_id_of(path.name) == lab_id]
 
     def members() -> set[int]:
         pids = {pid for name in namespaces for pid in netns_pids(name)}
-        pids |= {pid for name in groups for pid in cgroups.members(name)}  # type: ignore[union-attr]
+        pids |= {pid for tree, name in groups for pid in tree.members(name)}
         pids |= {pid for pid, owner, _ in lab_processes(root) if owner == lab_id}
         pids.discard(os.getpid())
         return pids
@@ -114,9 +111,9 @@ def destroy(lab_id: str, root: Path, cgroup_root: Path) -> None:
     for name in namespaces:
         subprocess.run([executable("ip"), "netns", "del", name], capture_output=True, check=False)
     failures = []
-    for name in groups:
+    for tree, name in groups:
         try:
-            cgroups.remove(name)  # type: ignore[union-attr]
+            tree.remove(name)
         except LabError as exc:  # remove the rest all the same, then report
             failures.append(exc)
     links = [link for link in link_names() if labspec.lab_id_of(link) == lab_id]

@@ -3,7 +3,9 @@
 Each host is a network namespace with ``eth0`` on a private /24 of 198.18.0.0/15, bridged to the
 others; it runs its own OpenSSH server on its address only, accepting the lab's key; its processes
 share a cpu cgroup (so one host can be made slow) and a UTS namespace whose hostname is the host
-name; ``/etc/hosts`` inside maps every lab host name to its address. ``ssh``, ``horovodrun`` and
+name; ``/etc/hosts`` inside maps every lab host name to its address. Its processes share a memory
+cgroup too (:meth:`Lab.limit_memory` caps it; the memory hierarchy is mounted inside, so a task reads
+its own cgroup as on a real host). ``ssh``, ``horovodrun`` and
 ``tfdist launch --hosts`` therefore reach lab hosts as they reach real ones::
 
     from tfdist.testing.netlab import Lab
@@ -13,6 +15,7 @@ name; ``/etc/hosts`` inside maps every lab host name to its address. ``ssh``, ``
         print(lab.run("h0", ["ssh", "-p", port, "-i", key, "h1", "hostname"]).stdout)   # h1
         lab.shape("h1", rate_mbit=50)                          # both directions of h1's link
         lab.limit_cpu("h2", cores=0.25)                        # everything on h2, sshd sessions too
+        lab.limit_memory("h2", 1536 << 20)                     # 1.5 GiB on h2, swap included
         job = lab.popen("h0", ["horovodrun", "-H", "h1:1,h2:1", "-p", port, "-i", key, ...])
         lab.cut("h2"); ...; lab.restore("h2")                  # a link fault mid-run
 
@@ -40,7 +43,7 @@ from typing import Any
 
 from tfdist.errors import with_fix
 from tfdist.testing import labspec, labsweep
-from tfdist.testing.cgroups import CGROUP_ROOT, CpuCgroups
+from tfdist.testing.cgroups import CGROUP_ROOT, CpuCgroups, MemoryCgroups
 from tfdist.testing.labspec import LAB_ROOT, SSH_PORT, LabError, LabNames
 from tfdist.testing.labsweep import leftovers, sweep
 
@@ -50,6 +53,7 @@ _SETUP = "run `make setup` (scripts/setup.sh installs openssh-server and iproute
 _TOOLS = {  # tool -> Debian package, for the error message
     "ip": "iproute2", "tc": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
     "ssh-keygen": "openssh-client", "unshare": "util-linux", "hostname": "hostname", "sh": "dash",
+    "mount": "mount", "mkdir": "coreutils",
 }
 _SERIAL = itertools.count(1)
 _OPEN: dict[str, Lab] = {}
@@ -71,6 +75,7 @@ class Lab:
         self._ssh_port = ssh_port
         self._names = LabNames(os.getpid(), next(_SERIAL), self._hosts)
         self._cgroups = CpuCgroups.detect(cgroup_root)
+        self._memory = MemoryCgroups.detect(cgroup_root)
         with _REGISTRY_LOCK:
             _OPEN[self._names.lab_id] = self
         try:
@@ -133,8 +138,9 @@ class Lab:
             raise LabError(with_fix("Lab.popen runs an argument list, not shell=True",
                                     'pass ["sh", "-c", COMMAND] as argv'))
         name = self.namespace(host)
-        procs = self._cgroups.procs(name) if self._cgroups is not None else None
-        command = labspec.wrap_argv(host, name, [os.fspath(arg) for arg in argv], procs, self._tools)
+        procs = [tree.procs(name) for tree in (self._cgroups, self._memory) if tree is not None]
+        command = labspec.wrap_argv(host, name, [os.fspath(arg) for arg in argv], procs, self._tools,
+                                    memory_mount=None if self._memory is None else self._memory.version)
         process = subprocess.Popen(command, **popen_kwargs)
         with self._lock:
             self._popens.append(process)
@@ -235,6 +241,21 @@ class Lab:
                                     "cgroup.controllers)"))
         self._cgroups.set_quota(self.namespace(host), cores)
 
+    def limit_memory(self, host: str, limit: int | None) -> None:
+        """Cap everything on ``host`` (its sshd and sessions too) at ``limit`` bytes of memory, swap
+        included, so beyond it the kernel's OOM killer ends a process there; None lifts the cap.
+
+        cgroup v1 ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` where swap is
+        accounted), v2 ``memory.max`` and ``memory.swap.max`` 0. Lowering the cap below what the host
+        already uses makes the kernel reclaim first (or fail: then :class:`LabError`).
+        """
+        self._check_open()
+        if self._memory is None:
+            raise LabError(with_fix(f"no cgroup memory controller under {self._cgroup_root}",
+                                    "mount the memory controller (cgroup v1 `memory`, or v2 listing memory "
+                                    "in cgroup.controllers)"))
+        self._memory.set_limit(self.namespace(host), limit)
+
     def cut(self, host: str) -> None:
         """Take ``host``'s link down: nothing reaches it and it reaches nothing (processes keep running).
 
@@ -311,8 +332,9 @@ class Lab:
             (etc / "ssh").mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(hosts_text)
             (etc / "ssh" / "ssh_config").write_text(labspec.ssh_config(lab_dir))
-            if self._cgroups is not None:
-                self._cgroups.create(namespace)
+            for tree in (self._cgroups, self._memory):
+                if tree is not None:
+                    tree.create(namespace)
         host_key = (lab_dir / "hostkey.pub").read_text()
         (lab_dir / "known_hosts").write_text(labspec.known_hosts(self._addresses, self._ssh_port, host_key))
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation directory

@@ -1,0 +1,114 @@
+"""Did a task run out of memory: the memory cgroup's OOM-kill counter on fake v1 and v2 trees, the
+cause a SIGKILL gets, the one line and the supervisor's marker. No processes, no TensorFlow."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfdist.launch import oom
+from tfdist.launch.oom import KillCause, MemoryRecord
+
+UNLIMITED_V1 = "9223372036854771712\n"
+
+
+def fake_v1(root: Path, path: str, kills: int, limit: str = UNLIMITED_V1, failcnt: int = 0,
+            oom_kill_line: bool = True) -> Path:
+    """A v1 memory cgroup ``path`` under ``root/memory`` with its oom_control, limit and failcnt."""
+    group = root / "memory" / path.strip("/")
+    for directory in (root / "memory", group):
+        directory.mkdir(parents=True, exist_ok=True)
+        control = "oom_kill_disable 0\nunder_oom 0\n" + (f"oom_kill {kills if directory == group else 0}\n"
+                                                          if oom_kill_line else "")
+        (directory / "memory.oom_control").write_text(control)
+        (directory / "memory.limit_in_bytes").write_text(limit if directory == group else UNLIMITED_V1)
+        (directory / "memory.failcnt").write_text(f"{failcnt if directory == group else 0}\n")
+    return group
+
+
+def fake_v2(root: Path, path: str, kills: int, limit: str = "max\n") -> Path:
+    group = root / path.strip("/")
+    group.mkdir(parents=True, exist_ok=True)
+    (group / "memory.events").write_text(f"low 0\nhigh 0\nmax 12\noom 2\noom_kill {kills}\noom_group_kill 0\n")
+    (group / "memory.max").write_text(limit)
+    return group
+
+
+def test_the_memory_controller_is_found_in_proc_cgroup_for_v1_and_v2():
+    v1 = "9:name=systemd:/\n4:memory:/tfl1n1-h3\n1:cpu,cpuacct:/\n0::/\n"
+    assert oom.memory_cgroup(v1) == (1, "/tfl1n1-h3")
+    assert oom.memory_cgroup("7:cpuset,memory:/a/b\n") == (1, "/a/b")
+    assert oom.memory_cgroup("0::/user.slice/x.scope\n") == (2, "/user.slice/x.scope")
+    assert oom.memory_cgroup("3:cpu:/\n") is None and oom.memory_cgroup("") is None
+
+
+def test_v1_reads_the_oom_kill_counter_and_the_limit(tmp_path):
+    fake_v1(tmp_path, "/tfl1n1-h3", kills=2, limit="1610612736\n")
+    assert oom.read_record(1, "/tfl1n1-h3", tmp_path) == MemoryRecord("/tfl1n1-h3", 2, 1610612736, 0)
+    fake_v1(tmp_path, "/free", kills=0)
+    assert oom.read_record(1, "/free", tmp_path).limit is None  # v1's "no limit" is a huge number
+    assert oom.read_record(1, "/absent", tmp_path) is None
+
+
+def test_v2_reads_memory_events_and_memory_max_up_the_tree(tmp_path):
+    fake_v2(tmp_path, "/lab", kills=0, limit="1073741824\n")
+    fake_v2(tmp_path, "/lab/h3", kills=1)  # the limit is on the parent: the tightest one counts
+    record = oom.read_record(2, "/lab/h3", tmp_path)
+    assert (record.kills, record.limit) == (1, 1073741824)
+
+
+def test_snapshot_reads_the_cgroup_of_a_process_from_proc(tmp_path):
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "42").mkdir(parents=True)
+    (proc / "42" / "cgroup").write_text("4:memory:/tfl1n1-h3\n0::/\n")
+    fake_v1(root, "/tfl1n1-h3", kills=3, limit="536870912\n")
+    assert oom.snapshot(42, root=root, proc=proc) == MemoryRecord("/tfl1n1-h3", 3, 536870912, 0)
+    assert oom.snapshot(43, root=root, proc=proc) is None  # no such process
+
+
+@pytest.mark.parametrize(("before", "after", "expected"), [
+    (MemoryRecord("/g", 0, 1 << 30), MemoryRecord("/g", 1, 1 << 30), KillCause(True, "h3", 1 << 30)),
+    (MemoryRecord("/g", 1, None), MemoryRecord("/g", 1, None), KillCause(False, "h3", None)),
+    (None, MemoryRecord("/g", 1, None), KillCause(None, "h3")),  # unreadable before: unknown
+    (MemoryRecord("/g", 0, None), MemoryRecord("/other", 1, None), KillCause(None, "h3")),
+    # a kernel without oom_kill: the limit being hit (failcnt) is the evidence
+    (MemoryRecord("/g", None, 1 << 30, 0), MemoryRecord("/g", None, 1 << 30, 5), KillCause(True, "h3", 1 << 30)),
+    (MemoryRecord("/g", None, None, None), MemoryRecord("/g", None, None, None), KillCause(None, "h3", None)),
+])
+def test_the_cause_of_a_sigkill_is_the_counter_rising_while_the_task_ran(before, after, expected):
+    assert oom.kill_cause(before, after, host="h3") == expected
+
+
+def test_an_oom_killed_ps_gets_one_line_with_task_host_limit_and_the_fix():
+    cause = KillCause(True, "h3", 1536 << 20)
+    assert cause.describe("ps:0") == ("ps:0 on h3 ran out of memory: the kernel's OOM killer killed it "
+                                      "(SIGKILL) at its memory limit of 1.50 GiB (1610612736 bytes)")
+    fix = cause.fix("ps:0")
+    assert "raise --ps" in fix and "shards=N" in fix and "make_strategy('parameter_server', ...)" in fix
+    assert "`tfdist advise --ps-memory 1610612736 --optimizer NAME`" in fix
+    assert "--ps-memory BYTES" in KillCause(True, "h3", None).fix("ps:0")
+    assert "lower the batch size" in KillCause(True, None).fix("worker:0")
+    assert KillCause(True, None).describe("worker:0").startswith("worker:0 on this machine ran out of memory")
+
+
+def test_an_unexplained_sigkill_names_the_usual_cause_and_dmesg():
+    assert KillCause(None, "h3").describe("ps:0") == (
+        "ps:0 killed by SIGKILL (the kernel's OOM killer is the usual cause: check `dmesg` on h3)")
+    assert KillCause(None, "h3").fix("ps:0") is None
+    assert "on this machine" in KillCause(None).describe("ps:0")
+
+
+def test_the_supervisors_marker_survives_the_trip_and_anything_else_is_not_one():
+    line = oom.encode_exit(9, KillCause(True, None, 123 << 20))
+    assert line.startswith(oom.EXIT_MARKER) and "\n" not in line
+    assert oom.decode_exit(line, "h3") == (9, KillCause(True, "h3", 123 << 20))
+    assert oom.decode_exit(oom.encode_exit(15, KillCause(False)), "h1") == (15, KillCause(False, "h1"))
+    for other in ("", "tfdist-task-exit", "tfdist-task-exit {", 'tfdist-task-exit {"oom": true}',
+                  'tfdist-task-exit {"signal": 9, "oom": "yes"}', "[ps:0] tfdist-task-exit {}"):
+        assert oom.decode_exit(other, "h3") is None
+
+
+def test_sizes_read_as_people_and_advise_want_them():
+    assert oom.format_bytes(768 << 20) == "768 MiB (805306368 bytes)"
+    assert oom.format_bytes(3 << 30) == "3.00 GiB (3221225472 bytes)"
+    assert oom.format_bytes(None) == "no limit"

@@ -1,0 +1,152 @@
+"""A model bigger than one ps host, on memory-capped lab hosts (docs/parameter-servers.md, "A model
+bigger than one ps").
+
+One lab for both jobs: the launcher, the chief and worker:0 on h0 (no cap), ps:0 on h2 and ps:1 on
+h1 (`--hosts h0:1,h1:1,h2:1 --workers 1 --ps 2`, the default placement), h1 and h2 capped at
+``CAP``. The model (tests/scripts/ps_memory.py) is a 250,000 x 128 float32 embedding table trained
+with Adagrad: 122 MiB of table plus 122 MiB of slot. Measured on this lab without a cap (the
+figures are in the docs page): a ps server idles at about 250 MiB of anonymous memory (TensorFlow
+imported, server started); the host holding the whole table peaks at about 940 MiB, each of two
+hosts holding half at about 530 MiB. So at 768 MiB:
+
+* ``shards=1`` (the table and its slot on ps:1): h1 runs out of memory, the OOM killer ends ps:1, and
+  the launcher ends the job at once with one line naming ps:1, h1, the cap and the fix, although
+  ``--task-timeout`` is 600 s;
+* ``shards=2``: each ps holds half, the job trains to completion (the loss falls), and the export
+  reloads on h0, which has no cap, with every one of the model's parameters.
+
+The ``MEMORY ...`` lines (``pytest -s``) print what each job took and each ps host's peak.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from support import REPO, SCRIPTS, assert_nothing_left, subprocess_env
+from tfdist.testing.cgroups import MemoryCgroups
+
+CAP = 768 << 20  # bytes per ps host; see the module docstring for why
+LAYOUT = ("--hosts", "h0:1,h1:1,h2:1", "--workers", "1", "--ps", "2", "--task-timeout", "600")
+PS_HOSTS = {"ps:0": "h2", "ps:1": "h1"}
+PARAMETERS = 250_000 * 128 + 2 * 128 + 1  # the table, the Dense kernel (2 ids x 128) and bias
+
+class Launch:
+    """`tfdist launch OPTIONS -- python tests/scripts/SCRIPT ARGS` on h0 (as tests/multihost/
+    test_launch_hosts.py starts its jobs): its output lines once it ended."""
+
+    def __init__(self, lab, *options: str, script: str, args: tuple[str, ...]) -> None:
+        argv = [sys.executable, "-m", "tfdist", "launch", *options, "--ssh-port", str(lab.ssh_port),
+                "--ssh-identity-file", str(lab.identity_file), "--grace", "2", "--",
+                sys.executable, str(SCRIPTS / script), *args]
+        self.start = time.monotonic()
+        self.process = lab.popen("h0", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=subprocess_env(), cwd=REPO)
+        self.lines: list[tuple[float, str]] = []  # (seconds since the start, line)
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic() - self.start, line.rstrip("\n")))
+
+    def wait(self, timeout: float) -> int:
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"the launcher was still running after {timeout:.0f} s:\n{self.tail()}")
+        self._pump.join(timeout=10)
+        return code
+
+    def first(self, pattern: str) -> float | None:
+        """Seconds from the start to the first line matching ``pattern``."""
+        return next((at for at, line in self.lines if re.search(pattern, line)), None)
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(line for _, line in self.lines[-n:])
+
+
+@pytest.fixture(scope="module")
+def lab():
+    from tfdist.testing.netlab import Lab
+
+    memory = MemoryCgroups.detect()
+    if memory is None:
+        pytest.fail("no cgroup memory controller on this machine: the memory-capped lab needs cgroup v1 "
+                    "`memory` or v2 with memory in cgroup.controllers")
+    with Lab(["h0", "h1", "h2"]) as lab:
+        for host in ("h1", "h2"):
+            lab.limit_memory(host, CAP)
+        yield lab
+
+
+def peak_mib(lab, host: str) -> int:
+    """The host's memory cgroup peak (v1 max_usage_in_bytes, v2 memory.peak), in MiB; then reset."""
+    memory = MemoryCgroups.detect()
+    group = memory.path(lab.namespace(host))
+    name = "memory.max_usage_in_bytes" if memory.version == 1 else "memory.peak"
+    try:
+        peak = int((group / name).read_text())
+    except (OSError, ValueError):
+        return -1
+    if memory.version == 1:
+        (group / name).write_text("0")
+    return peak >> 20
+
+
+def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_line(lab, tmp_path):
+    for host in ("h1", "h2"):
+        peak_mib(lab, host)
+    start = time.monotonic()
+    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("1", str(tmp_path)))
+    code = job.wait(timeout=300)
+    took = time.monotonic() - start
+    served, died = job.first(r"^\[ps:1@h1\] +\[tfdist\] ps:1 serving"), job.first("out of memory")
+    print(f"MEMORY shards=1: exit {code} after {took:.1f} s (ps:1 served at {served or 0:.1f} s, the OOM line "
+          f"at {died or 0:.1f} s); peaks MiB "
+          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {CAP >> 20})")
+    assert code == 1, job.tail()
+    memory = [line for _, line in job.lines if "out of memory" in line]
+    assert len(memory) == 1, job.tail()
+    line = memory[0]
+    assert line.startswith("tfdist launch: ps:1 on h1 ran out of memory: the kernel's OOM killer killed it "
+                           f"(SIGKILL) at its memory limit of 768 MiB ({CAP} bytes)"), line
+    assert "so the job ends now; fix: split the variables over more ps tasks: raise --ps and pass shards=N to " \
+           "make_strategy('parameter_server', ...)" in line
+    assert f"`tfdist advise --ps-memory {CAP} --optimizer NAME`" in line
+    assert not (tmp_path / "chief.json").exists()
+    assert took < 240  # bound against a hang only: the 600 s --task-timeout never came into play
+    assert_nothing_left(lab)
+
+
+def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(lab, tmp_path):
+    for host in ("h1", "h2"):
+        peak_mib(lab, host)
+    start = time.monotonic()
+    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("2", str(tmp_path)))
+    code = job.wait(timeout=300)
+    took = time.monotonic() - start
+    seconds = json.loads((tmp_path / "chief.json").read_text())["seconds"] if code == 0 else {}
+    print(f"MEMORY shards=2: exit {code} after {took:.1f} s (chief {seconds}); peaks MiB "
+          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {CAP >> 20})")
+    assert code == 0, job.tail()
+    assert not [line for _, line in job.lines if "out of memory" in line]
+    result = json.loads((tmp_path / "chief.json").read_text())
+    assert result["parameters"] == PARAMETERS
+    assert result["shard_shapes"] == [[125_000, 128], [125_000, 128]]
+    assert sorted(device.split("/device")[0] for device in result["shard_devices"]) == [
+        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # half on h2, half on h1
+    losses = result["loss"]
+    assert losses[-1] < 0.5 * losses[0], losses
+    # tf.saved_model.load of the export, from disk, on h0 (no cap): every parameter, shards merged
+    assert result["reloaded"] == {"parameters": PARAMETERS, "shape": [4, 1], "finite": True}
+    assert Path(result["export"]).parent == tmp_path and (tmp_path / "export" / "saved_model.pb").is_file()
+    assert_nothing_left(lab)

@@ -1,0 +1,198 @@
+"""Did a task run out of memory? Its memory cgroup's OOM-kill counter, read before and after it ran.
+
+A task the kernel's OOM killer ends dies by SIGKILL, like one killed by hand; what tells them apart
+is the kernel's record in the task's memory cgroup: cgroup v2 ``memory.events`` (``oom_kill N``),
+v1 ``memory.oom_control`` (``oom_kill N``, Linux 4.13+; older kernels only have ``memory.failcnt``,
+the times the limit was hit). The kernel counts a kill in the victim's cgroup whether the cgroup's
+own limit or the whole machine ran out, so a counter that rose while the task ran, plus the task's
+SIGKILL, is the signal. Who reads it: the supervisor on the task's host
+(``tfdist.launch.remote_task``), which passes the finding back in one marker line on its stderr
+(:func:`encode_exit`), and the launcher itself for tasks it starts on this machine::
+
+    before = snapshot()                      # this process's memory cgroup (tasks inherit it)
+    ...                                      # the task runs and dies by SIGKILL
+    cause = kill_cause(before, snapshot(), host=None)
+    cause.describe("ps:0")                   # 'ps:0 ran out of memory: the kernel's OOM killer ...'
+
+Everything but :func:`snapshot`'s default paths is pure and tested on fake cgroup trees.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: What the supervisor writes on stderr (one line) when its task died by a signal; the launcher
+#: consumes it and does not show it.
+EXIT_MARKER = "tfdist-task-exit "
+_UNLIMITED = 1 << 62  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One reading of a memory cgroup and its ancestors: OOM kills counted, the tightest limit."""
+
+    cgroup: str  # the path in the memory hierarchy, e.g. ``/tfl4242n1-h3``
+    kills: int | None  # OOM kills (summed over the chain); None: the kernel keeps no such counter
+    limit: int | None  # bytes; None: no limit
+    failcnt: int | None = None  # v1 only: how often the limit was hit (the fallback when kills is None)
+
+
+def memory_cgroup(proc_cgroup: str) -> tuple[int, str] | None:
+    """``(version, path)`` of the memory controller in a ``/proc/PID/cgroup`` text, or None.
+
+    >>> memory_cgroup("4:memory:/tfl1n1-h3\\n0::/\\n")
+    (1, '/tfl1n1-h3')
+    >>> memory_cgroup("0::/user.slice/session-1.scope\\n")
+    (2, '/user.slice/session-1.scope')
+    """
+    unified = None
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if "memory" in controllers.split(","):
+            return 1, path
+        if parts[0] == "0" and controllers == "":
+            unified = path
+    return None if unified is None else (2, unified)
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _key(text: str, key: str) -> int | None:
+    """The number after ``key`` in a ``key value`` file (memory.events, memory.oom_control)."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return _int(value)
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_record(version: int, cgroup: str, root: Path = CGROUP_ROOT) -> MemoryRecord | None:
+    """The record of ``cgroup`` (v1: under ``root/memory``, v2: under ``root``), or None when its
+    directory is not there (a container without the hierarchy mounted)."""
+    top = root / "memory" if version == 1 else root
+    leaf = top / cgroup.strip("/") if cgroup.strip("/") else top
+    if not leaf.is_dir():
+        return None
+    chain = [leaf, *[p for p in leaf.parents if p == top or top in p.parents]]
+    kills: int | None = None
+    failcnt: int | None = None
+    limit: int | None = None
+    for directory in chain:
+        if version == 1:
+            count = _key(_read(directory / "memory.oom_control") or "", "oom_kill")
+            hits = _int(_read(directory / "memory.failcnt") or "")
+            cap = _int(_read(directory / "memory.limit_in_bytes") or "")
+        else:
+            count = _key(_read(directory / "memory.events") or "", "oom_kill")
+            hits = None
+            cap = _int(_read(directory / "memory.max") or "")  # "max" reads as None
+        if count is not None:
+            kills = (kills or 0) + count
+        if hits is not None:
+            failcnt = (failcnt or 0) + hits
+        if cap is not None and 0 < cap < _UNLIMITED:
+            limit = cap if limit is None else min(limit, cap)
+    return MemoryRecord(cgroup, kills, limit, failcnt)
+
+
+def snapshot(pid: int | str = "self", root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> MemoryRecord | None:
+    """The memory record of process ``pid``'s cgroup, or None when it cannot be read here."""
+    text = _read(proc / str(pid) / "cgroup")
+    found = memory_cgroup(text) if text else None
+    return None if found is None else read_record(*found, root=root)
+
+
+@dataclass(frozen=True)
+class KillCause:
+    """What is known of why a task died by SIGKILL.
+
+    ``oom``: True, the OOM killer killed a process of its memory cgroup while it ran; None, no
+    counter could be read (then the OOM killer is only the usual suspect); ``limit``: the cgroup's
+    memory limit in bytes, when there is one; ``host``: where it ran (None: this machine).
+    """
+
+    oom: bool | None
+    host: str | None = None
+    limit: int | None = None
+
+    def where(self) -> str:
+        return "this machine" if self.host is None else self.host
+
+    def describe(self, name: str) -> str:
+        """The first part of the exit line (the policy adds what happens next, then :meth:`fix`)."""
+        on = f"{name} on {self.where()}"
+        if self.oom:
+            cap = f" at its memory limit of {format_bytes(self.limit)}" if self.limit else ""
+            return f"{on} ran out of memory: the kernel's OOM killer killed it (SIGKILL){cap}"
+        return (f"{name} killed by SIGKILL (the kernel's OOM killer is the usual cause: check `dmesg` on "
+                f"{self.where()})")
+
+    def fix(self, name: str) -> str | None:
+        """The fix for an out-of-memory task (None when the cause is not known to be memory)."""
+        if not self.oom:
+            return None
+        more = f"give {self.where()} more memory"
+        if name.startswith("ps:"):
+            advise = f" --ps-memory {self.limit}" if self.limit else " --ps-memory BYTES"
+            return ("split the variables over more ps tasks: raise --ps and pass shards=N to "
+                    f"make_strategy('parameter_server', ...) (`tfdist advise{advise} --optimizer NAME` with the "
+                    "model's --params and --batch-size, or --probe, gives the minimum), "
+                    f"or {more}")
+        return f"{more}, run fewer tasks there, or lower the batch size"
+
+
+def kill_cause(before: MemoryRecord | None, after: MemoryRecord | None, host: str | None = None) -> KillCause:
+    """The cause of a SIGKILL from two readings of the task's memory cgroup (None: unreadable)."""
+    if before is None or after is None or before.cgroup != after.cgroup:
+        return KillCause(None, host)
+    if before.kills is not None and after.kills is not None:
+        return KillCause(after.kills > before.kills, host, after.limit)
+    if before.failcnt is not None and after.failcnt is not None:  # old v1 kernels: the limit was hit
+        return KillCause(after.failcnt > before.failcnt, host, after.limit)
+    return KillCause(None, host, after.limit)
+
+
+def format_bytes(count: int | None) -> str:
+    """``1.5 GiB``, ``768 MiB`` (with the exact bytes, which ``--ps-memory`` takes)."""
+    if count is None:
+        return "no limit"
+    if count >= 1 << 30:
+        return f"{count / (1 << 30):.2f} GiB ({count} bytes)"
+    return f"{count / (1 << 20):.0f} MiB ({count} bytes)"
+
+
+def encode_exit(signal_number: int, cause: KillCause) -> str:
+    """The supervisor's marker line for a task that died by ``signal_number`` (no newline)."""
+    body: dict[str, Any] = {"signal": signal_number, "oom": cause.oom, "limit": cause.limit}
+    return EXIT_MARKER + json.dumps(body, separators=(",", ":"))
+
+
+def decode_exit(line: str, host: str | None) -> tuple[int, KillCause] | None:
+    """``(signal, cause)`` from a marker line (the task ran on ``host``), or None if it is not one."""
+    if not line.startswith(EXIT_MARKER):
+        return None
+    try:
+        body = json.loads(line[len(EXIT_MARKER):])
+        signal_number = int(body["signal"])
+        oom, limit = body.get("oom"), body.get("limit")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if oom not in (True, False, None) or not (limit is None or isinstance(limit, int)):
+        return None
+    return signal_number, KillCause(oom, host, limit)
