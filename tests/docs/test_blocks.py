@@ -44,6 +44,8 @@ _COMMANDS_COVERED_ELSEWHERE = {
     "tfdist export-check": ("tests/export/test_docs.py", 'invoke(*step.argv)'),
     "tfdist launch --workers 2 --ps 1 --":
         ("tests/examples/test_examples.py", '"launch", "--workers", "2", "--ps", "1", "--"'),
+    "tfdist launch --workers 2 --ps 2 --":
+        ("tests/examples/test_recommender.py", '"launch", "--workers", "2", "--ps", "2", "--"'),
     "tfdist launch --workers 2 --ps 2 --evaluator --":
         ("tests/strategies/test_parameter_server.py", '"--workers", "2", "--ps", "2", "--evaluator"'),
     "tfdist launch --backend multi_worker_mirrored --workers 2 --":
@@ -56,6 +58,9 @@ _COMMANDS_COVERED_ELSEWHERE = {
         ("tests/multihost/test_launch_hosts.py", 'readme_launch_options("--backend multi_worker_mirrored")'),
     "tfdist launch --backend horovod --hosts h1:1,h2:1 --":
         ("tests/multihost/test_horovod_hosts.py", 'readme_launch_options("--backend horovod --hosts")'),
+    "tfdist launch --hosts h0:1,h1:1,h2:1 --workers 1 --ps 2 --task-timeout 600 --":
+        ("tests/multihost/test_memory.py",
+         'LAYOUT = ("--hosts", "h0:1,h1:1,h2:1", "--workers", "1", "--ps", "2", "--task-timeout", "600")'),
     "tfdist launch --backend horovod --elastic --min-np 1 --max-np 2 --hosts h1:1,h2:1 --":
         ("tests/multihost/test_horovod_hosts.py", 'readme_launch_options("--elastic")'),
     "tfdist advise --probe --hosts":
