@@ -19,8 +19,8 @@ report: setup  ## one page comparing the runs of runs/ (what `make demo` ends wi
 lint: setup  ## ruff with the rules of pyproject.toml (seconds; CI runs it before the tests)
 	@$(VENV)/bin/ruff check --quiet .
 
-test: setup  ## the whole suite; prints the 15 slowest tests
-	@$(PY) -m pytest -q --durations=15
+test: setup  ## the whole suite on 2 workers (tests/scheduling.py); prints the 15 slowest tests
+	@$(PY) -m pytest -q -n 2 --no-loadscope-reorder --durations=15
 
 test-fast: setup  ## the tests that start no process importing TensorFlow (see the `slow` marker)
 	@TFDIST_FAST_FUZZ=1 $(PY) -m pytest -q -m "not slow"

@@ -5,7 +5,9 @@
   tests marked ``no_gpu`` (they assume none) are skipped;
 * every test must leave ``os.environ`` as it found it;
 * ``horovod``, ``cluster`` and ``multihost`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
-* ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job.
+* ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job;
+* under pytest-xdist (`make test`: ``-n 2``) each file is one unit of work, the lab tests one unit,
+  and a test marked ``alone`` runs while no other test does (``scheduling.py``).
 """
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ if os.environ.get("TFDIST_TEST_GPUS") != "1":
 
 import tfdist  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS once, before the first snapshot below)
 
+import scheduling  # noqa: E402
 from support import horovodrun  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # after tests/multihost/conftest.py's (also tryfirst, registered later)
 def pytest_collection_modifyitems(config, items):
     gpus_visible = os.environ.get("TFDIST_TEST_GPUS") == "1"
     for item in items:
@@ -30,6 +34,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if gpus_visible and item.get_closest_marker("no_gpu"):
             item.add_marker(pytest.mark.skip(reason="assumes no visible GPU; TFDIST_TEST_GPUS=1 shows them"))
+    scheduling.order_units(items)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return scheduling.make_scheduler(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of a test inside its turn (exclusive for ``alone`` tests)."""
+    with scheduling.turn(scheduling.lock_dir(item.config), alone=item.get_closest_marker(scheduling.ALONE) is not None):
+        return (yield)
 
 
 def _snapshot() -> dict[str, str]:
