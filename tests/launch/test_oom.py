@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tfdist import cgroup_memory
+from tfdist.cgroup_memory import MemoryRecord
 from tfdist.launch import oom
-from tfdist.launch.oom import KillCause, MemoryRecord
+from tfdist.launch.oom import KillCause
 
 UNLIMITED_V1 = "9223372036854771712\n"
 
@@ -36,24 +38,33 @@ def fake_v2(root: Path, path: str, kills: int, limit: str = "max\n") -> Path:
 
 def test_the_memory_controller_is_found_in_proc_cgroup_for_v1_and_v2():
     v1 = "9:name=systemd:/\n4:memory:/tfl1n1-h3\n1:cpu,cpuacct:/\n0::/\n"
-    assert oom.memory_cgroup(v1) == (1, "/tfl1n1-h3")
-    assert oom.memory_cgroup("7:cpuset,memory:/a/b\n") == (1, "/a/b")
-    assert oom.memory_cgroup("0::/user.slice/x.scope\n") == (2, "/user.slice/x.scope")
-    assert oom.memory_cgroup("3:cpu:/\n") is None and oom.memory_cgroup("") is None
+    assert cgroup_memory.memory_cgroup(v1) == (1, "/tfl1n1-h3")
+    assert cgroup_memory.memory_cgroup("7:cpuset,memory:/a/b\n") == (1, "/a/b")
+    assert cgroup_memory.memory_cgroup("0::/user.slice/x.scope\n") == (2, "/user.slice/x.scope")
+    assert cgroup_memory.memory_cgroup("3:cpu:/\n") is None and cgroup_memory.memory_cgroup("") is None
 
 
 def test_v1_reads_the_oom_kill_counter_and_the_limit(tmp_path):
     fake_v1(tmp_path, "/tfl1n1-h3", kills=2, limit="1610612736\n")
-    assert oom.read_record(1, "/tfl1n1-h3", tmp_path) == MemoryRecord("/tfl1n1-h3", 2, 1610612736, 0)
+    assert cgroup_memory.read_record(1, "/tfl1n1-h3", tmp_path) == MemoryRecord("/tfl1n1-h3", 2, 1610612736, 0)
     fake_v1(tmp_path, "/free", kills=0)
-    assert oom.read_record(1, "/free", tmp_path).limit is None  # v1's "no limit" is a huge number
-    assert oom.read_record(1, "/absent", tmp_path) is None
+    assert cgroup_memory.read_record(1, "/free", tmp_path).limit is None  # v1's "no limit" is a huge number
+    assert cgroup_memory.read_record(1, "/tfl1n1-h3", tmp_path / "elsewhere") is None  # no hierarchy there
+
+
+def test_a_group_the_mount_does_not_show_reads_the_mounts_root(tmp_path):
+    """In a cgroup namespace /proc/PID/cgroup names a path the mount does not show: its root is ours."""
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 4\n")
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("268435456\n")
+    record = cgroup_memory.read_record(1, "/docker/abc", tmp_path)
+    assert (record.cgroup, record.kills, record.limit) == ("/docker/abc", 4, 256 << 20)
 
 
 def test_v2_reads_memory_events_and_memory_max_up_the_tree(tmp_path):
     fake_v2(tmp_path, "/lab", kills=0, limit="1073741824\n")
     fake_v2(tmp_path, "/lab/h3", kills=1)  # the limit is on the parent: the tightest one counts
-    record = oom.read_record(2, "/lab/h3", tmp_path)
+    record = cgroup_memory.read_record(2, "/lab/h3", tmp_path)
     assert (record.kills, record.limit) == (1, 1073741824)
 
 
@@ -62,8 +73,8 @@ def test_snapshot_reads_the_cgroup_of_a_process_from_proc(tmp_path):
     (proc / "42").mkdir(parents=True)
     (proc / "42" / "cgroup").write_text("4:memory:/tfl1n1-h3\n0::/\n")
     fake_v1(root, "/tfl1n1-h3", kills=3, limit="536870912\n")
-    assert oom.snapshot(42, root=root, proc=proc) == MemoryRecord("/tfl1n1-h3", 3, 536870912, 0)
-    assert oom.snapshot(43, root=root, proc=proc) is None  # no such process
+    assert cgroup_memory.snapshot(42, root=root, proc=proc) == MemoryRecord("/tfl1n1-h3", 3, 536870912, 0)
+    assert cgroup_memory.snapshot(43, root=root, proc=proc) is None  # no such process
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), [

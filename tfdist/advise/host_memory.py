@@ -3,11 +3,9 @@
 Pure reading of files under ``root`` (``/`` on a host, a fake tree in tests), so ``tfdist advise
 --probe`` reports each host's memory without TensorFlow:
 
-* the memory cgroup of this process, from ``/proc/self/cgroup``: cgroup v1's ``memory`` controller
-  (``/sys/fs/cgroup/memory/<path>/memory.limit_in_bytes``) or v2's unified tree
-  (``/sys/fs/cgroup/<path>/memory.max``; ``max`` is no limit). The smallest limit of the group and
-  its ancestors applies (a parent's cap holds for every child); when the group's directory is not
-  visible (a cgroup namespace shows its own group as the root), the mount's root is read;
+* the memory cgroup of this process (:mod:`tfdist.cgroup_memory`, from ``/proc/self/cgroup``):
+  cgroup v1's ``memory.limit_in_bytes`` or v2's ``memory.max``, the smallest along the group and its
+  ancestors;
 * ``/proc/meminfo``: ``MemTotal`` and ``MemAvailable`` (what can be given to a new process without
   swapping, page cache included).
 
@@ -19,11 +17,10 @@ A task may use the smaller of the cgroup's limit and MemAvailable (:attr:`HostMe
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-#: Limits at or above this are "no limit" (cgroup v1 writes 9223372036854771712 for unlimited).
-UNLIMITED = 2**62
+from tfdist.cgroup_memory import snapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,60 +59,14 @@ class HostMemory:
                    source if isinstance(source, str) else None)
 
 
-def _read_number(path: Path) -> int | None:
-    """A limit file's value; None for ``max``, unlimited, missing or unreadable."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    value = int(text)
-    return value if 0 < value < UNLIMITED else None
-
-
-def _groups(root: Path) -> list[tuple[Path, PurePosixPath, str]]:
-    """``(mount, path inside it, limit file name)`` of this process's memory cgroup: v1 first."""
-    try:
-        lines = (root / "proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return []
-    v1, v2 = [], []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        number, controllers, path = parts
-        inside = PurePosixPath(path.strip() or "/")
-        if "memory" in controllers.split(","):
-            v1.append((root / "sys/fs/cgroup/memory", inside, "memory.limit_in_bytes"))
-        elif number == "0" and controllers == "":
-            v2.append((root / "sys/fs/cgroup", inside, "memory.max"))
-    return v1 + v2
-
-
 def cgroup_limit(root: Path | str = "/") -> tuple[int | None, str | None]:
     """``(limit bytes, file)`` of this process's memory cgroup (the smallest along its ancestors);
     ``(None, None)`` without a limit or a readable cgroup tree."""
     root = Path(root)
-    for mount, inside, name in _groups(root):
-        if not mount.is_dir():
-            continue
-        found: list[tuple[int, Path]] = []
-        relative = inside.relative_to("/")
-        visible = (mount / relative).is_dir()
-        chain = [relative, *relative.parents] if visible else [PurePosixPath(".")]
-        for part in chain:
-            path = mount / part / name
-            value = _read_number(path)
-            if value is not None:
-                found.append((value, path))
-        if found:
-            value, path = min(found)
-            return value, "/" + str(path.relative_to(root))
-        if (mount / name).exists() or visible:
-            return None, None  # this controller is mounted and sets no limit
-    return None, None
+    record = snapshot(root=root / "sys/fs/cgroup", proc=root / "proc")
+    if record is None or record.limit is None or record.limit_file is None:
+        return None, None
+    return record.limit, "/" + str(record.limit_file.relative_to(root))
 
 
 def meminfo(root: Path | str = "/") -> tuple[int | None, int | None]:

@@ -14,108 +14,22 @@ SIGKILL, is the signal. Who reads it: the supervisor on the task's host
     cause = kill_cause(before, snapshot(), host=None)
     cause.describe("ps:0")                   # 'ps:0 ran out of memory: the kernel's OOM killer ...'
 
-Everything but :func:`snapshot`'s default paths is pure and tested on fake cgroup trees.
+The cgroup is read by :mod:`tfdist.cgroup_memory` (:func:`snapshot`); everything here is pure.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+from tfdist.cgroup_memory import MemoryRecord, snapshot
+
+__all__ = ["EXIT_MARKER", "KillCause", "MemoryRecord", "decode_exit", "encode_exit", "format_bytes", "kill_cause",
+           "snapshot"]
+
 #: What the supervisor writes on stderr (one line) when its task died by a signal; the launcher
 #: consumes it and does not show it.
 EXIT_MARKER = "tfdist-task-exit "
-_UNLIMITED = 1 << 62  # cgroup v1 reports "no limit" as a page-aligned LONG_MAX
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """One reading of a memory cgroup and its ancestors: OOM kills counted, the tightest limit."""
-
-    cgroup: str  # the path in the memory hierarchy, e.g. ``/tfl4242n1-h3``
-    kills: int | None  # OOM kills (summed over the chain); None: the kernel keeps no such counter
-    limit: int | None  # bytes; None: no limit
-    failcnt: int | None = None  # v1 only: how often the limit was hit (the fallback when kills is None)
-
-
-def memory_cgroup(proc_cgroup: str) -> tuple[int, str] | None:
-    """``(version, path)`` of the memory controller in a ``/proc/PID/cgroup`` text, or None.
-
-    >>> memory_cgroup("4:memory:/tfl1n1-h3\\n0::/\\n")
-    (1, '/tfl1n1-h3')
-    >>> memory_cgroup("0::/user.slice/session-1.scope\\n")
-    (2, '/user.slice/session-1.scope')
-    """
-    unified = None
-    for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if "memory" in controllers.split(","):
-            return 1, path
-        if parts[0] == "0" and controllers == "":
-            unified = path
-    return None if unified is None else (2, unified)
-
-
-def _int(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
-def _key(text: str, key: str) -> int | None:
-    """The number after ``key`` in a ``key value`` file (memory.events, memory.oom_control)."""
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == key:
-            return _int(value)
-    return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-def read_record(version: int, cgroup: str, root: Path = CGROUP_ROOT) -> MemoryRecord | None:
-    """The record of ``cgroup`` (v1: under ``root/memory``, v2: under ``root``), or None when its
-    directory is not there (a container without the hierarchy mounted)."""
-    top = root / "memory" if version == 1 else root
-    leaf = top / cgroup.strip("/") if cgroup.strip("/") else top
-    if not leaf.is_dir():
-        return None
-    chain = [leaf, *[p for p in leaf.parents if p == top or top in p.parents]]
-    kills: int | None = None
-    failcnt: int | None = None
-    limit: int | None = None
-    for directory in chain:
-        if version == 1:
-            count = _key(_read(directory / "memory.oom_control") or "", "oom_kill")
-            hits = _int(_read(directory / "memory.failcnt") or "")
-            cap = _int(_read(directory / "memory.limit_in_bytes") or "")
-        else:
-            count = _key(_read(directory / "memory.events") or "", "oom_kill")
-            hits = None
-            cap = _int(_read(directory / "memory.max") or "")  # "max" reads as None
-        if count is not None:
-            kills = (kills or 0) + count
-        if hits is not None:
-            failcnt = (failcnt or 0) + hits
-        if cap is not None and 0 < cap < _UNLIMITED:
-            limit = cap if limit is None else min(limit, cap)
-    return MemoryRecord(cgroup, kills, limit, failcnt)
-
-
-def snapshot(pid: int | str = "self", root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> MemoryRecord | None:
-    """The memory record of process ``pid``'s cgroup, or None when it cannot be read here."""
-    text = _read(proc / str(pid) / "cgroup")
-    found = memory_cgroup(text) if text else None
-    return None if found is None else read_record(*found, root=root)
 
 
 @dataclass(frozen=True)
