@@ -24,7 +24,8 @@ def run(*args: str):
 error = usage_error
 
 
-def test_auto_without_hosts_says_why_and_the_fix():
+def test_auto_without_hosts_says_why_and_the_fix(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)  # outside an allocation
     text = error(run("--backend", "auto", "--model", "m:f", "--batch-size", "64", *COMMAND))
     assert "--backend auto needs --hosts" in text and "compares the link rates" in text
     assert "fix:" in text and "--backend parameter_server" in text
@@ -201,3 +202,59 @@ def test_an_unwritable_plan_path_stops_before_the_probe(monkeypatch, launched, t
 def test_save_plan_belongs_to_auto():
     assert "--save-plan do(es) not apply to --backend horovod" in error(
         run("--backend", "horovod", "--save-plan", "p.json", *COMMAND))
+
+
+def _allocation(monkeypatch, nodelist: str, tasks_per_node: str | None = None) -> None:
+    monkeypatch.setenv("SLURM_JOB_NODELIST", nodelist)
+    if tasks_per_node is None:
+        monkeypatch.delenv("SLURM_TASKS_PER_NODE", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_TASKS_PER_NODE", tasks_per_node)
+
+
+def test_inside_a_slurm_allocation_its_nodes_stand_in_for_hosts(monkeypatch, launched):
+    seen = []
+    _allocation(monkeypatch, "w[1-2],p", "1(x3)")
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 100.0}, seen=seen)
+    result = run("--backend", "auto", "--model", "m:f", "--batch-size", "64", "--ps", "1", *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert "--hosts from the SLURM allocation (SLURM_JOB_NODELIST): w1:1,w2:1,p:1" in result.output
+    assert seen[0][:3] == ("w1:1,w2:1,p:1", 2, 1)
+    assert launched == [("parameter_server", "w1:1,w2:1,p:1", 2, 1)]
+
+
+def test_given_hosts_win_over_the_allocation(monkeypatch, launched):
+    seen = []
+    _allocation(monkeypatch, "node[1-9]")
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 100.0}, seen=seen)
+    result = run(*AUTO, "--ps", "1", *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert seen[0][0] == "w1:1,w2:1,p:1" and "SLURM allocation" not in result.output
+
+
+@pytest.mark.parametrize("nodelist, tasks, words", [
+    ("node[1-", None, "SLURM_JOB_NODELIST"),
+    ("node[1-3]", "2(x2)", "SLURM_TASKS_PER_NODE"),
+    ("node[1-2]", "1,0", "SLURM_TASKS_PER_NODE"),
+])
+def test_a_garbled_allocation_is_named_with_the_fix(monkeypatch, launched, nodelist, tasks, words):
+    _allocation(monkeypatch, nodelist, tasks)
+    text = error(run("--backend", "auto", "--model", "m:f", "--batch-size", "64", *COMMAND))
+    assert "--hosts was not given and the SLURM allocation cannot stand in" in text
+    assert words in text and "fix:" in text and launched == []
+
+
+def test_advise_probe_takes_the_allocations_nodes(monkeypatch):
+    seen = []
+    _allocation(monkeypatch, "w[1-2],p")
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, seen=seen)
+    result = invoke("advise", "--probe", "--ps", "1", "--model", "m:f", "--batch-size", "64")
+    assert result.exit_code == 0, result.output
+    assert "--hosts from the SLURM allocation (SLURM_JOB_NODELIST): w1:1,w2:1,p:1" in result.output
+    assert seen[0][:3] == ("w1:1,w2:1,p:1", 2, 1)
+
+
+def test_advise_probe_outside_an_allocation_still_needs_hosts(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    text = error(invoke("advise", "--probe", "--ps", "1", "--model", "m:f", "--batch-size", "64"))
+    assert "--probe needs --hosts" in text and "SLURM allocation" in text

@@ -23,7 +23,7 @@ from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
 from tfdist.advise.units import MEMORY_EXAMPLES, RATE_EXAMPLES, parse_bytes, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.launch.remote import SshOptions
 
 # dataclass field -> the option that sets it
@@ -176,6 +176,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
                                        + ", ".join(f"{k} {v}" for k, v in OPTIMIZER_SLOTS.items()) + ")")
     memory = dict(optimizer=optimizer, largest=largest_variable, ps_memory=ps_memory, worker_memory=worker_memory)
     if probe:
+        hosts = hosts_or_allocation(hosts)
         cluster, workload, found = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms,
                                           dtype_bytes, worker_speeds, overlap,
                                           SshOptions(ssh_port, ssh_identity_file), probe_seconds)
@@ -248,7 +249,7 @@ def _print(result: Advice, cluster: Cluster, workload: Workload, as_json: bool,
 
 
 
-def check_probe_options(ctx: click.Context, model: str | None) -> None:
+def check_probe_options(ctx: click.Context, model: str | None, hosts: str | None) -> None:
     """Refuse options that --probe measures itself (naming both and the fix) and require what it cannot."""
     measured = {**_MEASURED, **(_MEASURED_WITH_MODEL if model else {})}
     for name, flag in measured.items():
@@ -257,9 +258,10 @@ def check_probe_options(ctx: click.Context, model: str | None) -> None:
             raise click.UsageError(f"--probe {what} {flag} itself, so {flag} and --probe contradict each "
                                    f"other; fix: drop {flag}, or drop --probe and describe the cluster "
                                    "yourself")
-    if not _given(ctx, "hosts"):
+    if hosts is None:
         raise click.UsageError("--probe needs --hosts, the hosts to measure; fix: add e.g. --hosts "
-                               "h1:1,h2:1,h3:1 (as for `tfdist launch --hosts`)")
+                               "h1:1,h2:1,h3:1 (as for `tfdist launch --hosts`), or run inside a SLURM "
+                               "allocation (its nodes stand in)")
     if model is None:
         for name, flag in (("params", "--params"), ("step_ms", "--step-ms")):
             if not _given(ctx, name):
@@ -275,7 +277,7 @@ def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: 
     from tfdist.launch.hosts import parse_hosts
     from tfdist.launch.plan import LaunchError
 
-    check_probe_options(ctx, model)
+    check_probe_options(ctx, model, hosts)
     try:
         if workers is None:
             workers = default_workers(parse_hosts(hosts), ps)

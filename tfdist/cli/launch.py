@@ -12,7 +12,7 @@ from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
 from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, writable_plan_path
+from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.backends import LAUNCHABLE
 from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
@@ -182,6 +182,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
         raise click.UsageError("--network-interface is empty; fix: name the interface the ranks talk over, "
                                "e.g. --network-interface eth0, or drop --network-interface")
     if backend == AUTO:
+        hosts = hosts_or_allocation(hosts)
         _check_auto(ctx, hosts)
     if shutil.which(command[0]) is None:
         raise click.BadParameter(f"{_shown(command[0])} is not an executable on PATH; fix: give the full "
@@ -249,7 +250,8 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
     """--backend auto needs --hosts (it compares links between hosts), --model and --batch-size."""
     if hosts is None:
         raise click.UsageError("--backend auto needs --hosts: it compares the link rates between hosts; fix: "
-                               "add --hosts h1:1,h2:1,... , or on one machine pick --backend "
+                               "add --hosts h1:1,h2:1,... (inside a SLURM allocation its nodes stand in), "
+                               "or on one machine pick --backend "
                                "parameter_server, multi_worker_mirrored or horovod")
     for name, example in (("model", "--model models:build_model"), ("batch_size", "--batch-size 64")):
         if not _given(ctx, name):

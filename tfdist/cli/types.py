@@ -179,3 +179,23 @@ def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | 
         except PlanError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     return value
+
+
+def hosts_or_allocation(hosts: str | None, flag: str = "--hosts") -> str | None:
+    """``hosts`` as given, else the SLURM allocation's nodes (``SLURM_JOB_NODELIST``, slots from
+    ``SLURM_TASKS_PER_NODE``), said on stderr; None outside an allocation. A garbled variable is a
+    usage error naming it."""
+    if hosts is not None:
+        return hosts
+    import os
+
+    from tfdist.cluster.errors import ClusterConfigError
+    from tfdist.cluster.slurm import allocation_hosts
+
+    try:
+        found = allocation_hosts(os.environ)
+    except ClusterConfigError as exc:
+        raise click.UsageError(f"{flag} was not given and the SLURM allocation cannot stand in: {exc}") from None
+    if found is not None:
+        click.echo(f"{flag} from the SLURM allocation (SLURM_JOB_NODELIST): {found}", err=True)
+    return found

@@ -244,3 +244,37 @@ def _count_item(item: str) -> int:
 def _expand_ranges(ranges: str, item: str) -> list[str]:
     return [str(n).zfill(len(text))
             for text, low, high in _ranges(ranges, item) for n in range(low, high + 1)]
+
+
+def allocation_hosts(environ: Mapping[str, str]) -> str | None:
+    """The hosts of the SLURM allocation this runs in, as ``--hosts`` takes them (``node1:2,node2:2``):
+    ``SLURM_JOB_NODELIST`` expanded, each node's slots from ``SLURM_TASKS_PER_NODE`` (one each
+    without it). None outside an allocation; a garbled variable raises :class:`ClusterConfigError`
+    naming it.
+
+    >>> allocation_hosts({"SLURM_JOB_NODELIST": "h[1-3]", "SLURM_TASKS_PER_NODE": "2(x2),1"})
+    'h1:2,h2:2,h3:1'
+    """
+    text = environ.get(SLURM_JOB_NODELIST)
+    if text is None:
+        return None
+    try:
+        nodes = expand_hostlist(text)
+    except ValueError as exc:
+        raise ClusterConfigError([Problem(SLURM_JOB_NODELIST, f"{shown(text)} is garbled: {exc}",
+                                          "it should look like 'node[01-04]'; or pass --hosts")]) from None
+    if not nodes:
+        raise ClusterConfigError([Problem(SLURM_JOB_NODELIST, "names no node", "pass --hosts")])
+    counts = [1] * len(nodes)
+    if SLURM_TASKS_PER_NODE in environ:
+        try:
+            counts = parse_tasks_per_node(environ[SLURM_TASKS_PER_NODE])
+        except ValueError as exc:
+            raise ClusterConfigError([Problem(SLURM_TASKS_PER_NODE, f"{shown(environ[SLURM_TASKS_PER_NODE])} is "
+                                              f"garbled: {exc}", "it should look like '2(x3),1'; or pass --hosts")]) from None
+        if len(counts) != len(nodes) or 0 in counts:
+            raise ClusterConfigError([Problem(
+                SLURM_TASKS_PER_NODE, f"gives {len(counts)} count(s) for the {len(nodes)} node(s) of "
+                f"{SLURM_JOB_NODELIST}" + (" and a node with 0 tasks" if 0 in counts else ""),
+                "it should have one count (at least 1) per node, as SLURM sets it; or pass --hosts")])
+    return ",".join(f"{node}:{count}" for node, count in zip(nodes, counts))
