@@ -44,7 +44,7 @@ setup(
         # Horovod is built from source by scripts/setup.sh (see README); this extra pins it.
         "horovod": ["horovod==0.28.1"],
         "examples": ["scikit-learn>=1.3"],
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6.100", "scikit-learn>=1.3", "ruff>=0.17",
+        "test": ["pytest>=8", "pytest-xdist>=3.8", "hypothesis>=6.100", "scikit-learn>=1.3", "ruff>=0.17",
                  "kubernetes-validate>=1.30"],  # ruff: `make lint`; kubernetes-validate: the manifests
         "gpu": ["tensorflow[and-cuda]~=2.21.0"],
     },

@@ -37,15 +37,28 @@ def pytest_collection_modifyitems(config, items):
     scheduling.order_units(items)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return scheduling.make_scheduler(config, log)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Setup, call and teardown of a test inside its turn (exclusive for ``alone`` tests)."""
-    with scheduling.turn(scheduling.lock_dir(item.config), alone=item.get_closest_marker(scheduling.ALONE) is not None):
+    """Setup, call and teardown of a test inside its unit's turn (exclusive for ``alone`` tests)."""
+    unit = scheduling.unit_of(item.nodeid)
+    next_unit = None if nextitem is None else scheduling.unit_of(nextitem.nodeid)
+    with scheduling.turns(item.config).hold(unit, next_unit, item.get_closest_marker(scheduling.ALONE) is not None):
         return (yield)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, on the controller: tell each worker where the run's locks are."""
+    node.workerinput[scheduling.WORKER_INPUT_KEY] = scheduling.lock_dir_for_workers(node.config)
+
+
+def pytest_unconfigure(config):
+    scheduling.remove_lock_dir(config)
 
 
 def _snapshot() -> dict[str, str]:

@@ -5,6 +5,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 import scheduling
 
 
@@ -33,15 +35,20 @@ def test_the_lab_comes_first_then_files_with_more_slow_tests_and_each_file_stays
         "tests/b.py::t1", "tests/b.py::t2", "tests/c.py::t1", "tests/a.py::t1"]
 
 
-def _hold(directory: str, alone: bool, seconds: float, log: str, name: str, ready=None) -> None:
-    with scheduling.turn(Path(directory), alone):
-        if ready is not None:
-            ready.set()
-        with open(log, "a") as out:
-            out.write(f"start {name} {time.monotonic()}\n")
-        time.sleep(seconds)
-        with open(log, "a") as out:
-            out.write(f"end {name} {time.monotonic()}\n")
+def _unit(directory: str, tests: list[tuple[str | None, bool, float]], log: str, name: str,
+          ready=None) -> None:
+    """One worker: runs ``tests`` of the unit "u" one after the other, each (next unit, alone, seconds);
+    sets ``ready`` just before asking for its first turn."""
+    turns = scheduling.Turns(Path(directory))
+    if ready is not None:
+        ready.set()
+    for index, (next_unit, alone, seconds) in enumerate(tests):
+        with turns.hold("u", next_unit, alone):
+            with open(log, "a") as out:
+                out.write(f"start {name}{index} {time.monotonic()}\n")
+            time.sleep(seconds)
+            with open(log, "a") as out:
+                out.write(f"end {name}{index} {time.monotonic()}\n")
 
 
 def _spans(log: Path) -> dict[str, tuple[float, float]]:
@@ -52,43 +59,50 @@ def _spans(log: Path) -> dict[str, tuple[float, float]]:
     return {name: (starts[name], ends[name]) for name in starts}
 
 
-def test_an_alone_test_waits_for_the_running_one_and_later_tests_wait_for_it(tmp_path):
-    """A shared holder runs; an alone one asks, then another shared one: the alone one starts after the
-    first ends, and the second shared one only after the alone one ends (it does not overtake it)."""
-    log = tmp_path / "log"
-    context = multiprocessing.get_context("fork")
-    first_in = context.Event()
-    first = context.Process(target=_hold, args=(str(tmp_path), False, 1.0, str(log), "first", first_in))
-    first.start()
+def _start(context, *args):
+    process = context.Process(target=_unit, args=args)
+    process.start()
+    return process
+
+
+def test_an_alone_test_waits_for_the_running_unit_and_later_units_wait_for_it(tmp_path):
+    """A unit of two tests runs; an alone test asks during its first test, then another unit asks:
+    the alone test starts only after the whole first unit (its second test included), and the later
+    unit only after the alone test ends (it does not overtake it)."""
+    log, context = str(tmp_path / "log"), multiprocessing.get_context("fork")
+    first_in, alone_asks = context.Event(), context.Event()
+    first = _start(context, str(tmp_path), [("u", False, 0.6), (None, False, 0.6)], log, "first", first_in)
     assert first_in.wait(30)
-    alone = context.Process(target=_hold, args=(str(tmp_path), True, 0.5, str(log), "alone"))
-    alone.start()
-    time.sleep(0.3)  # the alone one is waiting now (the first holds the run lock for 1 s)
-    later = context.Process(target=_hold, args=(str(tmp_path), False, 0.1, str(log), "later"))
-    later.start()
+    time.sleep(0.2)  # the first unit holds its turn now
+    alone = _start(context, str(tmp_path), [(None, True, 0.4)], log, "alone", alone_asks)
+    assert alone_asks.wait(30)
+    time.sleep(0.3)  # the alone test is waiting for the run lock, its turn taken
+    later = _start(context, str(tmp_path), [(None, False, 0.1)], log, "later")
     for process in (first, alone, later):
         process.join(30)
         assert process.exitcode == 0
-    spans = _spans(log)
-    assert spans["alone"][0] >= spans["first"][1]
-    assert spans["later"][0] >= spans["alone"][1]
+    spans = _spans(tmp_path / "log")
+    assert spans["alone0"][0] >= spans["first1"][1]  # after the first unit's LAST test
+    assert spans["later0"][0] >= spans["alone0"][1]
 
 
-def test_shared_holders_run_together(tmp_path):
-    log = tmp_path / "log"
-    context = multiprocessing.get_context("fork")
-    holders = [context.Process(target=_hold, args=(str(tmp_path), False, 0.5, str(log), f"s{n}")) for n in (1, 2)]
-    for process in holders:
-        process.start()
-    for process in holders:
+def test_units_run_together(tmp_path):
+    log, context = str(tmp_path / "log"), multiprocessing.get_context("fork")
+    workers = [_start(context, str(tmp_path), [(None, False, 0.5)], log, f"s{n}") for n in (1, 2)]
+    for process in workers:
         process.join(30)
         assert process.exitcode == 0
-    spans = _spans(log)
-    assert spans["s2"][0] < spans["s1"][1] and spans["s1"][0] < spans["s2"][1]  # they overlapped
+    spans = _spans(tmp_path / "log")
+    assert spans["s20"][0] < spans["s10"][1] and spans["s10"][0] < spans["s20"][1]  # they overlapped
 
 
-def test_without_xdist_there_is_no_lock_directory():
+def test_outside_xdist_nothing_is_locked_and_the_controllers_directory_is_removed(tmp_path):
     class Config:
-        pass
+        stash = pytest.Stash()
 
-    assert scheduling.lock_dir(Config()) is None
+    with scheduling.turns(Config()).hold("u", None, alone=True):  # no directory: returns at once
+        pass
+    made = Path(scheduling.lock_dir_for_workers(Config))
+    assert made.is_dir() and scheduling.lock_dir_for_workers(Config) == str(made)  # made once
+    scheduling.remove_lock_dir(Config)
+    assert not made.exists()
