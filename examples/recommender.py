@@ -21,7 +21,8 @@ shards=N)``), so the table may be larger than one ps host's memory while the wor
 own data. **Sparse updates**: the towers read the tables with an ``Embedding`` lookup, whose gradient
 is ``tf.IndexedSlices`` of the looked-up rows only, so a worker pulls and pushes only the rows of its
 batch and Adagrad's sparse apply changes only those rows (and their slots); rows no batch touched keep
-their initial values, which the run checks on a sample of them (``untouched_rows_unchanged``). Under
+their initial values, which the run checks on a sample of them (``untouched_rows_unchanged``), beside
+the class of the table's gradient on one batch (``table_gradient=IndexedSlices``). Under
 Horovod the slices are allgathered, not densified.
 
 Data: synthetic, generated here (no download): every user and every item has one of ``--topics``
@@ -133,6 +134,17 @@ def table_pieces(model: tf.keras.Model) -> list[tf.Variable]:
     return list(getattr(table, "variables", [table]))
 
 
+def table_gradient_kind(users: int, items: int, dim: int, x: dict[str, np.ndarray], y: np.ndarray) -> str:
+    """The class of the item table's gradient on one batch (``IndexedSlices``: only the batch's rows),
+    from a throwaway copy of the model built outside the strategy: a dense update whose other rows are
+    zero would leave them unchanged too, so the row check alone could not tell."""
+    model = build_model(users, items, dim)
+    batch = {name: tf.constant(values[:8]) for name, values in x.items()}
+    with tf.GradientTape() as tape:
+        loss = tf.keras.losses.BinaryCrossentropy(from_logits=True)(y[:8], model(batch))
+    return type(tape.gradient(loss, model.get_layer(TABLE).embeddings)).__name__
+
+
 def read_rows(model: tf.keras.Model, ids: np.ndarray) -> np.ndarray:
     """Rows ``ids`` of the item table (sharded or not), read where the table lives."""
     return tf.nn.embedding_lookup(model.get_layer(TABLE).embeddings, tf.constant(ids, tf.int64)).numpy()
@@ -208,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
                              "--ps 2 -- python examples/recommender.py --shards 2`)")
     x, y = make_data(args.users, args.items, args.topics, args.examples, args.noise)
     x_test, y_test = make_data(args.users, args.items, args.topics, args.test_examples, args.noise)
+    gradient_kind = table_gradient_kind(args.users, args.items, args.embedding_dim, x, y)
     with strategy.scope():
         model = build_model(args.users, args.items, args.embedding_dim)
         model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adagrad(
@@ -240,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
               f"first_loss={losses.losses[0]:.4f} last_loss={losses.losses[-1]:.4f} "
               f"chance_loss={math.log(2):.4f} test_loss={results['loss']:.4f} test_auc={results['auc']:.4f} "
               f"test_accuracy={results['accuracy']:.4f} "
+              f"table_gradient={gradient_kind} "
               f"untouched_rows_unchanged={int((~changed[:len(untouched)]).sum())}/{len(untouched)} "
               f"touched_rows_changed={int(changed[len(untouched):].sum())}/{len(touched)} "
               f"examples_per_second={rate:.0f} train_seconds={elapsed:.1f}"

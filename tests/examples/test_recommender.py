@@ -76,10 +76,12 @@ def test_the_item_table_is_split_over_both_ps_tasks(job):
     assert int(result["table_bytes"]) == ITEMS * DIM * 4
 
 
-def test_only_the_rows_a_batch_touched_changed(job):
-    """Sparse updates: sampled rows no training pair uses keep their initial values, the most used
-    ones moved."""
+def test_the_table_gets_sparse_gradients_and_only_the_rows_a_batch_touched_changed(job):
+    """Sparse updates: the item table's gradient is IndexedSlices (a dense gradient with zero rows would
+    also leave untouched rows unchanged under Adagrad, so the rows alone cannot tell); sampled rows no
+    training pair uses keep their initial values, the most used ones moved."""
     result = job["result"]
+    assert result["table_gradient"] == "IndexedSlices", result
     unchanged, sampled = map(int, result["untouched_rows_unchanged"].split("/"))
     assert sampled > 0 and unchanged == sampled, result["untouched_rows_unchanged"]
     changed, sampled = map(int, result["touched_rows_changed"].split("/"))
