@@ -4,15 +4,17 @@ The one reader of memory cgroups in tfdist: ``tfdist advise --probe`` reports a 
 (:mod:`tfdist.advise.host_memory`), the launcher tells an OOM kill from a kill by hand
 (:mod:`tfdist.launch.oom`). ``/proc/PID/cgroup`` names the group: cgroup v1's ``memory`` controller
 (mounted at ``ROOT/memory``) first, as hybrid machines mount both, else v2's unified tree (``ROOT``).
-What is read along the group and its ancestors (a parent's limit holds for its children, so the
-tightest one applies; a parent's counters include its children's):
+The limit is read along the group and its ancestors (a parent's limit holds for its children, so
+the tightest one applies); the OOM-kill counter of the group alone, since a parent's counter also
+counts the kills in its other children (on v2 a kill in a sibling session scope):
 
-=======  ==========================  ======================================  ==================
-version  limit                       OOM kills                               limit was hit
-=======  ==========================  ======================================  ==================
-1        ``memory.limit_in_bytes``   ``memory.oom_control`` ``oom_kill N``   ``memory.failcnt``
-2        ``memory.max`` (``max``)    ``memory.events`` ``oom_kill N``        (none)
-=======  ==========================  ======================================  ==================
+=======  ==========================  ==========================================  ==================
+version  limit (tightest of chain)   OOM kills (the group's own)                 limit was hit
+=======  ==========================  ==========================================  ==================
+1        ``memory.limit_in_bytes``   ``memory.oom_control`` ``oom_kill N``       ``memory.failcnt``
+2        ``memory.max`` (``max``)    ``memory.events.local`` ``oom_kill N``      (none)
+                                     (Linux 5.2+; else ``memory.events``)
+=======  ==========================  ==========================================  ==================
 
 ``oom_kill`` in v1 needs Linux 4.13+; older kernels only have ``memory.failcnt``. When the group's
 directory is not in the mount (a cgroup namespace shows its own group as the mount's root), the
@@ -28,15 +30,18 @@ from pathlib import Path, PurePosixPath
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Limits at or above this are "no limit" (cgroup v1 writes a page-aligned LONG_MAX).
 UNLIMITED = 1 << 62
-_FILES = {1: ("memory.limit_in_bytes", "memory.oom_control"), 2: ("memory.max", "memory.events")}
+_LIMIT_FILE = {1: "memory.limit_in_bytes", 2: "memory.max"}
+#: Where the group's own OOM kills are counted, the first file that exists (v2's memory.events also
+#: counts the kills in the group's descendants; memory.events.local, Linux 5.2+, does not).
+_KILL_FILES = {1: ("memory.oom_control",), 2: ("memory.events.local", "memory.events")}
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryRecord:
     """One reading of a memory cgroup and its ancestors.
 
-    cgroup: the group's path in the hierarchy (``/tfl4242n1-h3``); kills: OOM kills counted along
-    the chain (None: the kernel keeps no such counter); limit: the tightest limit in bytes (None:
+    cgroup: the group's path in the hierarchy (``/tfl4242n1-h3``); kills: OOM kills counted in the
+    group itself (None: the kernel keeps no such counter); limit: the tightest limit in bytes (None:
     none); failcnt: v1 only, how often a limit was hit; limit_file: where ``limit`` was read.
     """
 
@@ -98,6 +103,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _kills(group: Path, version: int) -> int | None:
+    """The OOM kills counted in ``group`` itself (not its parents, whose counters include their
+    other children's): the first of :data:`_KILL_FILES` that can be read; None when none has one."""
+    for name in _KILL_FILES[version]:
+        text = _read(group / name)
+        if text is not None:
+            return _keyed(text, "oom_kill")
+    return None
+
+
 def read_record(version: int, cgroup: str, root: Path = CGROUP_ROOT) -> MemoryRecord | None:
     """The record of ``cgroup`` (v1: under ``root/memory``, v2: under ``root``), or None when that
     hierarchy is not mounted there."""
@@ -106,13 +121,11 @@ def read_record(version: int, cgroup: str, root: Path = CGROUP_ROOT) -> MemoryRe
         return None
     leaf = top / PurePosixPath(cgroup).relative_to("/") if cgroup.startswith("/") else top / cgroup
     chain = [leaf, *[p for p in leaf.parents if p == top or top in p.parents]] if leaf.is_dir() else [top]
-    limit_name, events_name = _FILES[version]
-    kills = failcnt = limit = None
+    limit_name = _LIMIT_FILE[version]
+    kills = _kills(chain[0], version)
+    failcnt = limit = None
     limit_file = None
     for directory in chain:
-        count = _keyed(_read(directory / events_name), "oom_kill")
-        if count is not None:
-            kills = (kills or 0) + count
         hits = _number(_read(directory / "memory.failcnt")) if version == 1 else None
         if hits is not None:
             failcnt = (failcnt or 0) + hits

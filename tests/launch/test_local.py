@@ -130,3 +130,65 @@ def test_a_chief_that_fails_first_does_not_hide_the_ps_that_ran_out_of_memory():
     assert code == 3, lines
     assert "chief:0 exited with code 3" in lines
     assert any(line.startswith("ps:0 on h3 ran out of memory") for line in lines), lines
+
+
+def test_a_marker_glued_to_a_progress_bar_is_still_read_and_the_bar_still_shown():
+    """The task's stdout and the supervisor's stderr share one pipe: a Keras progress bar without a
+    trailing newline puts the marker in the middle of a line."""
+    import io
+
+    from tfdist.launch import oom
+    from tfdist.launch.local import _pump
+
+    marker = oom.encode_exit(9, oom.KillCause(True, None, 768 << 20))
+    bar = b"  3/100 [>.............................] - ETA: 41s - loss: 0.69\r  4/100 [>....] - loss: 0.68"
+    stream = io.BytesIO(b"serving\n" + bar + marker.encode() + b"\n" + f"x {oom.EXIT_MARKER}y\n".encode())
+    sink, seen = io.BytesIO(), []
+    _pump(stream, b"[ps:0@h3] ", sink, threading.Lock(), seen.append)
+    assert seen == [marker]
+    # the bar is shown, ended; text that only looks like a marker is output, not dropped
+    assert sink.getvalue() == b"[ps:0@h3] serving\n[ps:0@h3] " + bar + b"\n" + \
+        f"[ps:0@h3] x {oom.EXIT_MARKER}y\n".encode()
+
+
+def _exits_after(readings: list, monkeypatch):
+    from tfdist.launch import local
+
+    values = iter(readings)
+    monkeypatch.setattr(local.oom, "snapshot", lambda: next(values))
+    return local._Exits(next(values))
+
+
+def test_after_one_oom_kill_a_later_sigkill_in_the_job_is_not_called_out_of_memory(monkeypatch):
+    """Each exit is compared with the reading taken before it, not with the one at the job's start."""
+    from tfdist.launch import oom
+    from tfdist.launch.plan import TaskProcess
+
+    exits = _exits_after([oom.MemoryRecord("/job", 0, 1 << 30), oom.MemoryRecord("/job", 1, 1 << 30),
+                          oom.MemoryRecord("/job", 1, 1 << 30), oom.MemoryRecord("/job", 2, 1 << 30)], monkeypatch)
+    worker, ps = TaskProcess("worker", 0, ("w",), {}), TaskProcess("ps", 0, ("p",), {})
+    code, kill = exits.cause(worker, -9)
+    assert code == -9 and kill == oom.KillCause(True, None, 1 << 30)
+    assert exits.cause(ps, -9) == (-9, None)  # killed by hand: the counter did not rise since worker:0's exit
+    assert exits.cause(TaskProcess("chief", 0, ("c",), {}), -9)[1].oom  # it rose again: this one's
+
+
+def test_a_local_wrapper_shell_exiting_137_is_checked_against_the_memory_cgroup(monkeypatch):
+    """`tfdist launch -- sh -c "python ..."`: the shell exits 137 when its python is OOM-killed."""
+    from tfdist.launch import local, oom
+
+    readings = iter([oom.MemoryRecord("/job", 0, 1 << 30), oom.MemoryRecord("/job", 1, 1 << 30)])
+    monkeypatch.setattr(local.oom, "snapshot", lambda: next(readings))
+    wrapper = ("sh", "-c", f"{sys.executable} -c 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)'")
+    code, lines, _, seconds = _oom_job(wrapper, ps_on_host=False)
+    assert code == 1, lines
+    assert lines[0].startswith("ps:0 on this machine ran out of memory: the kernel's OOM killer killed a process "
+                               "it started (SIGKILL) at its memory limit of 1.00 GiB (1073741824 bytes), so it "
+                               "exited with code 137; training cannot go on without the variables a ps task "
+                               "holds, so the job ends now; fix: "), lines
+    assert seconds < 300  # not the 600 s task timeout: a bound against a hang only
+    monkeypatch.setattr(local.oom, "snapshot", lambda: None)  # no cgroup to read: 137 is only a suspect
+    exits = local._Exits(None)
+    code, kill = exits.cause(local.TaskProcess("ps", 0, wrapper, {}), 137)
+    assert code == 137 and kill == oom.KillCause(None, exited=True)
+    assert exits.cause(local.TaskProcess("ps", 0, wrapper, {}), 1) == (1, None)

@@ -123,3 +123,35 @@ def test_sizes_read_as_people_and_advise_want_them():
     assert oom.format_bytes(768 << 20) == "768 MiB (805306368 bytes)"
     assert oom.format_bytes(3 << 30) == "3.00 GiB (3221225472 bytes)"
     assert oom.format_bytes(None) == "no limit"
+
+
+def test_the_kill_counter_is_the_leafs_own_and_the_limit_the_tightest_along_the_ancestors(tmp_path):
+    """A kill in a sibling group raises the parent's counter, never this group's: only the leaf's
+    counter counts (v2: memory.events.local when the kernel has it), the limit may come from above."""
+    fake_v2(tmp_path / "v2", "/user.slice", kills=5, limit="1073741824\n")  # a sibling scope's kills
+    fake_v2(tmp_path / "v2", "/user.slice/session-1.scope", kills=0)
+    record = cgroup_memory.read_record(2, "/user.slice/session-1.scope", tmp_path / "v2")
+    assert (record.kills, record.limit) == (0, 1073741824)
+    leaf = fake_v2(tmp_path / "v2", "/user.slice/session-2.scope", kills=3)  # 3 counted below it, 1 in it
+    (leaf / "memory.events.local").write_text("low 0\nhigh 0\nmax 1\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert cgroup_memory.read_record(2, "/user.slice/session-2.scope", tmp_path / "v2").kills == 1
+    fake_v1(tmp_path / "v1", "/lab", kills=0, limit="536870912\n")
+    (tmp_path / "v1" / "memory" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    record = cgroup_memory.read_record(1, "/lab", tmp_path / "v1")
+    assert (record.kills, record.limit) == (0, 536870912)
+
+
+def test_a_wrapper_shell_that_exited_137_is_not_said_to_be_killed_itself():
+    """`tfdist launch -- bash run.sh`: bash exits 137 when the OOM killer ends its python."""
+    cause = KillCause(True, "h3", 768 << 20, exited=True)
+    line = cause.describe("ps:0")
+    assert line == ("ps:0 on h3 ran out of memory: the kernel's OOM killer killed a process it started (SIGKILL) "
+                    "at its memory limit of 768 MiB (805306368 bytes), so it exited with code 137")
+    assert "killed it" not in line and "raise --ps" in cause.fix("ps:0")
+    assert KillCause(None, "h3", exited=True).describe("ps:0") == (
+        "ps:0 exited with code 137, the code of a command whose process was killed by SIGKILL (the kernel's "
+        "OOM killer is the usual cause: check `dmesg` on h3)")
+    marker = oom.encode_exit(9, cause)
+    assert oom.decode_exit(marker, "h3") == (9, cause)
+    assert oom.decode_exit(oom.encode_exit(9, KillCause(True, None)), "h3") == (9, KillCause(True, "h3"))
+    assert oom.decode_exit(marker.replace('"exited":true', '"exited":1'), "h3") is None

@@ -267,3 +267,39 @@ def test_the_marker_says_oom_when_the_counter_rose_and_nothing_when_the_supervis
     assert lines == []
     report_exit(-15, False, before, after, Sink())  # another signal: reported, no memory verdict
     assert [oom.decode_exit(line, None) for line in lines] == [(15, oom.KillCause(False))]
+
+
+def test_a_wrapper_shell_exiting_137_gets_a_marker_that_does_not_say_the_shell_was_killed(tmp_path):
+    """`tfdist launch --hosts ... -- sh -c "python ..."`: the OOM killer ends python, sh exits 137."""
+    lines: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> None:
+            lines.extend(part for part in text.splitlines() if part)
+
+        def flush(self) -> None:
+            pass
+
+    before, after = oom.MemoryRecord("/g", 0, 1 << 30), oom.MemoryRecord("/g", 1, 1 << 30)
+    report_exit(137, False, before, after, Sink())
+    assert [oom.decode_exit(line, "h3") for line in lines] == [(9, oom.KillCause(True, "h3", 1 << 30, exited=True))]
+    lines.clear()
+    report_exit(137, True, before, after, Sink())  # the supervisor stopped it: its own doing
+    assert lines == []
+    # the real supervisor reads its cgroup for such an exit and writes one marker; the code stays 137
+    task = f"{sys.executable} -c 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)'"
+    spec = TaskSpec("ps:0", ("sh", "-c", task), str(tmp_path), {}, None, 1.0)
+    process = subprocess.Popen([sys.executable, "-m", "tfdist.launch.remote_task"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    process.stdin.write(spec.encode())
+    process.stdin.flush()  # and kept open: the launcher is still there
+    try:
+        assert process.wait(timeout=60) == 137
+        markers = [line for line in process.stderr.read().decode().splitlines() if oom.EXIT_MARKER in line]
+        assert len(markers) == 1, markers
+        signal_number, cause = oom.decode_exit(markers[0], "h3")
+        assert signal_number == signal.SIGKILL and cause.exited and cause.oom is not True
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()

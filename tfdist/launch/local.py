@@ -27,7 +27,9 @@ intervals (stock sshd would keep such a session for hours). Output lines are pre
 A task that dies by SIGKILL may have run out of memory (``tfdist.launch.oom``): for a task on a host
 the supervisor's marker line (read from the task's output, not shown) says whether that host's
 memory cgroup counted an OOM kill; for a task on this machine the launcher reads its own memory
-cgroup before the job and after the kill. The policy gets the cause with the exit.
+cgroup before the job and at each exit, and compares the kill with the reading before it. A task
+that exits with code 137 (a wrapper shell whose command was SIGKILLed) is checked the same way.
+The policy gets the cause with the exit.
 """
 from __future__ import annotations
 
@@ -83,12 +85,21 @@ def _start(command: Sequence[str], env: dict[str, str] | None, capture: bool,
 
 def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock,
           marker: Callable[[str], None] | None = None) -> None:
-    """Copy ``stream`` to ``sink`` with ``prefix``; a supervisor's exit marker line goes to ``marker``."""
+    """Copy ``stream`` to ``sink`` with ``prefix``; a supervisor's exit marker goes to ``marker``.
+
+    The marker (on the supervisor's stderr) shares the pipe with the task's stdout, so it may follow
+    output that has no newline yet (a Keras progress bar): it is looked for anywhere in a line, and
+    what comes before it is shown as a line of its own."""
     token = oom.EXIT_MARKER.encode()
     for line in iter(stream.readline, b""):
-        if marker is not None and line.startswith(token):
-            marker(line.decode(errors="replace").rstrip("\r\n"))
-            continue
+        at = line.find(token) if marker is not None else -1
+        if at >= 0:
+            found = line[at:].decode(errors="replace").rstrip("\r\n")
+            if oom.decode_exit(found, None) is not None:  # else output that only looks like one: shown
+                marker(found)
+                if at == 0:
+                    continue
+                line = line[:at]
         with lock:
             sink.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             sink.flush()
@@ -121,7 +132,9 @@ def _listening(address: str) -> bool:
 
 class _Exits:
     """What is known of how tasks died: the supervisors' marker lines (``tfdist.launch.oom``), and the
-    launcher's own memory cgroup read before the job (for the tasks it runs on this machine)."""
+    launcher's own memory cgroup (for the tasks it runs on this machine), read before the job and
+    again at each exit: a SIGKILL is compared with the reading of the exit before it, so one OOM
+    kill is not the cause of every later SIGKILL of the job."""
 
     def __init__(self, before: oom.MemoryRecord | None = None) -> None:
         self.before = before
@@ -133,7 +146,9 @@ class _Exits:
 
     def cause(self, task: TaskProcess, returncode: int) -> tuple[int, oom.KillCause | None]:
         """The return code to report (a supervised task's signal as a negative code) and the cause of
-        a SIGKILL (None: not a SIGKILL, or the memory cgroup counted no OOM kill)."""
+        a SIGKILL or of an exit with code 137 (``oom.SHELL_KILLED``, a wrapper shell whose command was
+        killed); None: neither, or the memory cgroup counted no OOM kill."""
+        before, self.before = self.before, oom.snapshot()  # the baseline of the next exit
         if task.stdin is not None:  # a supervisor: its marker line, once its output has arrived
             pump = self.pumps.get(task.name)
             if pump is not None:
@@ -142,10 +157,11 @@ class _Exits:
             if decoded is None:
                 return returncode, None
             signal_number, cause = decoded
-            return -signal_number, cause if signal_number == signal.SIGKILL and cause.oom is not False else None
-        if returncode != -signal.SIGKILL:
+            code = 128 + signal_number if cause.exited else -signal_number
+            return code, cause if signal_number == signal.SIGKILL and cause.oom is not False else None
+        if returncode not in (-signal.SIGKILL, oom.SHELL_KILLED):
             return returncode, None
-        cause = oom.kill_cause(self.before, oom.snapshot())
+        cause = oom.kill_cause(before, self.before, exited=returncode == oom.SHELL_KILLED)
         return returncode, cause if cause.oom is not False else None
 
 

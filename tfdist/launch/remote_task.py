@@ -20,7 +20,8 @@ command line, so TF_CONFIG stays out of ``ps`` and nothing needs shell quoting. 
   whatever the task left in its group (TERM, the same grace, KILL). A task killed by a signal it
   did not get from the supervisor is also reported in one marker line on stderr
   (``tfdist.launch.oom.encode_exit``): the signal, and for SIGKILL whether this host's memory
-  cgroup counted an OOM kill while the task ran, with the cgroup's limit. The launcher reads it
+  cgroup counted an OOM kill while the task ran, with the cgroup's limit; so is a task that exited
+  with code 137, a wrapper shell (``bash run.sh``) whose command was SIGKILLed. The launcher reads it
   and names the cause (``ps:0 on h3 ran out of memory ...``).
 
 ``--shell COMMAND`` supervises ``sh -c COMMAND`` the same way (no spec; the ssh wrapper that
@@ -36,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -184,12 +186,17 @@ def _run_supervised(argv: Sequence[str], env: Mapping[str, str] | None, grace: f
 
 def report_exit(returncode: int, stopped: bool, before: oom.MemoryRecord | None,
                 after: oom.MemoryRecord | None, stderr: IO[str]) -> None:
-    """Write the marker line for a task that died by a signal it did not get from the supervisor
-    (for SIGKILL with what the memory cgroup says: ``before`` and ``after`` the task)."""
-    if returncode >= 0 or stopped:
+    """Write the marker line for a task that died by a signal it did not get from the supervisor,
+    or exited with code 137 as a shell does whose command was SIGKILLed (``bash run.sh``); for
+    those two, with what the memory cgroup says ``before`` and ``after`` the task."""
+    if stopped or 0 <= returncode != oom.SHELL_KILLED:
         return
-    cause = oom.kill_cause(before, after) if -returncode == 9 else oom.KillCause(False)
-    print(oom.encode_exit(-returncode, cause), file=stderr, flush=True)
+    if returncode == oom.SHELL_KILLED:
+        signal_number, cause = int(signal.SIGKILL), oom.kill_cause(before, after, exited=True)
+    else:
+        signal_number = -returncode
+        cause = oom.kill_cause(before, after) if signal_number == signal.SIGKILL else oom.KillCause(False)
+    print(oom.encode_exit(signal_number, cause), file=stderr, flush=True)
 
 
 def _say(stderr: IO[str], message: str) -> None:
@@ -217,7 +224,8 @@ def supervise(stdin: IO[bytes], environ: Mapping[str, str], stderr: IO[str] = sy
         return EXIT_BAD_SPEC
     before = oom.snapshot()  # the task runs in this process's memory cgroup
     code, stopped = _run_supervised(spec["argv"], env, float(spec["grace"]), stdin.fileno(), silence, stderr)
-    report_exit(code, stopped, before, oom.snapshot() if code == -9 and not stopped else None, stderr)
+    candidate = code in (-signal.SIGKILL, oom.SHELL_KILLED) and not stopped
+    report_exit(code, stopped, before, oom.snapshot() if candidate else None, stderr)
     return 128 - code if code < 0 else code
 
 
