@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tempfile
+from pathlib import Path
 from unittest import mock
 
 import click
@@ -448,10 +450,12 @@ def test_fuzzed_tf_config_text_through_validate(text):
 # --- issue 9: exit codes agree with the docs; nothing dropped; limits -----------------------------------
 
 
-def test_unwritable_out_is_a_usage_error_exit_2(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")  # root ignores permission bits, but no directory can be made under a file
-    result = run("--worker", "a:1", "--format", "dir", "--out", str(blocker / "cfg"))
+def test_unwritable_out_is_a_usage_error_exit_2():
+    # a short path, shown whole (pytest's tmp_path under xdist is long enough to be abridged)
+    with tempfile.TemporaryDirectory(prefix="tfd-") as short:
+        blocker = Path(short) / "a-file"
+        blocker.write_text("")  # root ignores permission bits, but no directory can be made under a file
+        result = run("--worker", "a:1", "--format", "dir", "--out", str(blocker / "cfg"))
     assert result.exit_code == 2, result.output
     assert error_line(result) == (f"Error: Invalid value for '--out': cannot write into '{blocker / 'cfg'}': "
                                   "Not a directory; fix: give a directory you can write to\n")
