@@ -320,3 +320,41 @@ def test_the_optimizer_alone_shows_what_each_task_needs():
     assert "Memory: 2.55 MiB of variables (taken as one variable: give --largest-variable, or --probe" in result.output
     assert json.loads(run(*LAB, "--optimizer", "adam", "--json").output)["min_ps"] is None
     assert "min_ps" not in json.loads(run(*LAB, "--json").output)  # no memory described, none reported
+
+
+# --- a host holds all its tasks ---------------------------------------------------------------------------
+BIG = ["--workers", "16", "--gpus-per-host", "8", "--params", "1B", "--batch-size", "64", "--step-ms", "100",
+       "--bandwidth", "25gbit", "--optimizer", "adam"]
+
+
+def test_a_worker_host_holds_all_its_workers():
+    """--worker-memory is a host's: 8 workers of a 1B-parameter Adam model (about 40 GB each) need about
+    320 GB of a 64 GiB host, so allreduce does not fit; with 8 hosts of one worker each it does."""
+    text = error(run(*BIG, "--ps", "0", "--worker-memory", "64GiB"))
+    assert text.startswith("Error: Invalid value for '--worker-memory': no backend fits in the memory given: ")
+    assert "every worker holds the whole model: 37.5 GiB" in text
+    assert "8 workers on one host need 300 GiB, above --worker-memory 64 GiB" in text
+    one = json.loads(run(*BIG[:1], "8", *BIG[4:], "--ps", "0", "--worker-memory", "64GiB", "--json").output)
+    assert one["recommended"] == "horovod" and one["memory"]["worker_fits"]["allreduce"] is True
+    assert one["memory"]["host_bytes"]["allreduce"] == one["memory"]["worker_bytes"]["allreduce"]
+
+
+def test_a_colocated_ps_is_added_to_its_worker_hosts_need():
+    """Under --ps-placement colocated the ps shares a worker host: what it has is the host's memory less
+    its workers' runtime; the same ps on a host of its own fits in that memory."""
+    small = ["--workers", "2", "--gpus-per-host", "2", "--params", "128M", "--batch-size", "64", "--step-ms",
+             "50", "--bandwidth", "10gbit", "--optimizer", "adagrad", "--ps", "1"]
+    alone = json.loads(run(*small, "--ps-memory", "3.2GiB", "--json").output)["memory"]
+    assert alone["ps_fits"] is True and alone["ps_room"] == int(3.2 * 2**30)  # 3.09 GiB on a host of its own
+    text = error(run(*small, "--ps-placement", "colocated", "--worker-memory", "3.2GiB"))
+    assert text.startswith("Error: Invalid value for '--worker-memory': no backend fits in the memory given: ")
+    assert "2 workers on one host need 7.14 GiB, above --worker-memory 3.2 GiB" in text
+    assert ("the fullest ps needs 3.09 GiB, above 2.73 GiB per ps (--worker-memory 3.2 GiB less the runtime of "
+            "its 2 workers); --ps 2 with shards=2 is the fewest that fit") in text
+    roomy = json.loads(run(*small, "--ps-placement", "colocated", "--worker-memory", "8GiB", "--json").output)
+    memory = roomy["memory"]
+    assert memory["ps_fits"] is True and memory["ps_room"] == 8 * 2**30 - 2 * memory["server_bytes"]
+    assert memory["host_bytes"]["parameter_server"] == memory["ps_bytes"] + 2 * memory["server_bytes"]
+    assert memory["host_bytes"]["allreduce"] == 2 * memory["worker_bytes"]["allreduce"]
+    text = error(run(*small, "--ps-placement", "colocated", "--worker-memory", "8GiB", "--ps-memory", "4GiB"))
+    assert "'--ps-memory'" in text and "under --ps-placement colocated" in text and "; fix: " in text

@@ -142,3 +142,27 @@ def test_the_bound_is_reached_by_an_unlucky_order():
     assert _round_robin(layers, 2, None) == 5 * 1000
     assert 5 * 1000 <= ps_need(model, 2).variables <= 5 * 1000 + 5 * 10
     assert ps_need(model, 2, 2).variables == 5 * 500 + 5 * 10  # a half of each kernel, the biases whole
+
+
+def test_a_host_holds_every_task_placed_on_it():
+    """The one rule: 8 workers on a host need 8 times a worker under allreduce; a colocated ps adds to
+    its workers' runtime under parameter servers only, and has what they leave."""
+    from tfdist.advise.cluster import Cluster
+    from tfdist.advise.inputs import described_hosts
+    from tfdist.advise.memory import HostLoad
+
+    hosts = described_hosts(Cluster(workers=10, workers_per_host=8, ps=1, ps_placement="colocated",
+                                    bandwidths=(1e9,)), worker_memory=24 * GiB)
+    assert hosts == (HostLoad(8, 1, 24 * GiB, given="--worker-memory"),
+                     HostLoad(2, 0, 24 * GiB, given="--worker-memory"))
+    check = check_memory(TABLE, ps=1, hosts=hosts)
+    assert check.host_need(hosts[0], "allreduce") == 8 * worker_need(TABLE, "allreduce").total
+    assert check.host_need(hosts[0], "parameter_server") == 8 * F + ps_need(TABLE, 1).total
+    assert check.host_need(hosts[1], "parameter_server") == 2 * F
+    assert check.ps_room == 24 * GiB - 8 * F and check.ps_fits is True
+    assert check.worker_fits("allreduce") is False and check.fits("parameter_server")
+    assert "; 8 workers on one host need 28.6 GiB, above --worker-memory 24 GiB" in check.refusal("horovod")
+    tight = check_memory(TABLE, ps=1, hosts=(HostLoad(8, 1, 4 * GiB, given="--worker-memory"),))
+    assert tight.ps_fits is False and tight.ps_room == 4 * GiB - 8 * F
+    assert "above 2.14 GiB per ps (--worker-memory 4 GiB less the runtime of its 8 workers)" in \
+        tight.refusal("parameter_server")

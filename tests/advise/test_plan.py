@@ -102,11 +102,11 @@ def test_the_file_round_trips_and_is_strict_json(tmp_path):
 def test_a_plan_made_under_a_memory_cap_round_trips_with_its_shards_to_the_options(tmp_path):
     """128M parameters with Adagrad, 3 ps capped at 1.5 GiB each: parameter servers fit only sharded; the
     plan's shards=3 and what the memory check was told survive the file and reach the backend's options."""
-    from tfdist.advise.inputs import memory_inputs
+    from tfdist.advise.inputs import memory_check
 
     cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=3, bandwidths=(parse_rate("10gbit"),))
     workload = Workload(params=128_000_000, batch_size=64, step_ms=50.0)
-    memory = memory_inputs(cluster, workload, ("adagrad", 1), ps_memory=3 * 2**29, worker_memory=3 * 2**29)
+    memory = memory_check(cluster, workload, ("adagrad", 1), ps_memory=3 * 2**29, worker_memory=3 * 2**29)
     advice = advise(cluster, workload, memory)
     plan = plan_from_advice(advice, cluster, workload)
     assert (plan.backend, dict(plan.options)) == ("parameter_server", {"shards": 3})

@@ -322,20 +322,29 @@ def _with_memory(links, memory):
     return [dataclasses.replace(link, target_memory=memory.get(link.target)) for link in links]
 
 
-def test_each_hosts_memory_comes_from_its_receiver_and_is_shared_by_its_tasks():
+def test_each_hosts_memory_comes_from_its_receiver_and_holds_all_its_tasks():
     from tfdist.advise.host_memory import HostMemory
+    from tfdist.advise.memory import HostLoad, ModelMemory, check_memory
 
     gib = 2**30
     memory = {"w1": HostMemory(16 * gib, 8 * gib), "w2": HostMemory(16 * gib, 12 * gib),
               "p": HostMemory(16 * gib, 15 * gib, limit=2 * gib, source="/sys/fs/cgroup/lab/memory.max")}
     result = aggregate(SLOTS, _with_memory(lab_links(), memory))
     assert {h.host: h.memory.usable for h in result.hosts} == {"w1": 8 * gib, "w2": 12 * gib, "p": 2 * gib}
-    assert result.memory_caps(workers=2, ps=1) == (2 * gib, 8 * gib)
+    assert result.host_loads(workers=2, ps=1) == (HostLoad(1, 0, 8 * gib, "w1"), HostLoad(1, 0, 12 * gib, "w2"),
+                                                  HostLoad(0, 1, 2 * gib, "p"))
     two = parse_hosts("a:2,b:1")  # two workers share a's memory
     links = _with_memory([link("a", "b", 1000), link("b", "a", 1000)],
                          {"a": HostMemory(None, 8 * gib), "b": HostMemory(None, 3 * gib)})
-    assert aggregate(two, links).memory_caps(workers=2, ps=1) == (3 * gib, 4 * gib)
-    assert aggregate(SLOTS, lab_links()).memory_caps(2, 1) == (None, None)  # no memory reported
+    loads = aggregate(two, links).host_loads(workers=2, ps=1)
+    assert loads == (HostLoad(2, 0, 8 * gib, "a"), HostLoad(0, 1, 3 * gib, "b"))
+    check = check_memory(ModelMemory.from_counts(200_000_000, 4, "sgd"), 1, probed=True, hosts=loads)
+    assert check.worker_fits("allreduce") is False and check.worker_fits("parameter_server") is True
+    assert check.refusal("horovod") == (
+        "every worker holds the whole model: 5.45 GiB (variables, sgd slots and gradients 2.24 GiB + working "
+        "space 2.98 GiB + runtime 238 MiB); 2 workers on one host need 10.9 GiB, above the probed 8 GiB of host a")
+    assert (check.ps_memory, check.worker_memory, check.ps_room) == (3 * gib, 8 * gib, 3 * gib)
+    assert {h.memory for h in aggregate(SLOTS, lab_links()).host_loads(2, 1)} == {None}  # no memory reported
     assert result.as_dict()["hosts"]["p"]["memory"]["limit"] == 2 * gib
 
 
@@ -367,3 +376,25 @@ def test_probed_memory_decides_and_the_block_shows_it(monkeypatch):
     assert data["recommended"] != "parameter_server"
     text = usage_error(run(*PROBE, "--model", "m:f", "--optimizer", "adam", "--largest-variable", "1M"))
     assert "--probe with --model measures --largest-variable itself" in text
+
+
+def test_nothing_fits_in_the_probed_memory_names_the_hosts_not_the_refused_options(monkeypatch):
+    """Under --probe --ps-memory and --worker-memory are refused, so a plan that fits nowhere names the
+    probed hosts (--hosts), with the numbers and the fix."""
+    from tfdist.advise import probe
+    from tfdist.advise.host_memory import HostMemory
+
+    gib = 2**30
+    memory = {host: HostMemory(None, 3 * gib // 2) for host in ("w1", "w2", "p")}
+
+    def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
+        return aggregate(parse_hosts(hosts), _with_memory(lab_links(), memory), steps={"w1": 20.0, "w2": 80.0},
+                         params=128_000_000, dtype_bytes=4, batch_size=64, variables=[((1_000_000, 128), 4)])
+
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    text = usage_error(run(*PROBE, "--model", "m:f", "--optimizer", "adagrad"))
+    assert text.startswith("Error: Invalid value for '--hosts': no backend fits in the probed hosts' memory: ")
+    assert "--ps-memory" not in text and "--worker-memory" not in text
+    assert "every worker holds the whole model: 3.57 GiB, above the probed 1.5 GiB of host w" in text
+    assert "the fullest ps needs 3.09 GiB, above the probed 1.5 GiB per ps; --ps 3 with shards=3" in text
+    assert text.rstrip().endswith("; fix: give the probed hosts more memory, or more ps tasks as said")

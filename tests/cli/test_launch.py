@@ -713,6 +713,8 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
     launched.clear()
     caps.update(p1=3 * gib // 2, p2=3 * gib // 2, w1=3 * gib // 2, w2=3 * gib // 2)
     line = _refused(argv)
-    assert line.startswith("Error: no backend fits in the memory given: ") and launched == []
+    assert line.startswith("Error: no backend fits in the probed hosts' memory: ") and launched == []
+    assert "--ps-memory" not in line and "--worker-memory" not in line  # options --backend auto does not have
+    assert "every worker holds the whole model: 3.57 GiB, above the probed 1.5 GiB of host w" in line
     assert "parameter_server: with 2 ps and shards=2 the fullest ps needs 1.66 GiB" in line
     assert "above the probed 1.5 GiB per ps; --ps 3 with shards=3 is the fewest that fit" in line

@@ -13,9 +13,10 @@ examples/s and scaling efficiency per strategy, and a recommendation with its re
 The model, its equations and its assumptions: :mod:`tfdist.advise.cost` and docs/advise.md. What
 users type becomes a Cluster and a Workload in :mod:`tfdist.advise.inputs` (``manual_inputs``, and
 ``build_inputs`` from a probe); the text and JSON are :mod:`tfdist.advise.render`'s. Whether the
-tasks fit in memory (bytes per ps and per worker, the fewest ps tasks and shards) is
-:mod:`tfdist.advise.memory` (``memory_inputs`` builds its verdict; ``advise(cluster, workload,
-memory)`` never recommends a backend that does not fit).
+tasks fit in memory (bytes per ps and per worker, what each host holds, the fewest ps tasks and
+shards) is :mod:`tfdist.advise.memory` (``inputs.memory_check`` builds its verdict from the options or
+the probe, for ``tfdist advise`` and ``tfdist launch --backend auto`` alike; ``advise(cluster,
+workload, memory)`` never recommends a backend that does not fit).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ a command maps it to its own option; messages stay one short line whatever the c
     cluster, workload = manual_inputs(workers=2, bandwidths=(parse_rate("1gbit"),), params=669_706,
                                       batch_size=64, step_ms=10.0)
     cluster, workload, found = build_inputs(probe_hosts(...), workers=2, ps=1, batch_size=64)
+    memory = memory_check(cluster, workload, ("adam", 2), worker_memory=64 * 2**30)  # or found=found
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tfdist.advise.units import parse_rate
 from tfdist.errors import with_fix
 
 if TYPE_CHECKING:
-    from tfdist.advise.memory import MemoryCheck
+    from tfdist.advise.memory import HostLoad, MemoryCheck
     from tfdist.advise.probe import ProbeResult
 
 _MAX_MODEL_TEXT = 200
@@ -144,19 +145,54 @@ def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, par
     return cluster, workload, found
 
 
-def memory_inputs(cluster: Cluster, workload: Workload, optimizer: tuple[str, int], largest: int | None = None,
-                  ps_memory: int | None = None, worker_memory: int | None = None,
-                  shapes: Sequence[tuple[Sequence[int], int]] | None = None, probed: bool = False) -> MemoryCheck:
-    """The memory verdict for ``cluster`` and ``workload``: ``optimizer`` as
-    :func:`tfdist.advise.memory.parse_optimizer` gives it, the model's variables from ``shapes``
-    (``(shape, dtype bytes)`` per variable, as the probe lists them) or else from the workload's
-    parameter count and ``largest`` (the largest variable's parameters), the caps per ps task and
-    per worker in bytes (``probed``: measured by the probe)."""
+def described_hosts(cluster: Cluster, ps_memory: int | None = None,
+                    worker_memory: int | None = None) -> tuple[HostLoad, ...]:
+    """The distinct hosts of a described ``cluster`` and their memory: worker hosts of
+    ``workers_per_host`` workers (the last may have fewer) with ``worker_memory``, a ``colocated`` ps
+    on its worker host (j on host j mod H), a ``separate`` one on a host of its own with ``ps_memory``.
+    Colocated, both options would name the same hosts' memory: two different sizes are an error."""
+    from tfdist.advise.memory import HostLoad
+    from tfdist.advise.units import format_memory
+
+    colocated = cluster.ps_placement == "colocated"
+    if colocated and None not in (ps_memory, worker_memory) and ps_memory != worker_memory:
+        raise AdviseError(with_fix(f"--ps-memory {format_memory(ps_memory)} and --worker-memory "
+                                   f"{format_memory(worker_memory)} name the same hosts under --ps-placement "
+                                   "colocated (each ps runs on a worker host)",
+                                   "give the worker hosts' memory once, as --worker-memory"), "ps_memory")
+    memory, given = worker_memory, "--worker-memory"
+    if colocated and worker_memory is None:
+        memory, given = ps_memory, "--ps-memory"
+    found: dict[tuple[int, int], HostLoad] = {}
+    for host in range(cluster.hosts):
+        tasks = (len(cluster.workers_on(host)), cluster.ps_on(host))
+        found.setdefault(tasks, HostLoad(*tasks, memory, given=given))
+    if (cluster.ps and not colocated) or (not cluster.ps and ps_memory is not None):  # --ps 0: what 1 ps has
+        found.setdefault((0, 1), HostLoad(0, 1, ps_memory, given="--ps-memory"))
+    return tuple(found.values())
+
+
+def memory_check(cluster: Cluster, workload: Workload, optimizer: tuple[str, int] | None,
+                 largest: int | None = None, ps_memory: int | None = None, worker_memory: int | None = None,
+                 found: ProbeResult | None = None) -> MemoryCheck | None:
+    """The memory verdict ``advise`` weighs, for ``tfdist advise`` and ``tfdist launch --backend auto``
+    alike (None without an ``optimizer``, as :func:`tfdist.advise.memory.parse_optimizer` gives it).
+    The hosts and their memory are the probe's (``found``: its placement of the tasks, each host's
+    usable memory, the model's variables) or else described (:func:`described_hosts`: the bytes of
+    each worker's and ps task's host), the variables then from the workload's parameter count and
+    ``largest`` (the largest variable's parameters).
+
+        advise(cluster, workload, memory_check(cluster, workload, ("adam", 2), worker_memory=64 * 2**30))
+    """
     from tfdist.advise.memory import ModelMemory, check_memory
 
+    if optimizer is None:
+        return None
     name, slots = optimizer
-    if shapes:
-        model = ModelMemory.from_shapes(shapes, name, slots)
+    if found is not None and found.variables:
+        model = ModelMemory.from_shapes(found.variables, name, slots)
     else:
         model = ModelMemory.from_counts(workload.params, workload.dtype_bytes, name, slots, largest)
-    return check_memory(model, cluster.ps, ps_memory, worker_memory, probed)
+    hosts = (found.host_loads(cluster.workers, cluster.ps) if found is not None
+             else described_hosts(cluster, ps_memory, worker_memory))
+    return check_memory(model, cluster.ps, probed=found is not None, hosts=hosts)

@@ -19,6 +19,10 @@ holds the whole model, its slots and one gradient of every variable; under param
 holds no variables, only its batch, activations and the values a step reads (which
 the advisor does not model: only the server's footprint is counted, a lower bound).
 
+What a **host** holds (``MemoryCheck.host_need``, the one rule for given and probed memory): every task
+placed on it, its workers under the backend and, under parameter servers, its ps tasks (an allreduce
+job starts none); each ps then has the host's memory less its workers' runtime (``ps_room``).
+
     model = ModelMemory.from_counts(params=128_000_000, dtype_bytes=4, optimizer="adagrad")
     ps_need(model, ps=2, shards=2).total     # bytes the fullest ps needs
     fewest_ps(model, cap=2 * 2**30)          # (ps, shards) or None
@@ -292,14 +296,47 @@ def worker_need(model: ModelMemory, kind: str) -> WorkerNeed:
 
 
 @dataclasses.dataclass(frozen=True)
+class HostLoad:
+    """One host and what runs on it: ``workers`` and ``ps`` tasks, ``memory`` its usable bytes (None:
+    not known, not checked); ``name`` the probed host ("" for hosts described by options) and ``given``
+    the option that gave its memory (``--worker-memory`` or ``--ps-memory``; "" when probed).
+
+        HostLoad(workers=8, ps=0, memory=64 * 2**30, given="--worker-memory")
+    """
+
+    workers: int
+    ps: int
+    memory: int | None
+    name: str = ""
+    given: str = ""
+
+    def cap(self) -> str:
+        """How a text names its memory: ``--worker-memory 64 GiB`` or ``the probed 8 GiB of host w1``."""
+        if self.name:
+            return f"the probed {format_bytes(self.memory)} of host {self.name}"
+        return f"{self.given} {format_bytes(self.memory)}"
+
+    def tasks(self) -> str:
+        """``8 workers``, ``2 workers and 1 ps``."""
+        parts = [f"{n} {word}{'s' if n > 1 and word == 'worker' else ''}"
+                 for n, word in ((self.workers, "worker"), (self.ps, "ps")) if n]
+        return " and ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
 class MemoryCheck:
     """The memory verdict for one described cluster.
 
-    ps_memory / worker_memory: the caps per task (None: not given, not checked); ps: the cluster's
-    ps tasks; planned: the fullest ps with the shards the plan would set (None without ps tasks);
-    fewest: the fewest shards for ``ps`` that fit (None: none fits, or no cap); smallest: the
-    fewest ps tasks and shards that fit the cap (None: none, or no cap); allreduce / ps_worker: a
-    worker's need under each; probed: the caps were measured by ``--probe``, not given.
+    The rule, in :meth:`host_need` alone: a host must hold every task placed on it, its workers' needs
+    under the backend plus, under parameter servers, its ps tasks' (an allreduce job starts no ps).
+
+    hosts: every distinct host (:class:`HostLoad`); ps_memory / worker_memory: the smallest known
+    memory of a host holding ps tasks / workers (None: not known, not checked); ps: the cluster's ps
+    tasks; planned: the fullest ps with the shards the plan would set (None without ps tasks); fewest:
+    the fewest shards for ``ps`` that fit (None: none fits, or no cap); smallest: the fewest ps tasks
+    and shards that fit (None: none, or no cap), both against ``ps_room``, what each ps has on the
+    tightest of its hosts; allreduce / ps_worker: a worker's need under each; probed: the memory was
+    measured by ``--probe``, not given.
     """
 
     model: ModelMemory
@@ -312,37 +349,77 @@ class MemoryCheck:
     allreduce: WorkerNeed
     ps_worker: WorkerNeed
     probed: bool = False
+    hosts: tuple[HostLoad, ...] = ()
+
+    def host_need(self, host: HostLoad, backend: str) -> int:
+        """The bytes ``host`` must hold under ``backend``: the one rule for what a host holds."""
+        if backend == "parameter_server":
+            ps = host.ps * self.planned.total if host.ps and self.planned is not None else 0
+            return host.workers * self.ps_worker.total + ps
+        return host.workers * self.allreduce.total
+
+    def _known(self, kind: str) -> list[HostLoad]:
+        return [h for h in self.hosts if getattr(h, kind) and h.memory is not None]
+
+    def _tightest(self, kind: str, backend: str) -> HostLoad | None:
+        """The known host holding ``kind`` tasks that is shortest of memory under ``backend``."""
+        return max(self._known(kind), key=lambda h: (self.host_need(h, backend) - h.memory, h.workers + h.ps),
+                   default=None)
+
+    @property
+    def ps_host(self) -> HostLoad | None:
+        """The host holding ps tasks where each has the least room (None: none known)."""
+        return min(self._known("ps"), key=lambda h: (h.memory - h.workers * self.ps_worker.total) // h.ps,
+                   default=None)
+
+    @property
+    def ps_room(self) -> int | None:
+        """The bytes each ps has on the tightest of its hosts, beside that host's workers."""
+        host = self.ps_host
+        return None if host is None else max(0, host.memory - host.workers * self.ps_worker.total) // host.ps
 
     @property
     def ps_cap(self) -> str:
-        """How the text names the ps cap: ``--ps-memory 2 GiB``, or ``the probed 2 GiB per ps``."""
-        return (f"the probed {format_bytes(self.ps_memory)} per ps" if self.probed
-                else f"--ps-memory {format_bytes(self.ps_memory)}")
+        """How the text names the ps cap: ``--ps-memory 2 GiB``, ``the probed 2 GiB per ps``, or what a
+        host leaves each of its ps beside its workers."""
+        host = self.ps_host
+        if host.workers == 0 and host.ps == 1:
+            return f"the probed {format_bytes(host.memory)} per ps" if self.probed else host.cap()
+        beside = f"less the runtime of its {host.tasks().split(' and ')[0]}" if host.workers else ""
+        shared = f"shared by its {host.ps} ps" if host.ps > 1 else ""
+        return f"{format_bytes(self.ps_room)} per ps ({host.cap()} {', '.join(p for p in (beside, shared) if p)})"
 
     @property
     def worker_cap(self) -> str:
-        return (f"the probed {format_bytes(self.worker_memory)} per worker" if self.probed
-                else f"--worker-memory {format_bytes(self.worker_memory)}")
+        host = self._tightest("workers", "allreduce")
+        return host.cap() if host is not None else ""
+
+    def _fit(self, kind: str, backend: str) -> bool | None:
+        hosts = self._known(kind)
+        return all(self.host_need(h, backend) <= h.memory for h in hosts) if hosts else None
 
     @property
     def ps_fits(self) -> bool | None:
-        """Whether the ps tasks fit with the planned shards (None: no cap given or no ps)."""
-        if self.ps_memory is None or self.planned is None:
-            return None
-        return self.planned.total <= self.ps_memory
+        """Whether every host holding ps tasks holds them, with the planned shards, and its workers
+        (None: no memory known or no ps)."""
+        return None if self.planned is None else self._fit("ps", "parameter_server")
 
     def worker_fits(self, kind: str) -> bool | None:
-        """Whether a worker fits under ``kind`` (None: no --worker-memory)."""
-        if self.worker_memory is None:
-            return None
-        need = self.ps_worker if kind == "parameter_server" else self.allreduce
-        return need.total <= self.worker_memory
+        """Whether every worker host holds its tasks under ``kind`` (None: no memory known)."""
+        return self._fit("workers", "parameter_server" if kind == "parameter_server" else "allreduce")
 
     def fits(self, backend: str) -> bool:
-        """False only when a given cap is exceeded."""
+        """False only when a known memory is exceeded."""
         if backend == "parameter_server":
             return self.ps_fits is not False and self.worker_fits(backend) is not False
         return self.worker_fits(backend) is not False
+
+    def _on_host(self, host: HostLoad, backend: str) -> str:
+        """``; 8 workers on one host need 300 GiB`` (nothing for a host of one task)."""
+        if host.workers + (host.ps if backend == "parameter_server" else 0) <= 1:
+            return ""
+        tasks = host.tasks() if backend == "parameter_server" else f"{host.workers} workers"
+        return f"; {tasks} on one host need {format_bytes(self.host_need(host, backend))}"
 
     def refusal(self, backend: str, detail: bool = True) -> str:
         """Why ``backend`` cannot run here, with the numbers and the fix (without the backend's name);
@@ -355,13 +432,16 @@ class MemoryCheck:
             return (f"with {self.ps} ps and shards={self.planned.shards or 1} the fullest ps needs {need}, above "
                     f"{self.ps_cap}; {fix}")
         if backend == "parameter_server":
-            return (f"each worker needs {format_bytes(self.ps_worker.total)} (the TensorFlow runtime), above "
-                    f"{self.worker_cap}")
+            host = self._tightest("workers", backend)
+            return (f"each worker needs {format_bytes(self.ps_worker.total)} (the TensorFlow runtime)"
+                    f"{self._on_host(host, backend)}, above {host.cap()}")
         need = self.allreduce
+        host = self._tightest("workers", "allreduce")
         breakdown = (f" (variables, {self.model.optimizer} slots and gradients {format_bytes(need.model)} + "
                      f"working space {format_bytes(need.working)} + runtime {format_bytes(need.footprint)})"
                      if detail else "")
-        return f"every worker holds the whole model: {format_bytes(need.total)}{breakdown}, above {self.worker_cap}"
+        return (f"every worker holds the whole model: {format_bytes(need.total)}{breakdown}"
+                f"{self._on_host(host, 'allreduce')}, above {host.cap()}")
 
     def describe(self) -> list[str]:
         """The text's Memory lines."""
@@ -375,10 +455,10 @@ class MemoryCheck:
         lines = [f"Memory: {format_bytes(model.variable_bytes)} of variables ({listed}) + "
                  f"{format_bytes(model.slot_bytes)} of {model.optimizer} slots ({model.slots} per variable)."]
         if self.planned is not None:
-            cap = "" if self.ps_memory is None else (
+            cap = "" if self.ps_room is None else (
                 f" of {self.ps_cap}: " + ("fits" if self.ps_fits else "does NOT fit"))
             lines.append(f"Each of {self.ps} ps (shards={self.planned.shards or 1}): {self.planned.describe()}{cap}.")
-        if self.ps_memory is not None:
+        if self.ps_room is not None:
             found = self.smallest
             lines.append(f"Fewest ps that fit {self.ps_cap}: " + (
                 f"{found.ps} with shards={found.shards or 1} ({format_bytes(found.total)} each)." if found else
@@ -387,6 +467,12 @@ class MemoryCheck:
         lines.append(f"Each worker{cap}: allreduce {format_bytes(self.allreduce.total)} (the whole model, slots, "
                      f"gradients, working space, runtime), parameter_server {format_bytes(self.ps_worker.total)} "
                      "(runtime only); the batch and activations are not counted.")
+        fullest = max(self.hosts, key=lambda h: (h.workers, h.ps), default=None)
+        if fullest is not None and fullest.workers and fullest.workers + fullest.ps > 1:
+            lines.append(f"Each host holds all its tasks: {fullest.workers} workers need "
+                         f"{format_bytes(self.host_need(fullest, 'allreduce'))} under allreduce, "
+                         f"{fullest.tasks()} {format_bytes(self.host_need(fullest, 'parameter_server'))} "
+                         "under parameter_server.")
         return lines
 
     def as_dict(self) -> dict[str, Any]:
@@ -404,11 +490,14 @@ class MemoryCheck:
                 "ps_memory": self.ps_memory, "worker_memory": self.worker_memory, "probed": self.probed,
                 "ps": self.ps, "shards": (self.planned.shards or 1) if self.planned else None,
                 "ps_bytes": self.planned.total if self.planned else None, "ps_fits": self.ps_fits,
+                "ps_room": self.ps_room,
                 "fewest_shards": (self.fewest.shards or 1) if self.fewest else None,
                 "min_ps": self.smallest.ps if self.smallest else None,
                 "min_ps_shards": (self.smallest.shards or 1) if self.smallest else None,
                 "min_ps_need": need(self.smallest), "planned_need": need(self.planned),
                 "worker_bytes": {"allreduce": self.allreduce.total, "parameter_server": self.ps_worker.total},
+                "host_bytes": {backend: max((self.host_need(h, backend) for h in self.hosts), default=0)
+                               for backend in ("allreduce", "parameter_server")},
                 "server_bytes": SERVER_FOOTPRINT_BYTES,
                 "worker_fits": {"allreduce": self.worker_fits("allreduce"),
                                 "parameter_server": self.worker_fits("parameter_server")}}
@@ -421,16 +510,28 @@ def planned_shards(ps: int) -> int | None:
 
 
 def check_memory(model: ModelMemory, ps: int, ps_memory: int | None = None,
-                 worker_memory: int | None = None, probed: bool = False) -> MemoryCheck:
+                 worker_memory: int | None = None, probed: bool = False,
+                 hosts: Sequence[HostLoad] | None = None) -> MemoryCheck:
     """The verdict for ``ps`` ps tasks with the planned shards, the fewest shards and ps tasks that
-    fit ``ps_memory`` (bytes per ps task) and the workers against ``worker_memory``."""
+    fit, and every host against its memory. ``hosts``: what each host runs and its memory (default:
+    one worker per host of ``worker_memory`` bytes, each ps on a host of ``ps_memory``); with them
+    ``ps_memory`` / ``worker_memory`` are the smallest memory of a host of each kind."""
+    if hosts is None:
+        hosts = [HostLoad(1, 0, worker_memory, given="--worker-memory")]
+        hosts += [HostLoad(0, 1, ps_memory, given="--ps-memory")] if ps >= 1 else []
+    else:
+        ps_memory = min((h.memory for h in hosts if h.ps and h.memory is not None), default=None)
+        worker_memory = min((h.memory for h in hosts if h.workers and h.memory is not None), default=None)
     planned = ps_need(model, ps, planned_shards(ps)) if ps >= 1 else None
-    fewest = fewest_shards(model, ps, ps_memory) if ps >= 1 and ps_memory is not None else None
-    smallest = fewest_ps(model, ps_memory) if ps_memory is not None else None
-    return MemoryCheck(model, ps, ps_memory, worker_memory, planned, fewest, smallest,
-                       worker_need(model, "allreduce"), worker_need(model, "parameter_server"), probed)
+    check = MemoryCheck(model, ps, ps_memory, worker_memory, planned, None, None,
+                        worker_need(model, "allreduce"), worker_need(model, "parameter_server"), probed,
+                        tuple(hosts))
+    room = check.ps_room
+    fewest = fewest_shards(model, ps, room) if ps >= 1 and room is not None else None
+    smallest = fewest_ps(model, room) if room is not None else None
+    return dataclasses.replace(check, fewest=fewest, smallest=smallest)
 
 
-__all__ = ["EXTRA_VARIABLES", "KERAS3_SLOTS", "MAX_PS", "OPTIMIZER_SLOTS", "SERVER_FOOTPRINT_BYTES", "MemoryCheck", "ModelMemory", "PsNeed",
-           "Variable", "WorkerNeed", "check_memory", "fewest_ps", "fewest_shards", "parse_optimizer",
-           "planned_shards", "ps_need", "worker_need", "working_pieces"]
+__all__ = ["EXTRA_VARIABLES", "KERAS3_SLOTS", "MAX_PS", "OPTIMIZER_SLOTS", "SERVER_FOOTPRINT_BYTES", "HostLoad",
+           "MemoryCheck", "ModelMemory", "PsNeed", "Variable", "WorkerNeed", "check_memory", "fewest_ps",
+           "fewest_shards", "parse_optimizer", "planned_shards", "ps_need", "worker_need", "working_pieces"]

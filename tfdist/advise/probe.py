@@ -39,6 +39,7 @@ from typing import Any
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.host_memory import HostMemory
+from tfdist.advise.memory import HostLoad
 from tfdist.errors import with_fix
 from tfdist.launch.hosts import HostSlots, Placement, check_reachable_names, parse_hosts, place_tasks
 
@@ -143,21 +144,16 @@ class ProbeResult:
         return Cluster(workers=workers, bandwidths=bandwidths, speeds=speeds, workers_per_host=group, ps=ps,
                        ps_placement=placement, ps_bandwidth=ps_bandwidth, latency_s=self.latency_s)
 
-    def memory_caps(self, workers: int, ps: int) -> tuple[int | None, int | None]:
-        """``(bytes per ps task, bytes per worker)``: the smallest share over the hosts of each kind,
-        a host's usable memory (:class:`HostMemory`) split evenly over the tasks placed on it as
-        ``tfdist launch`` would (None when a host of that kind reported no memory)."""
+    def host_loads(self, workers: int, ps: int) -> tuple[HostLoad, ...]:
+        """Every host given a worker or a ps task as ``tfdist launch`` places them, with its tasks and
+        usable memory (:class:`HostMemory`; None when it reported none): what the memory check weighs."""
+        from collections import Counter
+
         placements = [p for p in place_tasks(self.slots, workers, ps) if p.task_type in ("worker", "ps")]
-        tasks = {h: sum(p.host == h for p in placements) for h in {p.host for p in placements}}
         known = {h.host: h.memory.usable for h in self.hosts if h.memory is not None}
-
-        def cap(kind: str) -> int | None:
-            hosts = {p.host for p in placements if p.task_type == kind}
-            if not hosts or any(known.get(h) is None for h in hosts):
-                return None
-            return min(known[h] // tasks[h] for h in hosts)
-
-        return cap("ps"), cap("worker")
+        tasks = Counter((p.host, p.task_type) for p in placements)
+        return tuple(HostLoad(tasks[host, "worker"], tasks[host, "ps"], known.get(host), name=host)
+                     for host in dict.fromkeys(p.host for p in placements))
 
     def to_workload(self, batch_size: int, step_ms: float | None = None, params: int | None = None,
                     dtype_bytes: int | None = None, overlap: float = 0.0) -> Workload:

@@ -93,10 +93,15 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
         why: dict[str, list[str]] = {}
         for backend in unfit:
             why.setdefault(memory.refusal(backend, detail=False), []).append(backend)
-        raise AdviseError(with_fix("no backend fits in the memory given: " + "; ".join(
-            f"{', '.join(names)}: {text}" for text, names in why.items()),
-            "give the hosts more memory, or more ps tasks as said"),
-            "ps_memory" if "parameter_server" in unfit and memory.ps_fits is False else "worker_memory")
+        if memory.probed:  # --probe refuses --ps-memory and --worker-memory: name what it measured
+            where, fix, field = ("the probed hosts' memory",
+                                 "give the probed hosts more memory, or more ps tasks as said", "hosts")
+        else:
+            where, fix = "the memory given", "give the hosts more memory, or more ps tasks as said"
+            ps_short = "parameter_server" in unfit and memory.ps_fits is False
+            field = (memory.ps_host.given if ps_short else "--worker-memory").strip("-").replace("-", "_")
+        raise AdviseError(with_fix(f"no backend fits in {where}: " + "; ".join(
+            f"{', '.join(names)}: {text}" for text, names in why.items()), fix), field)
     fastest = max(candidates, key=lambda p: p.examples_per_second)
     best = max(candidates, key=lambda p: _toward_accuracy(p, workload))
     recommended = backend_of(best.name)

@@ -16,7 +16,7 @@ from tfdist.advise import advise as advise_cluster
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
                                    MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
                                    MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
-from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_inputs, parse_model_ref, parse_rates,
+from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_model_ref, parse_rates,
                                   parse_speeds)
 from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
@@ -124,8 +124,9 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help=f"Memory of each ps task's host ({MEMORY_EXAMPLES}): parameter servers are recommended "
                    "only if they fit; says the fewest ps tasks and shards that do. --probe reads it.")
 @click.option("--worker-memory", type=_BYTES,
-              help="Memory of each worker's host: allreduce (each worker holds the whole model, slots and "
-                   "gradients) is recommended only if it fits. --probe reads it.")
+              help="Memory of each worker's host, which holds its --gpus-per-host workers (and a colocated ps): "
+                   "allreduce (each worker holds the whole model, slots and gradients) is recommended only if "
+                   "they fit. --probe reads it.")
 @click.option("--probe", is_flag=True,
               help="Measure instead of asking: the links between --hosts, and with --model each worker "
                    "host's step time and the model's size (over ssh, as `tfdist launch --hosts`).")
@@ -209,16 +210,10 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
 
 
 def _advice(cluster: Cluster, workload: Workload, memory: dict, found: ProbeResult | None = None) -> Advice:
-    """The advice, with the memory verdict when --optimizer is given (the caps measured by --probe or
-    given); a model that fits nowhere is a usage error naming the cap (exit 2)."""
-    check = None
+    """The advice, with the memory verdict when --optimizer is given (the hosts' memory measured by
+    --probe or given); a model that fits nowhere is a usage error naming the option (exit 2)."""
     try:
-        if memory["optimizer"] is not None:
-            caps = found.memory_caps(cluster.workers, cluster.ps) if found is not None else (
-                memory["ps_memory"], memory["worker_memory"])
-            check = memory_inputs(cluster, workload, memory["optimizer"], memory["largest"], *caps,
-                                  shapes=found.variables if found is not None else None,
-                                  probed=found is not None)
+        check = memory_check(cluster, workload, **memory, found=found)
         return advise_cluster(cluster, workload) if check is None else advise_cluster(cluster, workload, check)
     except AdviseError as exc:
         raise _bad(exc) from None

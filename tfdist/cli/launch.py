@@ -268,7 +268,7 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
     when none fits nothing is launched (a usage error with the numbers)."""
     from tfdist.advise import AdviseError
     from tfdist.advise import advise as advise_cluster
-    from tfdist.advise.inputs import build_inputs, memory_inputs
+    from tfdist.advise.inputs import build_inputs, memory_check
     from tfdist.advise.plan import plan_from_advice
     from tfdist.advise.probe import default_workers, probe_hosts
     from tfdist.advise.render import render, render_measured
@@ -281,12 +281,8 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
         found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
                             seconds=probe_seconds, log=_report)
         cluster, workload, _ = build_inputs(found, workers, ps, batch_size)
-        if optimizer is None:
-            advice = advise_cluster(cluster, workload)
-        else:
-            memory = memory_inputs(cluster, workload, optimizer, None, *found.memory_caps(workers, ps),
-                                   shapes=found.variables, probed=True)
-            advice = advise_cluster(cluster, workload, memory)
+        memory = memory_check(cluster, workload, optimizer, found=found)
+        advice = advise_cluster(cluster, workload) if memory is None else advise_cluster(cluster, workload, memory)
         placed = place_tasks(slots, workers, ps)
     except (AdviseError, LaunchError) as exc:
         raise click.UsageError(str(exc)) from None
