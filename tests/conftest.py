@@ -2,7 +2,8 @@
 
 * the suite runs on the CPU: GPUs are hidden (before TensorFlow loads) unless TFDIST_TEST_GPUS=1, so a
   machine with GPUs runs the same checks, to the same tolerances, as CI; with TFDIST_TEST_GPUS=1 the
-  tests marked ``no_gpu`` (they assume none) are skipped;
+  tests marked ``no_gpu`` (they assume none) are skipped; TensorFlow gets one intra-op thread
+  (``TF_NUM_INTRAOP_THREADS``, unless set);
 * every test must leave ``os.environ`` as it found it;
 * ``horovod``, ``cluster`` and ``multihost`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
 * ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job;
@@ -19,6 +20,9 @@ import pytest
 
 if os.environ.get("TFDIST_TEST_GPUS") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow loads; inherited by every subprocess
+# One intra-op thread per TensorFlow process: the suite's models are tiny and two tests share two cores
+# (`make test` runs 2 workers), so more threads only spin against each other. Inherited by subprocesses.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import tfdist  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS once, before the first snapshot below)
 
