@@ -4,8 +4,9 @@
 #   bash scripts/setup.sh          # what `make setup` runs
 #
 # 1. Debian packages: the build tools Horovod needs (cmake, g++, libhighwayhash-dev, libfarmhash-dev),
-#    what the multi-host tests' network lab runs (openssh-server, iproute2), and chromium, the
-#    headless browser the tests render `tfdist report`'s page and TensorBoard in.
+#    what the multi-host tests' network lab runs (openssh-server, iproute2; slurm-wlm and munge for
+#    its SLURM cluster), and chromium, the headless browser the tests render `tfdist report`'s page
+#    and TensorBoard in.
 # 2. A virtual environment in $VENV (default .venv) with the pinned stack from constraints.txt.
 # 3. Horovod 0.28.1 built from its sdist against the installed TensorFlow (Gloo; NCCL when nvcc is
 #    on PATH), cached as a wheel keyed by Horovod version, TensorFlow version and GPU flavour.
@@ -59,7 +60,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$inputs_hash" ] && [ -x "$VENV/bin/
 fi
 
 # --- 1. Debian packages -------------------------------------------------------------------
-apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev openssh-server iproute2 chromium)
+apt_packages=(cmake g++ libhighwayhash-dev libfarmhash-dev openssh-server iproute2 chromium slurm-wlm munge)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -30,6 +30,7 @@ from tfdist.cluster.k8s import (
     render_k8s,
 )
 from tfdist.cluster.render import render_env, render_json, write_dir
+from tfdist.cluster.sbatch import BatchJob, render_sbatch
 from tfdist.cluster.slurm import slurm_cluster
 from tfdist.cluster.source import check_source
 from tfdist.cluster.spec import TASK_TYPES, Address, ClusterSpec
@@ -42,13 +43,17 @@ from tfdist.cluster.tf_config import (
 )
 from tfdist.cluster.validate import validate_cluster, warnings_for
 
-FORMATS = ("json", "env", "dir", "k8s", "slurm")
+FORMATS = ("json", "env", "dir", "k8s", "slurm", "sbatch")
 #: The options of --format k8s, by the field of the library's problems they answer for.
 _K8S_FLAGS = {"image": "--k8s-image", "mode": "--k8s-mode", "name": "--k8s-name", "command": "--k8s-command",
               "runtime": "--k8s-runtime", "gpus": "--gpus-per-task", "cpu": "--cpu-per-task",
               "memory": "--memory-per-task"}
 _K8S_OPTIONS = ("k8s_image", "k8s_mode", "k8s_name", "k8s_command", "k8s_runtime", "gpus_per_task",
                 "cpu_per_task", "memory_per_task")
+_SBATCH_OPTIONS = ("sbatch_command", "sbatch_nodes")
+#: The options of --format sbatch, by the field of the library's problems they answer for.
+_SBATCH_FLAGS = {"command": "--sbatch-command", "workers": "--workers", "ps": "--ps-count",
+                 "chief": "--with-chief", "nodes": "--sbatch-nodes", "port": "--port"}
 
 
 def _option_error(exc: ClusterOptionError) -> click.ClickException:
@@ -111,7 +116,8 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
               help="Print only this task's TF_CONFIG, e.g. worker:1.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="json", show_default=True,
               help="json: one object per task; env: export lines; dir: one file per task in --out; "
-                   "k8s: Kubernetes YAML; slurm: this SLURM task's TF_CONFIG from srun's variables.")
+                   "k8s: Kubernetes YAML; slurm: this SLURM task's TF_CONFIG from srun's variables; "
+                   "sbatch: a SLURM batch script whose every task runs with its TF_CONFIG.")
 @click.option("--out", type=click.Path(file_okay=False), help="Directory for --format dir.")
 @click.option("--k8s-image", help="Container image for --format k8s.")
 @click.option("--k8s-mode", type=click.Choice(K8S_MODES), default="tfjob", show_default=True,
@@ -131,6 +137,10 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
               help="--format k8s: CPU request of each task's container, e.g. 4 or 500m.")
 @click.option("--memory-per-task", type=Parsed("SIZE", lambda text: parse_memory(text, field="")),
               help="--format k8s: memory request of each task's container, e.g. 16Gi.")
+@click.option("--sbatch-command", metavar="COMMAND",
+              help="--format sbatch: the command every task runs, e.g. 'python train.py' (required).")
+@click.option("--sbatch-nodes", type=TaskCount(), metavar="N",
+              help="--format sbatch: the nodes to ask for (default: one per task).")
 @click.pass_context
 def tf_config(ctx: click.Context, **options: Any) -> None:
     """Generate TF_CONFIG for every task of a cluster (the default), or `validate` one.
@@ -139,6 +149,7 @@ def tf_config(ctx: click.Context, **options: Any) -> None:
     tfdist tf-config --chief h1:2222 --worker h2:2222 --worker h3:2222 --ps h3:2223
     tfdist tf-config --workers 2 --ps-count 1 --with-chief --hosts h1,h2,h3 --format env
     tfdist tf-config --file cluster.yaml --task worker:1
+    tfdist tf-config --format sbatch --workers 2 --ps-count 1 --with-chief --sbatch-command 'python train.py'
     tfdist tf-config validate            # checks $TF_CONFIG
     """
     if ctx.invoked_subcommand is not None:
@@ -160,8 +171,15 @@ def _generate(ctx: click.Context, o: dict[str, Any]) -> None:
     if k8s_given and fmt != "k8s":
         raise click.UsageError(f"{', '.join(flag(n) for n in k8s_given)} only apply to --format k8s; "
                                "fix: add --format k8s or drop them")
+    sbatch_given = _given(ctx, _SBATCH_OPTIONS)
+    if sbatch_given and fmt != "sbatch":
+        verb = "applies" if len(sbatch_given) == 1 else "apply"
+        raise click.UsageError(f"{', '.join(flag(n) for n in sbatch_given)} only {verb} to --format sbatch; "
+                               "fix: add --format sbatch or drop them")
     if fmt == "slurm":
         return _generate_slurm(ctx, o)
+    if fmt == "sbatch":
+        return _generate_sbatch(ctx, o)
     try:
         spec = build_cluster(ClusterOptions.from_params(o, _given(ctx, tuple(o))))
     except ClusterOptionError as exc:
@@ -234,6 +252,33 @@ def _generate_slurm(ctx: click.Context, o: dict[str, Any]) -> None:
     click.echo(json.dumps(tf_config_for(spec, task_type, index), separators=(",", ":")))
 
 
+def _generate_sbatch(ctx: click.Context, o: dict[str, Any]) -> None:
+    """Print the batch script of --format sbatch; every problem names its option (exit 2)."""
+    other = _given(ctx, (*EXPLICIT_OPTIONS, "cluster_file", "hosts", "with_evaluator", "task"))
+    if other:
+        raise click.UsageError(f"{', '.join(flag(n) for n in other)} cannot be used with --format sbatch, "
+                               "whose nodes SLURM picks; fix: use only --workers, --ps-count, --with-chief, "
+                               "--port, --sbatch-nodes and --sbatch-command")
+    if o["workers"] is None:
+        raise click.BadParameter("--format sbatch needs the number of workers; fix: --workers 2",
+                                 param_hint="'--workers'")
+    if not o["sbatch_command"]:
+        raise click.BadParameter("--format sbatch needs the command every task runs; "
+                                 "fix: --sbatch-command 'python train.py'", param_hint="'--sbatch-command'")
+    command = tuple(_split_command(o["sbatch_command"], "--sbatch-command"))
+    job = BatchJob(command=command, workers=o["workers"], ps=o["ps_count"], chief=o["with_chief"],
+                   nodes=o["sbatch_nodes"], port=o["port"])
+    try:
+        click.echo(render_sbatch(job), nl=False)
+    except ClusterConfigError as exc:
+        problems = exc.problems
+        if len(problems) == 1:
+            raise click.BadParameter(problems[0].detail, param_hint=f"'{_SBATCH_FLAGS[problems[0].field]}'") \
+                from None
+        raise click.UsageError("the batch script's options are invalid:"
+                               + listing(f"{_SBATCH_FLAGS[p.field]}: {p.detail}" for p in problems)) from None
+
+
 def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str, Any]]:
     if task is None:
         try:
@@ -247,14 +292,14 @@ def _selected_configs(spec: ClusterSpec, task: str | None) -> dict[str, dict[str
         raise click.BadParameter(exc.details, param_hint="'--task'") from None
 
 
-def _split_command(command: str | None) -> list[str]:
+def _split_command(command: str | None, option: str = "--k8s-command") -> list[str]:
     if not command:
         return []
     try:
         return shlex.split(command)
     except ValueError as exc:
         raise click.BadParameter(f"{command!r} cannot be split like a shell would: {exc}; "
-                                 "fix: balance the quotes", param_hint="'--k8s-command'") from None
+                                 "fix: balance the quotes", param_hint=f"'{option}'") from None
 
 
 @tf_config.command("validate")

@@ -19,6 +19,7 @@ from tfdist.cluster.k8s import (
 )
 from tfdist.cluster.render import render_env, render_json, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
+from tfdist.cluster.sbatch import BatchJob, render_sbatch
 from tfdist.cluster.source import SourceCheck, check_source
 from tfdist.cluster.spec import (
     TASK_TYPES,
@@ -34,10 +35,10 @@ from tfdist.cluster.validate import check, validate_cluster, validate_tf_config,
 
 __all__ = [
     "K8S_MODES", "MAX_DEPTH", "MAX_EVERY_TASK", "MAX_INPUT_BYTES", "MAX_TASKS", "TASK_TYPES",
-    "TF_CONFIG_ENV", "TFConfig", "TRAINING_TASK_TYPES", "Address", "ClusterConfigError",
+    "TF_CONFIG_ENV", "TFConfig", "TRAINING_TASK_TYPES", "Address", "BatchJob", "ClusterConfigError",
     "ClusterOptionError", "ClusterOptions", "ClusterSpec", "Problem", "SourceCheck", "TaskResources",
     "all_tf_configs", "build_cluster", "check", "check_source", "expand_hostlist", "free_ports",
     "k8s_manifests", "load_cluster_file", "local_cluster", "parse_cpu", "parse_memory", "parse_task",
-    "render_env", "render_json", "render_k8s", "round_robin_cluster", "slurm_cluster", "slurm_tf_config",
-    "tf_config_for", "validate_cluster", "validate_tf_config", "warnings_for", "write_dir",
+    "render_env", "render_json", "render_k8s", "render_sbatch", "round_robin_cluster", "slurm_cluster",
+    "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config", "warnings_for", "write_dir",
 ]

@@ -1,0 +1,84 @@
+"""The pure parts of tfdist.testing.slurmlab, without SLURM or root: the slurm.conf text, the node lines,
+the checks on names and ports, and the readers of sinfo and scontrol output. The cluster itself runs in
+tests/multihost/test_slurm.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfdist.testing.slurmlab import (
+    SlurmConfig,
+    SlurmLabError,
+    node_line,
+    not_idle,
+    parse_job_state,
+    parse_node_states,
+    slurm_conf,
+)
+
+CONFIG = SlurmConfig(cluster_name="tfl42n1", controller="h0", controller_address="198.18.7.2",
+                     nodes=(("h1", "198.18.7.3"), ("h2", "198.18.7.4")), ctld_port=40001, slurmd_port=40002,
+                     directory=Path("/run/tfdist-labs/tfl42n1/slurm"), cpus=4)
+
+
+def settings(text: str) -> dict[str, str]:
+    """``Key=value`` lines of slurm.conf (not NodeName/PartitionName lines, which hold several)."""
+    pairs = [line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")]
+    return {key: value for key, value in pairs if key not in ("NodeName", "PartitionName")}
+
+
+def test_node_line_declares_address_port_and_cpus():
+    assert node_line("h1", "198.18.7.3", 4, 40002) == \
+        "NodeName=h1 NodeAddr=198.18.7.3 Port=40002 CPUs=4 State=UNKNOWN"
+
+
+def test_the_conf_ties_every_daemon_to_the_labs_munged_ports_and_files():
+    text = slurm_conf(CONFIG)
+    conf = settings(text)
+    d = "/run/tfdist-labs/tfl42n1/slurm"
+    assert conf["SlurmctldHost"] == "h0(198.18.7.2)"
+    assert (conf["SlurmctldPort"], conf["SlurmdPort"]) == ("40001", "40002")
+    assert conf["AuthType"] == "auth/munge" and conf["AuthInfo"] == f"socket={d}/munge/munge.socket"
+    # every file of every daemon under the lab's directory, each slurmd's own by its node name (%n)
+    assert conf["SlurmdSpoolDir"] == f"{d}/spool/%n"
+    assert conf["SlurmdPidFile"] == f"{d}/slurmd-%n.pid" and conf["SlurmdLogFile"] == f"{d}/slurmd-%n.log"
+    paths = [value for key, value in conf.items() if key.endswith(("File", "Dir", "Location"))]
+    assert len(paths) == 6 and all(path.startswith(d + "/") for path in paths)
+    assert conf["SlurmdParameters"] == "config_overrides"  # 4 CPUs declared on a 2-core machine
+    assert (conf["ProctrackType"], conf["TaskPlugin"]) == ("proctrack/linuxproc", "task/none")  # no cgroups
+    node_lines = [line for line in text.splitlines() if line.startswith("NodeName=")]
+    assert node_lines == [node_line("h1", "198.18.7.3", 4, 40002), node_line("h2", "198.18.7.4", 4, 40002)]
+    assert text.splitlines()[-1] == "PartitionName=lab Nodes=h1,h2 Default=YES MaxTime=INFINITE State=UP"
+    keys = [line.split("=", 1)[0] for line in text.splitlines()
+            if "=" in line and not line.startswith("Node")]
+    assert len(keys) == len(set(keys)), "a setting is written twice"
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"controller": "H0"}, "`controller` 'H0' is not a SLURM name"),
+    ({"nodes": (("h_1", "198.18.7.3"),)}, "`nodes` 'h_1'"),
+    ({"nodes": ()}, "`nodes` is empty"),
+    ({"controller": "h1"}, "`controller` 'h1' is also a node"),
+    ({"ctld_port": 0}, "`ctld_port` 0 is not a port"),
+    ({"cpus": 0}, "`cpus` is 0"),
+])
+def test_a_config_slurmctld_would_refuse_is_refused_naming_the_field(change, words):
+    import dataclasses
+
+    with pytest.raises(SlurmLabError, match="; fix: ") as caught:
+        slurm_conf(dataclasses.replace(CONFIG, **change))
+    assert words in str(caught.value)
+
+
+def test_sinfo_states_and_the_nodes_not_idle():
+    states = parse_node_states("h1 idle\nh2 down*\n\n")
+    assert states == {"h1": "idle", "h2": "down*"}
+    assert not_idle(states, ["h1", "h2", "h3"]) == {"h2": "down*", "h3": "absent"}
+    assert not_idle(parse_node_states("h1 idle\nh2 idle\n"), ["h1", "h2"]) == {}
+
+
+def test_job_state_from_scontrol():
+    shown = "JobId=7 JobName=tfdist\n   UserId=root(0) GroupId=root(0)\n   JobState=CANCELLED Reason=None\n"
+    assert parse_job_state(shown) == "CANCELLED"
+    assert parse_job_state("slurm_load_jobs error: Invalid job id specified") is None
