@@ -7,8 +7,8 @@
 * every test must leave ``os.environ`` as it found it;
 * ``horovod``, ``cluster`` and ``multihost`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
 * ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job;
-* under pytest-xdist (`make test`: ``-n 2``) each file is one unit of work, the lab tests one unit,
-  and a test marked ``alone`` runs while no other test does (``scheduling.py``).
+* under pytest-xdist (`make test`: ``-n 2``) each file is one unit of work, the lab tests one unit
+  (``scheduling.py``).
 """
 from __future__ import annotations
 
@@ -44,25 +44,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return scheduling.make_scheduler(config, log)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Setup, call and teardown of a test inside its unit's turn (exclusive for ``alone`` tests)."""
-    unit = scheduling.unit_of(item.nodeid)
-    next_unit = None if nextitem is None else scheduling.unit_of(nextitem.nodeid)
-    with scheduling.turns(item.config).hold(unit, next_unit, item.get_closest_marker(scheduling.ALONE) is not None):
-        return (yield)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """xdist, on the controller: tell each worker where the run's locks are."""
-    node.workerinput[scheduling.WORKER_INPUT_KEY] = scheduling.lock_dir_for_workers(node.config)
-
-
-def pytest_unconfigure(config):
-    scheduling.remove_lock_dir(config)
 
 
 def _snapshot() -> dict[str, str]:

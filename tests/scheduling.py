@@ -6,33 +6,18 @@
   (``tests/multihost/test_zz_nothing_left.py``) last. The lab unit is collected first (it is the
   longest), then the files with the most ``slow`` tests, so the long units start early; `make test`
   passes ``--no-loadscope-reorder`` so xdist keeps that order.
-* **Alone.** A test marked ``alone`` measures speed or time (a probe of link rates and core speeds, a
-  benchmark's predicted-against-measured rows): it starts only once no other test runs, and no other
-  test starts until it ends. A readers-writer lock over two files (``flock``) in a directory the
-  controller makes and removes does it: a worker holds the run lock shared from the first test of a
-  unit to its last (a module fixture's processes live between its tests), an ``alone`` test holds
-  it exclusively; an ``alone`` test first takes the turn lock exclusively, and a unit takes the turn
-  lock (shared) before the run lock, so units that start later queue behind a waiting ``alone`` test
-  instead of starving it. The price: an ``alone`` test waits for the other worker's unit to end.
+* **No test runs alone.** The suite asserts no speed: the lab tests' bounds (a probe's link rates and
+  core speeds, fault reactions) hold with a second test beside them, and speed is measured by the
+  benchmarks run alone (`make bench`, `make bench-network`), not here.
 
-Without xdist (``pytest`` alone, `make test-fast`) nothing here changes what runs or in which order
-but the collection order above, and the locks are uncontended.
+Without xdist (``pytest`` alone, `make test-fast`) only the collection order above applies.
 """
 from __future__ import annotations
-
-import contextlib
-import fcntl
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO
 
 import pytest
 
 LAB_UNIT = "lab"
 LAB_PREFIX = "tests/multihost/"
-ALONE = "alone"
 
 
 def unit_of(nodeid: str) -> str:
@@ -59,73 +44,3 @@ def make_scheduler(config: pytest.Config, log: object) -> object:
             return unit_of(nodeid)
 
     return UnitScheduling(config, log)
-
-
-_LOCKS = pytest.StashKey[Path]()
-_TURNS = pytest.StashKey["Turns"]()
-WORKER_INPUT_KEY = "tfdist_turns"
-
-
-def lock_dir_for_workers(config: pytest.Config) -> str:
-    """On the controller: this run's lock directory (made once; :func:`remove_lock_dir` removes it)."""
-    if _LOCKS not in config.stash:
-        config.stash[_LOCKS] = Path(tempfile.mkdtemp(prefix="tfdist-test-turns-"))
-    return str(config.stash[_LOCKS])
-
-
-def remove_lock_dir(config: pytest.Config) -> None:
-    """On the controller, once the workers are gone: the lock directory and its two files."""
-    directory = config.stash.get(_LOCKS, None)
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def turns(config: pytest.Config) -> Turns:
-    """This process's :class:`Turns` (a worker's, or one that locks nothing outside xdist)."""
-    if _TURNS not in config.stash:
-        worker_input = getattr(config, "workerinput", None) or {}
-        directory = worker_input.get(WORKER_INPUT_KEY)
-        config.stash[_TURNS] = Turns(None if directory is None else Path(directory))
-    return config.stash[_TURNS]
-
-
-class Turns:
-    """One worker's hold on the run lock (module docstring): shared from the first test of a unit
-    until its last (so processes a module fixture keeps between tests count), exclusive around an
-    ``alone`` test. ``directory`` None: nothing is locked."""
-
-    def __init__(self, directory: Path | None) -> None:
-        self._directory = directory
-        self._files: tuple[IO[str], IO[str]] | None = None
-        self._shared = False
-
-    @contextlib.contextmanager
-    def hold(self, unit: str, next_unit: str | None, alone: bool) -> Iterator[None]:
-        """Around one test of ``unit``; ``next_unit``: the unit of the test after it (None: last)."""
-        if self._directory is None:
-            yield
-            return
-        if alone:
-            self._release()  # a shared hold first: two alone tests must not wait on each other's
-            self._take(fcntl.LOCK_EX)
-        elif not self._shared:
-            self._take(fcntl.LOCK_SH)
-            self._shared = True
-        try:
-            yield
-        finally:
-            if alone or next_unit != unit:
-                self._release()
-
-    def _take(self, mode: int) -> None:
-        if self._files is None:
-            self._files = (open(self._directory / "turn.lock", "a+"), open(self._directory / "run.lock", "a+"))
-        turn_file, run_file = self._files
-        fcntl.flock(turn_file, fcntl.LOCK_EX if mode == fcntl.LOCK_EX else fcntl.LOCK_SH)
-        fcntl.flock(run_file, mode)
-        fcntl.flock(turn_file, fcntl.LOCK_UN)
-
-    def _release(self) -> None:
-        if self._files is not None:
-            fcntl.flock(self._files[1], fcntl.LOCK_UN)
-        self._shared = False

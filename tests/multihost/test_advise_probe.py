@@ -35,7 +35,6 @@ def lab(make_lab) -> Lab:
     return make_lab(["c", "w1", "w2", "p"])
 
 
-@pytest.mark.alone  # its bounds are rates and core speeds: no other test may share the cores meanwhile
 def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
     lab.shape("w2", 50)
     lab.limit_cpu("w2", 0.5)

@@ -37,6 +37,9 @@ LEFTOVER_TIMEOUT = 60
 #: set it shorter so that a surviving rank learns of a lost peer sooner; still longer than a rank's
 #: start (TensorFlow's import) on a loaded machine, which a rendezvous waits for
 GLOO_TIMEOUT = "10"
+#: the elastic test's: when h2 rejoins, the running rank waits in the new rendezvous while h2's new
+#: process imports TensorFlow, which takes over 10 s on a machine running a second test beside it
+ELASTIC_GLOO_TIMEOUT = "20"
 
 
 @pytest.fixture
@@ -173,7 +176,7 @@ def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path)
             "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--",
             sys.executable, str(SCRIPTS / "hvd_elastic.py"), str(tmp_path), "--epochs", str(epochs_total),
             "--epoch-seconds", "1", "--hold-from", f"{epochs_total - 3}:2"]
-    process = _start(lab, argv, log, HOROVOD_GLOO_TIMEOUT_SECONDS=GLOO_TIMEOUT)
+    process = _start(lab, argv, log, HOROVOD_GLOO_TIMEOUT_SECONDS=ELASTIC_GLOO_TIMEOUT)
     epochs = tmp_path / "epochs.jsonl"
 
     def last_epoch() -> int:

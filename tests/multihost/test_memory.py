@@ -20,59 +20,19 @@ The ``MEMORY ...`` lines (``pytest -s``) print what each job took and each ps ho
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from support import REPO, SCRIPTS, assert_nothing_left, subprocess_env
+from lab_jobs import Launch
+from support import assert_nothing_left
 from tfdist.testing.cgroups import MemoryCgroups
 
 CAP = 768 << 20  # bytes per ps host; see the module docstring for why
 LAYOUT = ("--hosts", "h0:1,h1:1,h2:1", "--workers", "1", "--ps", "2", "--task-timeout", "600")
 PS_HOSTS = {"ps:0": "h2", "ps:1": "h1"}
 PARAMETERS = 250_000 * 128 + 2 * 128 + 1  # the table, the Dense kernel (2 ids x 128) and bias
-
-class Launch:
-    """`tfdist launch OPTIONS -- python tests/scripts/SCRIPT ARGS` on h0 (as tests/multihost/
-    test_launch_hosts.py starts its jobs): its output lines once it ended."""
-
-    def __init__(self, lab, *options: str, script: str, args: tuple[str, ...]) -> None:
-        argv = [sys.executable, "-m", "tfdist", "launch", *options, "--ssh-port", str(lab.ssh_port),
-                "--ssh-identity-file", str(lab.identity_file), "--grace", "2", "--",
-                sys.executable, str(SCRIPTS / script), *args]
-        self.start = time.monotonic()
-        self.process = lab.popen("h0", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 env=subprocess_env(), cwd=REPO)
-        self.lines: list[tuple[float, str]] = []  # (seconds since the start, line)
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append((time.monotonic() - self.start, line.rstrip("\n")))
-
-    def wait(self, timeout: float) -> int:
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"the launcher was still running after {timeout:.0f} s:\n{self.tail()}")
-        self._pump.join(timeout=10)
-        return code
-
-    def first(self, pattern: str) -> float | None:
-        """Seconds from the start to the first line matching ``pattern``."""
-        return next((at for at, line in self.lines if re.search(pattern, line)), None)
-
-    def tail(self, n: int = 60) -> str:
-        return "\n".join(line for _, line in self.lines[-n:])
-
 
 @pytest.fixture(scope="module")
 def lab():
@@ -109,7 +69,7 @@ def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_lin
     job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("1", str(tmp_path)))
     code = job.wait(timeout=300)
     took = time.monotonic() - start
-    served, died = job.first(r"^\[ps:1@h1\] +\[tfdist\] ps:1 serving"), job.first("out of memory")
+    served, died = job.seconds(r"^\[ps:1@h1\] +\[tfdist\] ps:1 serving"), job.seconds("out of memory")
     print(f"MEMORY shards=1: exit {code} after {took:.1f} s (ps:1 served at {served or 0:.1f} s, the OOM line "
           f"at {died or 0:.1f} s); peaks MiB "
           f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {CAP >> 20})")
