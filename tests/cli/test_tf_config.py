@@ -339,7 +339,7 @@ def _complete(args: list[str], incomplete: str) -> list[str]:
 def test_completion_of_task_uses_the_cluster_given_so_far():
     assert _complete(["tf-config", *EXAMPLE, "--task"], "w") == ["worker:0", "worker:1"]
     assert _complete(["tf-config", "--task"], "") == ["chief:0", "worker:0", "ps:0", "evaluator:0"]
-    assert _complete(["tf-config", "--format"], "") == ["json", "env", "dir", "k8s", "slurm"]
+    assert _complete(["tf-config", "--format"], "") == ["json", "env", "dir", "k8s", "slurm", "sbatch"]
     assert "validate" in _complete(["tf-config"], "")
 
 
