@@ -196,8 +196,8 @@ def test_a_non_finite_prediction_fails_the_run_instead_of_writing_infinity(monke
 
     real = tfdist.advise.advise
 
-    def broken(cluster, workload):
-        advice = real(cluster, workload)
+    def broken(cluster, workload, memory=None):
+        advice = real(cluster, workload, memory)
         p = advice.predictions["horovod"]
         return Advice(advice.recommended, advice.variant,
                       {**advice.predictions, "horovod": dataclasses.replace(p, step_ms=float("inf"))},

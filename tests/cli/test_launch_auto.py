@@ -127,8 +127,8 @@ def test_multi_worker_mirrored_runs_on_the_worker_hosts_only(monkeypatch, launch
     _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})
     real = tfdist.advise.advise
 
-    def mirrored(cluster, workload):
-        advice = real(cluster, workload)
+    def mirrored(cluster, workload, memory=None):
+        advice = real(cluster, workload, memory)
         return Advice("multi_worker_mirrored", "multi_worker_mirrored", advice.predictions, ("made up",))
 
     monkeypatch.setattr(tfdist.advise, "advise", mirrored)

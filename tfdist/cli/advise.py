@@ -18,12 +18,12 @@ from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVE
                                    MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
 from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_model_ref, parse_rates,
                                   parse_speeds)
-from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
+from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
 from tfdist.advise.units import MEMORY_EXAMPLES, RATE_EXAMPLES, parse_bytes, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.cli.types import OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.launch.remote import SshOptions
 
 # dataclass field -> the option that sets it
@@ -55,7 +55,6 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 _RATES = Parsed("RATE[,RATE...]", lambda text: parse_rates(text, field=""))
 _SPEEDS = Parsed("S,S,...", lambda text: parse_speeds(text, field=""))
 _BYTES = Parsed("BYTES", lambda text: parse_bytes(text, field=""))
-_OPTIMIZER = Parsed("NAME", lambda text: parse_optimizer(text, field=""))
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -114,7 +113,7 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
                    "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
                    "recommendation then weighs time to accuracy, not examples/s alone.")
-@click.option("--optimizer", type=_OPTIMIZER,
+@click.option("--optimizer", type=OPTIMIZER,
               help="The optimizer, for the memory its slots take: " + ", ".join(OPTIMIZER_SLOTS)
                    + ", or its slot variables per variable (e.g. 3); shows the memory each task needs.")
 @click.option("--largest-variable", type=Parsed("COUNT", lambda text: parse_count(text, field="")),
@@ -214,7 +213,7 @@ def _advice(cluster: Cluster, workload: Workload, memory: dict, found: ProbeResu
     --probe or given); a model that fits nowhere is a usage error naming the option (exit 2)."""
     try:
         check = memory_check(cluster, workload, **memory, found=found)
-        return advise_cluster(cluster, workload) if check is None else advise_cluster(cluster, workload, check)
+        return advise_cluster(cluster, workload, check)
     except AdviseError as exc:
         raise _bad(exc) from None
 

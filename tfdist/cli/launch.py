@@ -10,9 +10,9 @@ from click.core import ParameterSource
 
 from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
-from tfdist.advise.memory import OPTIMIZER_SLOTS, parse_optimizer
+from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.cli.types import OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.backends import LAUNCHABLE
 from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
@@ -25,7 +25,6 @@ MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
 MAX_TASK_TIMEOUT = 86_400.0  # s: a day
 _TASKS = BoundedInt(1, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
 _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))  # click names the option
-_OPTIMIZER = Parsed("NAME", lambda text: parse_optimizer(text, field=""))
 _SSH = {"hosts", "ssh_port", "ssh_identity_file"}
 # which options each backend reads; giving another backend's option is an error, not ignored
 _BACKEND_OPTIONS = {
@@ -111,7 +110,7 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
 @click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
               help="auto: the function that builds the Keras model, timed on each worker host.")
 @click.option("--batch-size", type=BoundedInt(1, MAX_BATCH_SIZE), help="auto: examples per step per worker.")
-@click.option("--optimizer", type=_OPTIMIZER,
+@click.option("--optimizer", type=OPTIMIZER,
               help="auto: the script's optimizer (" + ", ".join(OPTIMIZER_SLOTS) + ", or its slots per "
                    "variable): the probed hosts' memory is checked and a backend that would not fit is not "
                    "launched.")
@@ -282,7 +281,7 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
                             seconds=probe_seconds, log=_report)
         cluster, workload, _ = build_inputs(found, workers, ps, batch_size)
         memory = memory_check(cluster, workload, optimizer, found=found)
-        advice = advise_cluster(cluster, workload) if memory is None else advise_cluster(cluster, workload, memory)
+        advice = advise_cluster(cluster, workload, memory)
         placed = place_tasks(slots, workers, ps)
     except (AdviseError, LaunchError) as exc:
         raise click.UsageError(str(exc)) from None

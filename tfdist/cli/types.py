@@ -168,6 +168,16 @@ class Parsed(click.ParamType):
         return f"Parsed({self.name})"
 
 
+def _optimizer(text: str) -> tuple[str, int]:
+    from tfdist.advise.memory import parse_optimizer
+
+    return parse_optimizer(text, field="")
+
+
+#: ``--optimizer`` of `advise` and `launch --backend auto`: a name (its slots per variable) or a count.
+OPTIMIZER = Parsed("NAME", _optimizer)
+
+
 def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A click callback: a plan file's path (``advise --save``, ``launch --save-plan``) must be
     writable before anything is probed or started; the option's usage error names the problem."""
