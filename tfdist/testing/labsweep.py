@@ -15,8 +15,10 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from tfdist.errors import with_fix
 from tfdist.testing import labspec
 from tfdist.testing.cgroups import CGROUP_ROOT, lab_trees
 from tfdist.testing.labspec import LAB_ROOT, LabError
@@ -216,6 +218,22 @@ def netns_pids(namespace: str) -> list[int]:
     return sorted(int(pid) for pid in result.stdout.split() if pid.isdigit())
 
 
+def _which(tool: str) -> str | None:
+    return shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_DIRS]))
+
+
 def executable(tool: str) -> str:
     """``tool``'s absolute path (sbin directories searched even when PATH lacks them), else its name."""
-    return shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_DIRS])) or tool
+    return _which(tool) or tool
+
+
+def require_tools(tools: Mapping[str, str], setup: str, error: type[LabError] = LabError) -> dict[str, str]:
+    """``{tool: absolute path}`` of ``tools`` (tool -> its Debian package, for the message); ``error``
+    naming the first missing one, its package and ``setup`` (the fix)."""
+    found = {}
+    for tool, package in tools.items():
+        path = _which(tool)
+        if path is None:
+            raise error(with_fix(f"`{tool}` (Debian package {package}) is not installed", setup))
+        found[tool] = path
+    return found

@@ -418,13 +418,7 @@ def _require_tools() -> dict[str, str]:
     if os.geteuid() != 0:
         raise LabError(with_fix("the network lab needs root (namespaces, bridges, sshd), running as uid "
                                 f"{os.geteuid()}", "run the tests as root (CI does) or under sudo"))
-    tools = {}
-    for tool, package in _TOOLS.items():
-        path = shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), *labsweep.SYSTEM_DIRS]))
-        if path is None:
-            raise LabError(with_fix(f"`{tool}` (Debian package {package}) is not installed", _SETUP))
-        tools[tool] = path
-    return tools
+    return labsweep.require_tools(_TOOLS, _SETUP)
 
 
 @contextlib.contextmanager

@@ -41,6 +41,8 @@ from typing import Any
 
 from tfdist.cluster.spec import free_ports
 from tfdist.errors import with_fix
+from tfdist.launch.processes import terminate
+from tfdist.testing import labsweep
 from tfdist.testing.labspec import LabError
 from tfdist.testing.netlab import Lab
 
@@ -302,15 +304,7 @@ class SlurmLab:
             with contextlib.suppress(LabError, OSError, subprocess.TimeoutExpired):  # a closed lab: all gone
                 self._lab.run(self.config.controller, [self._tools["scancel"], "--full", "--quiet",
                                                        "--user=root"], env=self.env, timeout=15)
-        for process in self._daemons.values():
-            with contextlib.suppress(OSError):
-                process.send_signal(signal.SIGTERM)
-        for process in self._daemons.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        terminate(list(self._daemons.values()), grace=10)  # each daemon leads its own process group
         for host in (self.config.controller, *self.nodes):  # job steps (slurmstepd, tasks) left behind
             with contextlib.suppress(LabError, OSError):
                 _kill_all_but_sshd(self._lab, host)
@@ -403,10 +397,4 @@ def _kill_all_but_sshd(lab: Lab, host: str) -> None:
 
 
 def _require_tools() -> dict[str, str]:
-    tools = {}
-    for tool, package in _TOOLS.items():
-        path = shutil.which(tool, path="/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin")
-        if path is None:
-            raise SlurmLabError(with_fix(f"`{tool}` (Debian package {package}) is not installed", _SETUP))
-        tools[tool] = path
-    return tools
+    return labsweep.require_tools(_TOOLS, _SETUP, SlurmLabError)
