@@ -319,15 +319,7 @@ class Runner(LabRunner):
         record: dict[str, Any] = {"regime": regime.key, "job": job, "repeat": repeat,
                                   "steps_per_epoch": steps}
         started = time.monotonic()
-        with log_path.open("w") as handle:
-            self.process = self.lab.popen("c", argv, stdout=handle, stderr=subprocess.STDOUT, env=job_env(),
-                                          cwd=REPO)
-        try:
-            code = self.process.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            self.stop()
+        code = self.run_job("c", argv, log_path, job_env(), REPO, self.timeout)
         record.update(job_seconds=time.monotonic() - started, exit_code=code, left_on_hosts=self.leftovers())
         text = log_path.read_text(errors="replace")
         if job == "auto":

@@ -3,14 +3,16 @@ started on host c, always stopped, and nothing of it left on the hosts afterward
 
     class Runner(LabRunner):
         hosts = ("c", "w1", "w2", "p1")
-        def run(self, ...): self.process = self.lab.popen("c", argv, ...); ...
+        def run(self, ...): code = self.run_job("c", argv, log_path, env, cwd, timeout); ...
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from tfdist.launch.processes import stop_process
 
@@ -33,6 +35,22 @@ class LabRunner:
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(0.5)
+
+    def run_job(self, host: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str], cwd: Path,
+                timeout: float, during: ContextManager[Any] | None = None) -> int | None:
+        """Start ``argv`` on ``host`` (its output to ``log_path``), wait up to ``timeout`` s inside
+        ``during`` (e.g. a sampler of the hosts), always :meth:`stop` it: its exit code, None if it
+        was still running."""
+        with log_path.open("w") as handle:
+            self.process = self.lab.popen(host, list(argv), stdout=handle, stderr=subprocess.STDOUT, env=dict(env),
+                                          cwd=cwd)
+        with during if during is not None else contextlib.nullcontext():
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None
+            finally:
+                self.stop()
 
     def stop(self) -> None:
         """SIGTERM the launcher alone (it stops every task on every host; it shares this process's

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -262,16 +261,8 @@ class Runner(LabRunner):
              watch: Sequence[str]) -> tuple[int | None, str, dict[str, dict[str, int]]]:
         self.count += 1
         log_path = self.workdir / f"run{self.count}.log"
-        with log_path.open("w") as handle:
-            self.process = self.lab.popen(host, argv, stdout=handle, stderr=subprocess.STDOUT, env=self.env,
-                                          cwd=REPO)
-        with PeakWatcher(self.lab, watch) as watcher:
-            try:
-                code = self.process.wait(timeout=self.args.timeout)
-            except subprocess.TimeoutExpired:
-                code = None
-            finally:
-                self.stop()
+        watcher = PeakWatcher(self.lab, watch)
+        code = self.run_job(host, argv, log_path, self.env, REPO, self.args.timeout, during=watcher)
         return code, log_path.read_text(errors="replace"), {"peak": dict(watcher.peaks), "last": dict(watcher.last)}
 
     def compute_step_ms(self) -> dict:

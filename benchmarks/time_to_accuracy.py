@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -136,15 +135,7 @@ class Runner(LabRunner):
                 "--out", str(out)]
         record = {"backend": backend, "link": link_name(link), "link_mbit": link, "repeat": repeat}
         started = time.monotonic()
-        with log.open("w") as handle:
-            self.process = self.lab.popen("c", argv, stdout=handle, stderr=subprocess.STDOUT, env=job_env(),
-                                          cwd=REPO)
-        try:
-            code = self.process.wait(timeout=self.args.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            self.stop()
+        code = self.run_job("c", argv, log, job_env(), REPO, self.args.timeout)
         record["job_seconds"] = time.monotonic() - started
         record["exit_code"] = code
         record["left_on_hosts"] = self.leftovers()
