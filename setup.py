@@ -20,6 +20,7 @@ setup(
         "tfdist",
         "tfdist.cli",
         "tfdist.cluster",
+        "tfdist.datasets",
         "tfdist.environments",
         "tfdist.export",
         "tfdist.horovod",
@@ -31,7 +32,7 @@ setup(
         "tfdist.callbacks",
     ],
     package_dir={"tfdist.callbacks": "callbacks"},
-    package_data={"tfdist.launch": ["bind_shim.c"]},
+    package_data={"tfdist.launch": ["bind_shim.c"], "tfdist.datasets": ["digits.npz"]},
     install_requires=[
         "tensorflow~=2.21.0",
         "tf-keras~=2.21.0",
@@ -43,8 +44,7 @@ setup(
     extras_require={
         # Horovod is built from source by scripts/setup.sh (see README); this extra pins it.
         "horovod": ["horovod==0.28.1"],
-        "examples": ["scikit-learn>=1.3"],
-        "test": ["pytest>=8", "pytest-xdist>=3.8", "hypothesis>=6.100", "scikit-learn>=1.3", "ruff>=0.17",
+        "test": ["pytest>=8", "pytest-xdist>=3.8", "hypothesis>=6.100", "ruff>=0.17",
                  "kubernetes-validate>=1.30"],  # ruff: `make lint`; kubernetes-validate: the manifests
         "gpu": ["tensorflow[and-cuda]~=2.21.0"],
     },

@@ -12,7 +12,7 @@ parameter-server and multi-worker-mirrored backends tf-keras only (Keras 3 canno
 
     horovodrun -np 2 -H localhost:2 python examples/classifier.py --keras 3
 
-Data: scikit-learn's handwritten digits (8x8, 1,797 images, shipped with the package), or
+Data: the UCI handwritten digits (8x8, 1,797 images, shipped with tfdist: `tfdist.datasets`), or
 ``--data mnist.npz`` in Keras' layout (x_train, y_train, x_test, y_test). TensorBoard logs go
 to ``--logdir/<run-name>/`` (with every worker's step times, the time to ``--target-accuracy`` and
 each task's CPU, memory and network under ``system/``); the last line printed is the result.
@@ -47,7 +47,7 @@ def load_data(path: str | None, seed: int = 0) -> tuple[tuple[np.ndarray, np.nda
             x_train, y_train, x_test, y_test = (data[k] for k in ("x_train", "y_train", "x_test", "y_test"))
         scale = 255.0
     else:
-        from sklearn.datasets import load_digits
+        from tfdist.datasets import load_digits
 
         digits = load_digits()
         images, labels = digits.images, digits.target
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="the backend (default: auto, chosen from the launcher's environment)")
     parser.add_argument("--keras", default="2", choices=sorted(KERAS),
                         help="2: tf-keras (default, every backend); 3: Keras 3 (horovod, mirrored, single)")
-    parser.add_argument("--data", help="an .npz file in Keras' MNIST layout (default: scikit-learn digits)")
+    parser.add_argument("--data", help="an .npz file in Keras' MNIST layout (default: the digits shipped with tfdist)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32, help="per worker (default: 32)")
     parser.add_argument("--lr", type=float, default=1e-3, help="single-worker learning rate")

@@ -4,7 +4,7 @@
     horovodrun -np 2 -H localhost:2 python examples/porting_from_horovod.py   # 2 Horovod ranks
 
 docs/horovod.md, "Porting from Horovod", maps each Horovod line to its replacement here. The model,
-optimizer, batch size, warm-up and checkpoint are Horovod's; scikit-learn's 8x8 digits stand in
+optimizer, batch size, warm-up and checkpoint are Horovod's; the 8x8 digits shipped with tfdist stand in
 for MNIST so that it runs offline, and 20% of them are held out for the result line.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 import tfdist  # before tensorflow; replaces `import horovod.tensorflow.keras as hvd`
 
 import tensorflow as tf
-from sklearn.datasets import load_digits
+
+from tfdist.datasets import load_digits  # the 8x8 digits, shipped with tfdist
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--epochs", type=int, default=24)

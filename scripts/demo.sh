@@ -63,7 +63,7 @@ run horovod horovodrun -np 2 -H localhost:2 --gloo python examples/classifier.py
 run parameter_server tfdist launch --workers 2 --ps 1 -- python examples/classifier.py \
   --epochs "$EPOCHS" --logdir "$LOGDIR"
 
-printf '\n=== Results (scikit-learn digits, %s epochs, batch 32 per worker)\n' "$EPOCHS"
+printf '\n=== Results (8x8 digits, %s epochs, batch 32 per worker)\n' "$EPOCHS"
 printf '%-18s %-8s %-14s %-12s %-12s %-14s %s\n' strategy workers test_accuracy test_loss examples/s train_seconds \
   "s_to_val_acc_0.9"
 for name in horovod parameter_server; do

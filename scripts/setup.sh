@@ -10,7 +10,7 @@
 # 2. A virtual environment in $VENV (default .venv) with the pinned stack from constraints.txt.
 # 3. Horovod 0.28.1 built from its sdist against the installed TensorFlow (Gloo; NCCL when nvcc is
 #    on PATH), cached as a wheel keyed by Horovod version, TensorFlow version and GPU flavour.
-# 4. tfdist itself, editable, with the test and example extras (matplotlib, for `tfdist report`, is
+# 4. tfdist itself, editable, with its test extra (matplotlib, for `tfdist report`, is
 #    one of its requirements, pinned with its dependencies in constraints.txt).
 # 5. `horovodrun --check-build` must report TensorFlow and Gloo.
 #
@@ -117,8 +117,8 @@ if [ "$installed_hvd" != "$HOROVOD_VERSION" ]; then
 fi
 
 # --- 4. tfdist itself ------------------------------------------------------------------------
-log "installing tfdist (editable) with its test and example extras"
-"${pip[@]}" install -q -c constraints.txt --no-build-isolation -e '.[test,examples]'
+log "installing tfdist (editable) with its test extra"
+"${pip[@]}" install -q -c constraints.txt --no-build-isolation -e '.[test]'
 
 # --- 5. verify the Horovod build --------------------------------------------------------------
 venv_bin="$(cd "$VENV/bin" && pwd)"

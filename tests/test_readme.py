@@ -20,7 +20,7 @@ MAX_README_BYTES = 15_360
 # What the README's fragments assume the user already has: a model builder and the digits data.
 _PRELUDE = '''
 import numpy as np
-from sklearn.datasets import load_digits
+from tfdist.datasets import load_digits
 
 _digits = load_digits()
 _x = (_digits.images[..., None] / 16.0).astype("float32")

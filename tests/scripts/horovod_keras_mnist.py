@@ -2,7 +2,7 @@
 
     horovodrun -np 2 -H localhost:2 --gloo python horovod_keras_mnist.py OUTDIR
 
-Differences from Horovod's example: `import tfdist.horovod as hvd`; scikit-learn's 8x8 digits instead
+Differences from Horovod's example: `import tfdist.horovod as hvd`; the 8x8 digits shipped with tfdist instead
 of downloading MNIST; smaller layers and a few short epochs; rank r writes its final weights to
 OUTDIR/weights-<r>.json, and the checkpoints go to OUTDIR. tf.keras is tf-keras with TF_USE_LEGACY_KERAS=1 and Keras 3 without
 it, as for any Horovod user; the one other change for Keras 3 is the compile argument (see below).
@@ -27,7 +27,7 @@ def train(outdir):
     if gpus:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 
-    from sklearn.datasets import load_digits
+    from tfdist.datasets import load_digits
     digits = load_digits()
     images, labels = digits.images, digits.target
 
