@@ -20,12 +20,12 @@ examples/s are the chief's RESULT line (``Throughput``: both workers, epochs aft
 run lasts, the driver reads ``VmHWM`` (the peak resident set) from ``/proc/PID/status`` of the ps task
 on each ps host (the lab's hosts share this machine's /proc) and keeps the last value before it exits.
 The prediction is the advisor's own (``tfdist.advise.manual_inputs`` and ``predict_all``: the
-parameter-server figure for P ps) from the model's parameter count, the compute time of a step (the
-example under ``--backend single`` on w1, measured first) and the link (measured unshaped: one TCP
-transfer w1 -> w2; 200 Mbit/s as shaped). The advisor models every variable as pulled and pushed
-whole each step; the example's updates are sparse, so a second column ("sparse estimate") feeds the
-same functions the parameters one step really moves (the rows of one batch of each table plus the
-dense layers). See benchmarks/README.md, "The recommender on the lab".
+parameter-server figure for P ps) from the model's parameter count and its two tables (``tfdist advise
+--embedding USERSxDIM --embedding ITEMSxDIM``: a step moves one batch of rows of each), the compute time
+of a step (the example under ``--backend single`` on w1, measured first) and the link (measured
+unshaped: one TCP transfer w1 -> w2; 200 Mbit/s as shaped). A second column gives the advisor told
+nothing of the tables (every parameter pulled and pushed each step). See benchmarks/README.md, "The
+recommender on the lab".
 """
 from __future__ import annotations
 
@@ -97,20 +97,21 @@ def schedule(configs: Sequence[str], rates: Sequence[float | None], repeats: int
     return runs
 
 
-def touched_params(batch: int, dim: int, params: int, users: int, items: int) -> int:
-    """The parameters one worker step reads and updates: at most ``batch`` rows of each table, and every
-    parameter that is not a table row (the towers and the logit layer)."""
-    dense = params - (users + items) * dim
-    return min(batch, users) * dim + min(batch, items) * dim + dense
+def tables(users: int, items: int, dim: int) -> tuple:
+    """The example's two tables as the advisor takes them (``--embedding``): one id of each per example."""
+    from tfdist.advise.cluster import Embedding
+
+    return Embedding(users, dim, 1), Embedding(items, dim, 1)
 
 
-def predict(params: int, ps: int, step_ms: float, rate_bytes: float, latency_ms: float) -> float:
+def predict(params: int, ps: int, step_ms: float, rate_bytes: float, latency_ms: float,
+            embeddings: Sequence[Any] = ()) -> float:
     """The advisor's parameter-server examples/s for ``ps`` ps tasks (the public functions
     `tfdist advise` prints from; its defaults for the fixed costs)."""
     from tfdist.advise import manual_inputs, predict_all
 
     cluster, workload = manual_inputs(workers=WORKERS, bandwidths=(rate_bytes,), params=params, batch_size=BATCH,
-                                      step_ms=step_ms, ps=ps, latency_ms=latency_ms)
+                                      step_ms=step_ms, ps=ps, latency_ms=latency_ms, embeddings=embeddings)
     return predict_all(cluster, workload)["parameter_server"].examples_per_second
 
 
@@ -144,16 +145,16 @@ def report(records: Sequence[dict], settings: dict) -> str:
             done = rates_of(config, rate_mbit)
             ps, shards = CONFIGS[config]
             advised = next((r["predicted"] for r in runs if r.get("predicted")), None)
-            sparse = next((r["sparse_estimate"] for r in runs if r.get("sparse_estimate")), None)
+            dense = next((r["predicted_dense"] for r in runs if r.get("predicted_dense")), None)
             measured = median(done)
             rows.append([link_name(rate_mbit), config, str(ps), str(shards or 1), rate(done, len(runs) or repeats),
                          ratio(done, rates_of("ps1", rate_mbit)) if config != "ps1" else "1.00x",
-                         f"{advised:,.1f}" if advised else "-",
-                         f"{measured / advised:,.0f}x" if advised and measured else "-",
-                         f"{sparse:,.0f}" if sparse else "-",
-                         f"{measured / sparse:.2f}x" if sparse and measured else "-", _loads(runs)])
-    headers = ["link", "config", "ps", "shards", "examples/s", "vs ps1", "advisor predicts", "measured/advisor",
-               "sparse estimate", "measured/sparse", "1-min load"]
+                         f"{advised:,.0f}" if advised else "-",
+                         f"{measured / advised:.2f}x" if advised and measured else "-",
+                         f"{dense:,.1f}" if dense else "-",
+                         f"{measured / dense:,.0f}x" if dense and measured else "-", _loads(runs)])
+    headers = ["link", "config", "ps", "shards", "examples/s", "vs ps1", "advisor (--embedding)", "measured/advisor",
+               "without --embedding", "measured/without", "1-min load"]
     parts = [f"examples/s, both workers (batch {BATCH} each), median (min-max) over repeats; item table "
              f"{settings['items']:,} x {settings['embedding_dim']} ({settings['table_mb']:,.0f} MiB float32), "
              f"{settings.get('params') or 0:,} parameters",
@@ -322,9 +323,9 @@ def measure(lab, runner: Runner, args: argparse.Namespace, records: list[dict], 
         ps, _ = CONFIGS[config]
         link_bytes = (settings["link_rate_mbit"] if rate_mbit is None else rate_mbit) * 1e6 / 8
         step_ms, params = settings["compute"]["step_ms"], settings["params"]
-        record["predicted"] = predict(params, ps, step_ms, link_bytes, settings["latency_ms"])
-        record["sparse_estimate"] = predict(touched_params(BATCH, args.embedding_dim, params, args.users, args.items),
-                                            ps, step_ms, link_bytes, settings["latency_ms"])
+        record["predicted"] = predict(params, ps, step_ms, link_bytes, settings["latency_ms"],
+                                      tables(args.users, args.items, args.embedding_dim))
+        record["predicted_dense"] = predict(params, ps, step_ms, link_bytes, settings["latency_ms"])
         records.append(record)
         peaks = ", ".join(f"{k} {v / 1024:,.0f} MB" for k, v in sorted(record["peak_kib"].items()))
         outcome = (f"{record['examples_per_second']:,.0f} ex/s" if record["ok"] else f"FAILED ({record['error']})")
@@ -341,7 +342,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--items", default="500k", help="rows of the item table (default 500k)")
     parser.add_argument("--embedding-dim", type=int, default=64, help="its width (default 64)")
     parser.add_argument("--users", type=int, default=1000, help="the example's default user count (for the "
-                                                                "sparse estimate); not passed on")
+                                                                "advisor's --embedding); not passed on")
     parser.add_argument("--epochs", type=int, default=2, help="per run; examples/s from the epochs after the first")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it is stopped")
     parser.add_argument("--json", metavar="FILE", help="also write every run and the settings here")

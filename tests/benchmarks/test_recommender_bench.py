@@ -59,25 +59,26 @@ def test_the_schedule_interleaves_and_reverses_every_other_repeat(bench):
     assert ("ps2-whole", 200.0) not in first  # memory only: unshaped
 
 
-def test_the_prediction_is_the_advisors_and_the_sparse_estimate_moves_one_batch_of_rows(bench):
+def test_the_prediction_is_the_advisors_told_of_the_two_tables(bench):
     from tfdist.advise import manual_inputs, predict_all
+    from tfdist.advise.cluster import Embedding
 
+    tables = bench.tables(1000, 500_000, 64)
+    assert tables == (Embedding(1000, 64, 1), Embedding(500_000, 64, 1))
     cluster, workload = manual_inputs(workers=2, bandwidths=(25e6,), params=PARAMS, batch_size=256, step_ms=20.0,
-                                      ps=2, latency_ms=0.05)
-    assert bench.predict(PARAMS, 2, 20.0, 25e6, 0.05) == predict_all(cluster, workload)["parameter_server"] \
-        .examples_per_second
-    touched = bench.touched_params(256, 64, PARAMS, users=1000, items=500_000)
-    assert touched == 2 * 256 * 64 + 2 * (64 * 64 + 64) + 2
-    # the dense model moves 128 MB a step at 200 Mbit/s: a few examples/s; one batch of rows: thousands
-    assert bench.predict(PARAMS, 2, 20.0, 25e6, 0.05) < 100 < 1000 < bench.predict(touched, 2, 20.0, 25e6, 0.05)
+                                      ps=2, latency_ms=0.05, embeddings=tables)
+    assert bench.predict(PARAMS, 2, 20.0, 25e6, 0.05, tables) == predict_all(cluster, workload)[
+        "parameter_server"].examples_per_second
+    # told nothing, the advisor moves 128 MB a step at 200 Mbit/s: a few examples/s; one batch of rows: thousands
+    assert bench.predict(PARAMS, 2, 20.0, 25e6, 0.05) < 100 < 1000 < bench.predict(PARAMS, 2, 20.0, 25e6, 0.05, tables)
 
 
 def test_the_tables_show_ratios_predictions_load_and_each_ps_peak(bench):
     def run(config, rate_mbit, eps, peaks, load=1.5, ok=True):
         last = {name: kib - 100 * 1024 for name, kib in peaks.items()}  # 100 MB below the peak at the end
         return {"config": config, "rate_mbit": rate_mbit, "repeat": 0, "ok": ok, "load": load,
-                "examples_per_second": eps, "peak_kib": peaks, "last_rss_kib": last, "predicted": 25.0,
-                "sparse_estimate": 8000.0,
+                "examples_per_second": eps, "peak_kib": peaks, "last_rss_kib": last, "predicted": 8000.0,
+                "predicted_dense": 25.0,
                 "left_on_hosts": {}, **({} if ok else {"error": "exit code 1", "tail": ["boom"]})}
 
     records = [run("ps1", None, 10_000.0, {"ps:0": 1024 * 900}), run("ps2", None, 12_000.0,

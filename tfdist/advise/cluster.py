@@ -89,6 +89,40 @@ def _rate(value: float, field: str, fix: str) -> None:
                                    f"to 100 Tbit/s), got {value!r}", fix), field)
 
 
+#: Bytes of one row index an ``IndexedSlices`` gradient carries beside the row (int64).
+INDEX_BYTES = 8
+MAX_LOOKUPS = 10**6
+_MAX_EMBEDDINGS = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Embedding:
+    """A table whose gradient is sparse (``IndexedSlices``, e.g. a Keras ``Embedding``): ``rows`` x
+    ``dim`` parameters, of which a step reads and updates only the looked-up rows, ``lookups`` per
+    example (1 for one id, L for a bag or a sequence of L ids; repeats counted, as TensorFlow gathers
+    them)."""
+
+    rows: int
+    dim: int
+    lookups: int = 1
+
+    def __post_init__(self) -> None:
+        fix = "give the table as ROWSxDIM[:LOOKUPS], e.g. 1000000x128:1"
+        _whole(self.rows, "embeddings", 1, MAX_PARAMS, fix)
+        _whole(self.dim, "embeddings", 1, MAX_PARAMS, fix)
+        _whole(self.lookups, "embeddings", 1, MAX_LOOKUPS, fix)
+        if self.rows * self.dim > MAX_PARAMS:
+            raise AdviseError(with_fix(f"`embeddings`: a {self.rows:,} x {self.dim:,} table is more than "
+                                       f"{MAX_PARAMS:,} parameters", fix), "embeddings")
+
+    @property
+    def params(self) -> int:
+        return self.rows * self.dim
+
+    def describe(self) -> str:
+        return f"{self.rows:,} x {self.dim:,}, {self.lookups:,} lookup(s) per example"
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """The model and its step on one worker.
@@ -104,6 +138,9 @@ class Workload:
     transfers (the coordinator's dispatch, the RPCs reading and updating variables); measured as a
     worker's step on fast links minus its compute and transfers. allreduce_overhead_ms: the same for one
     Horovod step beyond compute and the ring.
+    embeddings: the tables among ``params`` whose gradients are sparse (:class:`Embedding`): a step
+    moves only the rows it looks up (parameter servers: pulled and pushed; allreduce: allgathered as
+    ``IndexedSlices``), not the whole table. Empty: every parameter moves every step.
     """
 
     params: int
@@ -114,6 +151,7 @@ class Workload:
     ps_epochs_factor: float | None = None
     ps_overhead_ms: float = DEFAULT_PS_OVERHEAD_MS
     allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS
+    embeddings: tuple[Embedding, ...] = ()
 
     def __post_init__(self) -> None:
         _whole(self.params, "params", 1, MAX_PARAMS, "give the model's parameter count, e.g. 669706")
@@ -140,11 +178,48 @@ class Workload:
             _within(self.ps_epochs_factor, "ps_epochs_factor", 0.0, MAX_PS_EPOCHS_FACTOR, "",
                     "give the epochs parameter servers need to reach the target over the epochs allreduce "
                     "needs, e.g. 1.3; or leave it out")
+        self._check_embeddings()
+
+    def _check_embeddings(self) -> None:
+        if not isinstance(self.embeddings, tuple) or not all(isinstance(e, Embedding) for e in self.embeddings):
+            raise AdviseError(with_fix(f"`embeddings` must be a tuple of Embedding, got {self.embeddings!r}",
+                                       "pass e.g. (Embedding(rows=1000000, dim=128),)"), "embeddings")
+        if len(self.embeddings) > _MAX_EMBEDDINGS:
+            raise AdviseError(with_fix(f"`embeddings`: {len(self.embeddings):,} tables are more than "
+                                       f"{_MAX_EMBEDDINGS:,}", "give the largest tables only"), "embeddings")
+        if self.sparse_params > self.params:
+            raise AdviseError(with_fix(f"`embeddings` hold {self.sparse_params:,} parameters, more than the "
+                                       f"model's {self.params:,} (`params`)",
+                                       "count the tables in params too: params is the whole model's "
+                                       "parameter count"), "embeddings")
 
     @property
     def model_bytes(self) -> int:
-        """M: bytes of the parameters, also the bytes of one gradient."""
+        """M: bytes of the parameters, also the bytes of one dense gradient."""
         return self.params * self.dtype_bytes
+
+    @property
+    def sparse_params(self) -> int:
+        """Parameters in the embedding tables (sparse gradients)."""
+        return sum(e.params for e in self.embeddings)
+
+    @property
+    def dense_bytes(self) -> int:
+        """Bytes of the parameters outside the embedding tables: what moves whole every step."""
+        return (self.params - self.sparse_params) * self.dtype_bytes
+
+    @property
+    def sparse_step_bytes(self) -> int:
+        """Bytes of the embedding rows one worker step reads (and, as a gradient, updates): every
+        looked-up row with its index, ``batch_size x lookups`` rows per table."""
+        return sum(self.batch_size * e.lookups * (e.dim * self.dtype_bytes + INDEX_BYTES)
+                   for e in self.embeddings)
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes one parameter-server worker pulls each step (and pushes back as its gradient): the
+        dense parameters whole and the looked-up rows; the whole model when there are no tables."""
+        return self.dense_bytes + self.sparse_step_bytes if self.embeddings else self.model_bytes
 
     @property
     def step_s(self) -> float:

@@ -43,6 +43,14 @@ Assumptions, stated once:
   link. A link that would carry more than its rate slows the workers that use it by one factor
   until it fits (:func:`_share_links`). Throughput = sum of b / step_i.
 
+* **Embedding tables** (``Workload.embeddings``): their gradients are ``IndexedSlices``, so a step
+  moves only the rows it looks up: b × lookups rows per table (repeats included, as TensorFlow gathers
+  them), each dim × dtype bytes plus an 8-byte index: R bytes per worker step. M_d is the rest of the
+  model. Parameter servers: a worker pulls M_d + R and pushes as much (M above is then M_d + R).
+  Horovod (``sparse_as_dense=False``, its default) and MultiWorkerMirrored: M_d is allreduced as above
+  and the rows are allgathered over the flat ring, ``2(N-1)α + (N-1) R / B_min`` (values and indices;
+  fp16 compression does not apply to them).
+
 Scaling efficiency = examples/s / (N × b / t_fastest): against N ideal workers all as fast as the
 fastest one, with no communication; 1.0 is perfect scaling.
 """
@@ -161,17 +169,30 @@ def _ring_link(cluster: Cluster) -> tuple[float, str]:
     return rate, f"{what} ({format_rate(rate)})"
 
 
+def _allgather(cluster: Cluster, workload: Workload, rate: float) -> tuple[float, float]:
+    """The embedding rows' ``IndexedSlices`` allgathered over the flat ring (values and indices, two
+    allgathers; Horovod compresses neither): (seconds, bytes each worker receives). (0, 0) without
+    tables."""
+    n, rows = cluster.workers, float(workload.sparse_step_bytes)
+    if not rows or n == 1:
+        return 0.0, 0.0
+    return 2 * (n - 1) * cluster.latency_s + (n - 1) * rows / rate, (n - 1) * rows
+
+
 def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
             hierarchical: bool = False) -> Prediction:
-    """Horovod ring-allreduce, optionally with fp16 compression or hierarchical allreduce."""
-    n, m = cluster.workers, workload.model_bytes
-    wire = float(workload.params * 2 if compression == "fp16" and workload.dtype_bytes > 2 else m)
-    extra = m / FP16_CAST_BYTES_PER_S if compression == "fp16" else 0.0
+    """Horovod ring-allreduce, optionally with fp16 compression or hierarchical allreduce; embedding
+    tables' sparse gradients allgathered (``sparse_as_dense=False``, the default)."""
+    n, dense = cluster.workers, float(workload.dense_bytes)
+    fp16 = compression == "fp16" and workload.dtype_bytes > 2
+    wire = dense / workload.dtype_bytes * 2 if fp16 else dense
+    extra = dense / FP16_CAST_BYTES_PER_S if compression == "fp16" else 0.0
     name = "horovod_fp16" if compression == "fp16" else "horovod_hierarchical" if hierarchical else "horovod"
     if n == 1:
         return _sync_prediction(name, cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
-    rounds = max(1, math.ceil(wire / HOROVOD_FUSION_BYTES))
+    rounds = math.ceil(wire / HOROVOD_FUSION_BYTES)  # 0: nothing dense (every parameter in a table)
     alpha = cluster.latency_s
+    ring_rate, ring_text = _ring_link(cluster)
     if hierarchical and cluster.hosts > 1 and cluster.workers_per_host > 1:
         g, h = cluster.workers_per_host, cluster.hosts
         slowest = min(cluster.bandwidths)
@@ -180,32 +201,33 @@ def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
         link_text = f"the slowest host link ({format_rate(slowest)}) among {h} hosts"
         moved = 2 * (h - 1) / h * wire
     else:
-        rate, link_text = _ring_link(cluster)
-        comm = rounds * 2 * (n - 1) * alpha + 2 * (n - 1) / n * wire / rate
+        link_text = ring_text
+        comm = rounds * 2 * (n - 1) * alpha + 2 * (n - 1) / n * wire / ring_rate
         moved = 2 * (n - 1) / n * wire
-    return _sync_prediction(name, cluster, workload, comm + extra, workload.allreduce_overhead_ms / 1000,
-                            workload.overlap,
-                            link_text, moved)
+    gather, gathered = _allgather(cluster, workload, ring_rate)
+    return _sync_prediction(name, cluster, workload, comm + gather + extra, workload.allreduce_overhead_ms / 1000,
+                            workload.overlap, link_text, moved + gathered)
 
 
 def multi_worker_mirrored(cluster: Cluster, workload: Workload) -> Prediction:
     """tf.distribute MultiWorkerMirroredStrategy: the flat ring at MWMS_BANDWIDTH_FACTOR, no overlap."""
-    n, m = cluster.workers, float(workload.model_bytes)
+    n, m = cluster.workers, float(workload.dense_bytes)
     if n == 1:
         return _sync_prediction("multi_worker_mirrored", cluster, workload, 0.0, 0.0, 0.0, "", 0.0)
     rate, link_text = _ring_link(cluster)
-    comm = 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
+    comm = (2 * (n - 1) * cluster.latency_s if m else 0.0) + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
+    gather, gathered = _allgather(cluster, workload, rate * MWMS_BANDWIDTH_FACTOR)  # all-gather of IndexedSlices
     overhead = workload.allreduce_overhead_ms / 1000 + MWMS_EXTRA_OVERHEAD_S
-    return _sync_prediction("multi_worker_mirrored", cluster, workload, comm, overhead, 0.0,
+    return _sync_prediction("multi_worker_mirrored", cluster, workload, comm + gather, overhead, 0.0,
                             link_text + f" at an assumed {MWMS_BANDWIDTH_FACTOR:g} of its rate through gRPC",
-                            2 * (n - 1) / n * m)
+                            2 * (n - 1) / n * m + gathered)
 
 
 def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
     """tf.distribute ParameterServerStrategy with ``cluster.ps`` tasks (at least 1), asynchronous."""
     if cluster.ps < 1:
         raise _no_ps()
-    m, p = float(workload.model_bytes), cluster.ps
+    m, p = float(workload.step_bytes), cluster.ps  # the bytes a worker step pulls (and pushes)
     serialize = 2 * m / PS_SERIALIZE_BYTES_PER_S
     steps, comms = [], []
     for worker, speed in enumerate(cluster.speeds):
@@ -228,7 +250,7 @@ def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
     if utilisation > 1:
         bottleneck = "ps link"
         text = (f"{worst_name} ({format_rate(capacity)}): it carries {share} per worker step (pull "
-                f"and push of 1/{p} of {format_bytes(m)}) and saturates, so a worker waits "
+                f"and push of 1/{p} of the {format_bytes(m)} a step moves) and saturates, so a worker waits "
                 f"{_ms(waiting)} per step for it on average")
     elif mean_comm - min(workload.overlap * mean_comm, mean_compute) > mean_compute:
         bottleneck = "network"

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_HOST_BANDWIDTH,
                                    DEFAULT_LATENCY_S, DEFAULT_PS_OVERHEAD_MS, MAX_SPEED, MAX_WORKERS,
-                                   MIN_SPEED, Cluster, Workload, example_speeds)
+                                   MIN_SPEED, Cluster, Embedding, Workload, example_speeds)
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.units import parse_rate
+from tfdist.advise.units import parse_count, parse_rate
 from tfdist.errors import with_fix
 
 if TYPE_CHECKING:
@@ -92,6 +92,28 @@ def parse_speeds(text: str, field: str = "--worker-speeds") -> tuple[float, ...]
     return tuple(speeds)
 
 
+_EMBEDDING_FIX = "give a table as ROWSxDIM[:LOOKUPS], e.g. 1Mx128 or 500kx64:20 (LOOKUPS: ids per example, default 1)"
+
+
+def parse_embedding(text: str, field: str = "--embedding") -> Embedding:
+    """``ROWSxDIM[:LOOKUPS]`` (``1Mx128``, ``500kx64:20``): a table of ROWS x DIM parameters and the ids
+    each example looks up in it (1 unless given); counts take k, M, B suffixes (:func:`parse_count`)."""
+    raw = str(text)
+    subject = _subject(field, raw)
+    if len(raw) > 60:
+        raise AdviseError(with_fix(f"{subject} is too long for ROWSxDIM[:LOOKUPS]", _EMBEDDING_FIX), "embeddings")
+    shape, colon, lookups = raw.strip().partition(":")
+    rows, x, dim = shape.lower().partition("x")
+    if not x or not rows or not dim or (colon and not lookups):
+        raise AdviseError(with_fix(f"{subject} is not ROWSxDIM[:LOOKUPS]", _EMBEDDING_FIX), "embeddings")
+    try:
+        counts = [parse_count(part, field="") for part in (rows, dim, *((lookups,) if colon else ()))]
+    except AdviseError as exc:
+        raise AdviseError(with_fix(f"{subject}: {str(exc).split('; fix:')[0]}", _EMBEDDING_FIX),
+                          "embeddings") from None
+    return Embedding(*counts)
+
+
 def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_size: int, step_ms: float,
                   speeds: Sequence[float] | None = None, workers_per_host: int = 1, ps: int = 0,
                   ps_placement: str = "separate", ps_bandwidth: float | None = None,
@@ -99,7 +121,8 @@ def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_
                   intra_host_bandwidth: float = DEFAULT_INTRA_HOST_BANDWIDTH, dtype_bytes: int = 4,
                   overlap: float = 0.0, ps_epochs_factor: float | None = None,
                   ps_overhead_ms: float = DEFAULT_PS_OVERHEAD_MS,
-                  allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS) -> tuple[Cluster, Workload]:
+                  allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS,
+                  embeddings: Sequence[Embedding] = ()) -> tuple[Cluster, Workload]:
     """The Cluster and Workload a user described (rates in bytes/s, latency in ms); the counts of
     ``bandwidths`` (one, or one per worker host) and ``speeds`` (one per worker) are checked first,
     with messages in the user's terms."""
@@ -117,7 +140,7 @@ def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_
                       intra_host_bandwidth=intra_host_bandwidth)
     workload = Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
                         overlap=overlap, ps_epochs_factor=ps_epochs_factor, ps_overhead_ms=ps_overhead_ms,
-                        allreduce_overhead_ms=allreduce_overhead_ms)
+                        allreduce_overhead_ms=allreduce_overhead_ms, embeddings=tuple(embeddings))
     return cluster, workload
 
 

@@ -46,7 +46,7 @@ def render(result: Advice, cluster: Cluster, workload: Workload) -> str:
         f"links {links}, latency {cluster.latency_s * 1000:g} ms. Model: {workload.params:,} params x "
         f"{workload.dtype_bytes} B = {format_bytes(workload.model_bytes)}, batch {workload.batch_size} per "
         "worker, "
-        f"{workload.step_ms:g} ms compute per step, overlap {workload.overlap:g}.", WIDTH)
+        f"{workload.step_ms:g} ms compute per step, overlap {workload.overlap:g}.{_tables(workload)}", WIDTH)
     if result.memory is not None:
         for line in result.memory.describe():
             lines += textwrap.wrap(line, WIDTH, subsequent_indent="  ")
@@ -67,6 +67,17 @@ def render(result: Advice, cluster: Cluster, workload: Workload) -> str:
     for reason in result.reasons:
         lines += textwrap.wrap(reason, WIDTH, initial_indent="- ", subsequent_indent="  ")
     return "\n".join(lines)
+
+
+def _tables(workload: Workload) -> str:
+    """The embedding tables, and what a step moves of them, for the Model line ("" without tables)."""
+    if not workload.embeddings:
+        return ""
+    shown = "; ".join(e.describe() for e in workload.embeddings[:_LISTED])
+    more = f"; ... ({len(workload.embeddings)} in all)" if len(workload.embeddings) > _LISTED else ""
+    return (f" Embedding tables (sparse updates): {shown}{more}; a worker step moves "
+            f"{format_bytes(workload.sparse_step_bytes)} of their rows, the rest "
+            f"{format_bytes(workload.dense_bytes)} whole.")
 
 
 def render_measured(found: ProbeResult) -> str:

@@ -16,8 +16,8 @@ from tfdist.advise import advise as advise_cluster
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
                                    MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
                                    MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
-from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_model_ref, parse_rates,
-                                  parse_speeds)
+from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_embedding, parse_model_ref,
+                                  parse_rates, parse_speeds)
 from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
@@ -36,7 +36,7 @@ _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host
           "ps_overhead_ms": "--ps-overhead-ms", "allreduce_overhead_ms": "--allreduce-overhead-ms",
           "hosts": "--hosts", "model": "--model", "optimizer": "--optimizer",
           "largest_variable": "--largest-variable", "ps_memory": "--ps-memory",
-          "worker_memory": "--worker-memory"}
+          "worker_memory": "--worker-memory", "embeddings": "--embedding"}
 
 # options only --probe reads
 _PROBE_ONLY = {"hosts": "--hosts", "model": "--model", "ssh_port": "--ssh-port",
@@ -55,6 +55,7 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 _RATES = Parsed("RATE[,RATE...]", lambda text: parse_rates(text, field=""))
 _SPEEDS = Parsed("S,S,...", lambda text: parse_speeds(text, field=""))
 _BYTES = Parsed("BYTES", lambda text: parse_bytes(text, field=""))
+_EMBEDDING = Parsed("ROWSxDIM[:LOOKUPS]", lambda text: parse_embedding(text, field=""))
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -126,6 +127,10 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help="Memory of each worker's host, which holds its --gpus-per-host workers (and a colocated ps): "
                    "allreduce (each worker holds the whole model, slots and gradients) is recommended only if "
                    "they fit. --probe reads it.")
+@click.option("--embedding", "embeddings", type=_EMBEDDING, multiple=True,
+              help="An embedding table among --params whose gradient is sparse, as ROWSxDIM[:LOOKUPS] (ids per "
+                   "example, default 1), e.g. 1Mx128; repeat per table. A step then moves only the rows it "
+                   "looks up, not the table (docs/advise.md, Embedding tables).")
 @click.option("--probe", is_flag=True,
               help="Measure instead of asking: the links between --hosts, and with --model each worker "
                    "host's step time and the model's size (over ssh, as `tfdist launch --hosts`).")
@@ -151,7 +156,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
            probe: bool, hosts: str | None, model: str | None,
            ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool,
            save_path: str | None, optimizer: tuple[str, int] | None, largest_variable: int | None,
-           ps_memory: int | None, worker_memory: int | None) -> None:
+           ps_memory: int | None, worker_memory: int | None, embeddings: tuple = ()) -> None:
     """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
     MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
 
@@ -164,6 +169,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
     tfdist advise --probe --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model --batch-size 64
     tfdist advise --workers 2 --ps 2 --params 128M --batch-size 64 --step-ms 50 --bandwidth 10gbit \\
         --optimizer adagrad --ps-memory 2GiB
+    tfdist advise --workers 2 --ps 1 --params 128.1M --embedding 1Mx128 --batch-size 64 --step-ms 20 \\
+        --bandwidth 1gbit
 
     The model and its assumptions: docs/advise.md.
     """
@@ -183,7 +190,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         try:
             workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor,
                                            ps_overhead_ms=ps_overhead_ms,
-                                           allreduce_overhead_ms=allreduce_overhead_ms)
+                                           allreduce_overhead_ms=allreduce_overhead_ms, embeddings=embeddings)
         except AdviseError as exc:
             raise _bad(exc) from None
         _print(_advice(cluster, workload, memory, found), cluster, workload, as_json, found, save_path)
@@ -202,7 +209,7 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
             speeds=worker_speeds, workers_per_host=workers_per_host, ps=ps, ps_placement=ps_placement,
             ps_bandwidth=ps_bandwidth, latency_ms=latency_ms, intra_host_bandwidth=intra_host_bandwidth,
             dtype_bytes=dtype_bytes, overlap=overlap, ps_epochs_factor=ps_epochs_factor,
-            ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms)
+            ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms, embeddings=embeddings)
     except AdviseError as exc:
         raise _bad(exc) from None
     _print(_advice(cluster, workload, memory), cluster, workload, as_json, save_path=save_path)

@@ -1,0 +1,117 @@
+"""Embedding tables in the cost model: a step moves the looked-up rows, not the table (no TensorFlow)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import invoke
+
+from tfdist.advise import AdviseError, manual_inputs, predict_all
+from tfdist.advise.cluster import INDEX_BYTES, Embedding, Workload
+from tfdist.advise.cost import horovod, multi_worker_mirrored, parameter_server
+from tfdist.advise.inputs import parse_embedding
+
+GBIT = 125e6  # bytes/s
+TABLE = Embedding(rows=1_000_000, dim=128, lookups=1)
+PARAMS = 128_000_000 + 100_000  # the table and 100k dense parameters
+
+
+def _inputs(embeddings=(TABLE,), workers=2, ps=1, batch=64, rate=GBIT, **extra):
+    return manual_inputs(workers=workers, bandwidths=(rate,), params=PARAMS, batch_size=batch, step_ms=20.0,
+                         ps=ps, embeddings=embeddings, **extra)
+
+
+def test_a_step_moves_the_dense_parameters_and_one_batch_of_rows():
+    _, workload = _inputs()
+    assert workload.sparse_params == 128_000_000
+    assert workload.dense_bytes == 100_000 * 4
+    assert workload.sparse_step_bytes == 64 * (128 * 4 + INDEX_BYTES)
+    assert workload.step_bytes == 400_000 + 33_280
+    assert Workload(params=PARAMS, batch_size=64, step_ms=20.0).step_bytes == PARAMS * 4  # no tables: all of it
+
+
+def test_parameter_servers_pull_and_push_only_the_rows():
+    cluster, workload = _inputs()
+    prediction = parameter_server(cluster, workload)
+    # one separate ps: each worker pulls and pushes dense + rows over its own 1 Gbit/s link, plus 2 latencies
+    assert prediction.communication_ms == pytest.approx((2 * 433_280 / GBIT + 2 * cluster.latency_s) * 1000)
+    told_nothing = parameter_server(*_inputs(embeddings=()))
+    assert prediction.examples_per_second > 50 * told_nothing.examples_per_second
+
+
+def test_allreduce_allgathers_the_rows_and_compresses_only_the_dense_part():
+    cluster, workload = _inputs(workers=4)
+    n, alpha = 4, cluster.latency_s
+    ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 400_000 / GBIT
+    gather = 2 * (n - 1) * alpha + (n - 1) * 33_280 / GBIT
+    assert horovod(cluster, workload).communication_ms == pytest.approx((ring + gather) * 1000)
+    fp16 = horovod(cluster, workload, compression="fp16").communication_ms
+    ring16 = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 200_000 / GBIT
+    assert fp16 == pytest.approx((ring16 + gather + 400_000 / 5e9) * 1000)  # the casts: of the dense bytes
+    mwms = multi_worker_mirrored(cluster, workload).communication_ms
+    assert mwms == pytest.approx((ring + 2 * (n - 1) * alpha + (n - 1) * 33_280 / (GBIT * 0.6)
+                                  - 2 * (n - 1) / n * 400_000 / GBIT + 2 * (n - 1) / n * 400_000 / (GBIT * 0.6))
+                                 * 1000)
+
+
+def test_a_model_that_is_all_table_has_no_ring_only_the_gather():
+    cluster, workload = manual_inputs(workers=2, bandwidths=(GBIT,), params=TABLE.params, batch_size=64,
+                                      step_ms=20.0, ps=1, embeddings=(TABLE,))
+    assert workload.dense_bytes == 0
+    assert horovod(cluster, workload).communication_ms == pytest.approx(
+        (2 * cluster.latency_s + 33_280 / GBIT) * 1000)
+
+
+def test_more_lookups_move_more_rows():
+    bag = Embedding(rows=1_000_000, dim=128, lookups=20)
+    assert _inputs(embeddings=(bag,))[1].sparse_step_bytes == 20 * _inputs()[1].sparse_step_bytes
+
+
+@pytest.mark.parametrize("text, want", [("1Mx128", Embedding(1_000_000, 128, 1)), ("500kx64:20", Embedding(500_000, 64, 20)),
+                                        (" 1000X8:1 ", Embedding(1000, 8, 1))])
+def test_the_table_text(text, want):
+    assert parse_embedding(text) == want
+
+
+@pytest.mark.parametrize("text, words", [("1M", "is not ROWSxDIM"), ("x128", "is not ROWSxDIM"),
+                                         ("1Mx", "is not ROWSxDIM"), ("1Mx128:", "is not ROWSxDIM"),
+                                         ("1Mx12q", "is not a count"), ("1Mx128:0", "is below 1"),
+                                         ("1Mx" + "9" * 70, "too long")])
+def test_a_bad_table_text_names_the_option_and_the_form(text, words):
+    with pytest.raises(AdviseError) as info:
+        parse_embedding(text)
+    assert words in str(info.value) and "ROWSxDIM[:LOOKUPS]" in str(info.value) and "; fix:" in str(info.value)
+    assert str(info.value).startswith("--embedding ") and info.value.field == "embeddings"
+
+
+def test_tables_larger_than_the_model_are_refused():
+    with pytest.raises(AdviseError) as info:
+        manual_inputs(workers=2, bandwidths=(GBIT,), params=1_000_000, batch_size=64, step_ms=20.0,
+                      embeddings=(TABLE,))
+    assert info.value.field == "embeddings" and "128,000,000 parameters, more than the model's 1,000,000" in str(
+        info.value)
+
+
+def test_the_command_takes_tables_and_says_what_a_step_moves(tmp_path):
+    argv = ["advise", "--workers", "2", "--ps", "1", "--params", "128.1M", "--embedding", "1Mx128",
+            "--batch-size", "64", "--step-ms", "20", "--bandwidth", "1gbit"]
+    result = invoke(*argv)
+    assert result.exit_code == 0, result.output
+    assert "Embedding tables (sparse updates): 1,000,000 x 128, 1 lookup(s) per example; a worker step moves " \
+           "33.3 kB of their rows, the rest 400 kB whole." in " ".join(result.output.split())
+    data = json.loads(invoke(*argv, "--json").stdout)
+    cluster, workload = _inputs()
+    assert data["strategies"]["parameter_server"]["examples_per_second"] == pytest.approx(
+        predict_all(cluster, workload)["parameter_server"].examples_per_second, rel=1e-3)
+    plan = tmp_path / "plan.json"
+    assert invoke(*argv, "--save", str(plan)).exit_code == 0
+    assert json.loads(plan.read_text())["inputs"]["embeddings"] == [{"rows": 1_000_000, "dim": 128, "lookups": 1}]
+
+
+@pytest.mark.parametrize("extra, words", [(["--embedding", "2Mx128"], "more than the model's"),
+                                          (["--embedding", "1M"], "is not ROWSxDIM")])
+def test_the_command_refuses_a_bad_table_naming_the_option(extra, words):
+    result = invoke("advise", "--workers", "2", "--params", "128.1M", "--batch-size", "64", "--step-ms", "20",
+                    "--bandwidth", "1gbit", *extra)
+    assert result.exit_code == 2 and "--embedding" in result.output and words in result.output, result.output
+    assert "Traceback" not in result.output
