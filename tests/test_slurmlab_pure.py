@@ -47,6 +47,8 @@ def test_the_conf_ties_every_daemon_to_the_labs_munged_ports_and_files():
     assert len(paths) == 6 and all(path.startswith(d + "/") for path in paths)
     assert conf["SlurmdParameters"] == "config_overrides"  # 4 CPUs declared on a 2-core machine
     assert (conf["ProctrackType"], conf["TaskPlugin"]) == ("proctrack/linuxproc", "task/none")  # no cgroups
+    # a cut node is DOWN within a test's patience (the node-cut tests of test_slurm.py wait for it)
+    assert int(conf["SlurmdTimeout"]) <= 30 and conf["ReturnToService"] == "2"
     node_lines = [line for line in text.splitlines() if line.startswith("NodeName=")]
     assert node_lines == [node_line("h1", "198.18.7.3", 4, 40002), node_line("h2", "198.18.7.4", 4, 40002)]
     assert text.splitlines()[-1] == "PartitionName=lab Nodes=h1,h2 Default=YES MaxTime=INFINITE State=UP"

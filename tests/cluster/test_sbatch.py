@@ -40,12 +40,23 @@ def test_the_script_asks_for_one_node_per_task_by_default():
     script = render_sbatch(PS_JOB)
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == ["#SBATCH --job-name=tfdist", "#SBATCH --nodes=3",
-                                    "#SBATCH --ntasks=3", "#SBATCH --ntasks-per-node=1"]
+                                    "#SBATCH --ntasks=3", "#SBATCH --ntasks-per-node=1", "#SBATCH --no-kill"]
     last = script.splitlines()[-1]
-    assert last.startswith("exec srun --distribution=block bash -c ")
+    assert last.startswith("exec srun --no-kill --distribution=block bash -c ")
     words = shlex.split(last)
     assert words[-3:] == [TASK_SHELL_NAME, "python", "train.py"]
-    assert "tfdist tf-config --format slurm --ps-count 1 --with-chief --port 2222" in words[5]
+    assert "tfdist tf-config --format slurm --ps-count 1 --with-chief --port 2222" in words[6]
+
+
+def test_only_a_job_with_ps_tasks_survives_a_lost_node():
+    """--no-kill (job and step) for a parameter-server job, whose chief goes on without a lost worker;
+    SLURM's default (end the job) for one without ps, whose collectives stall without any worker."""
+    ps_job = render_sbatch(BatchJob(command=("train",), workers=2, ps=1, chief=True, nodes=3))
+    assert sbatch_lines(ps_job)[-1] == "#SBATCH --no-kill"
+    assert shlex.split(ps_job.splitlines()[-1])[:4] == ["exec", "srun", "--no-kill", "--distribution=block"]
+    collective = render_sbatch(BatchJob(command=("train",), workers=3, nodes=2))
+    assert "--no-kill" not in collective
+    assert shlex.split(collective.splitlines()[-1])[:3] == ["exec", "srun", "--distribution=block"]
 
 
 def test_fewer_nodes_than_tasks_leaves_the_placement_to_slurm():

@@ -6,9 +6,15 @@ slurm`` (:mod:`tfdist.cluster.slurm`: chief first, then the ps tasks, then the w
 on a node listens on ``port + k``), exports it and ``exec``s the user's command. Nothing here runs
 anything: :func:`render_sbatch` returns the text.
 
+A job with ps tasks asks for ``--no-kill`` (the ``#SBATCH`` line for the job and srun's option for its
+step): by default SLURM ends the whole job when one of its nodes fails, and requeues it from the start,
+which throws away what parameter servers promise, that the chief goes on with the workers it has left.
+A job without ps tasks keeps SLURM's default: a lost worker stalls every collective, so ending the job
+is right.
+
 >>> job = BatchJob(command=("python", "train.py"), workers=1, ps=1, chief=True)
->>> [line for line in render_sbatch(job).splitlines() if line.startswith("#SBATCH")]
-['#SBATCH --job-name=tfdist', '#SBATCH --nodes=3', '#SBATCH --ntasks=3', '#SBATCH --ntasks-per-node=1']
+>>> [line for line in render_sbatch(job).splitlines() if line.startswith("#SBATCH")][1:]
+['#SBATCH --nodes=3', '#SBATCH --ntasks=3', '#SBATCH --ntasks-per-node=1', '#SBATCH --no-kill']
 """
 from __future__ import annotations
 
@@ -97,7 +103,8 @@ def srun_argv(job: BatchJob, tfdist: str = "tfdist") -> list[str]:
     """
     inner = (f'TF_CONFIG="$({shlex.join(tf_config_command(job, tfdist))})" || exit 2; '
              'export TF_CONFIG; exec "$@"')
-    return ["srun", "--distribution=block", "bash", "-c", inner, TASK_SHELL_NAME, *job.command]
+    keep = ["--no-kill"] if job.ps else []  # a lost worker node does not end a parameter-server step
+    return ["srun", *keep, "--distribution=block", "bash", "-c", inner, TASK_SHELL_NAME, *job.command]
 
 
 def render_sbatch(job: BatchJob, tfdist: str = "tfdist") -> str:
@@ -123,6 +130,10 @@ def render_sbatch(job: BatchJob, tfdist: str = "tfdist") -> str:
     ]
     if job.node_count == job.ntasks:
         lines.append("#SBATCH --ntasks-per-node=1")
+    if job.ps:
+        lines += ["# --no-kill: a lost worker node does not end the job (the chief goes on with the other",
+                  "# workers); SLURM's default would end the job and requeue it from the start.",
+                  "#SBATCH --no-kill"]
     lines += ["set -eu", f"exec {shlex.join(srun_argv(job, tfdist))}"]
     return "\n".join(lines) + "\n"
 

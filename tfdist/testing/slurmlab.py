@@ -148,7 +148,9 @@ def slurm_conf(config: SlurmConfig) -> str:
         "SlurmdParameters=config_overrides",
         "InactiveLimit=0",
         "KillWait=5",
-        "SlurmdTimeout=60",
+        # a node whose slurmd stops answering (its link cut) is DOWN about 30-40 s later, not minutes:
+        # the node-cut tests wait for it; a healthy slurmd answers a ping in well under 20 s
+        "SlurmdTimeout=20",
         "SlurmctldTimeout=60",
         "MinJobAge=600",
         *(node_line(name, address, config.cpus, config.slurmd_port) for name, address in config.nodes),
@@ -267,6 +269,32 @@ class SlurmLab:
                 raise SlurmLabError(with_fix(f"job {job} is {state} after {timeout:g} s, not one of "
                                              f"{sorted(states)}: {shown[-800:]}",
                                              "read its output file and the slurmd logs; wait longer"))
+            time.sleep(0.5)
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: state}`` as ``sinfo`` shows it now (``idle``, ``allocated``, ``down*`` ...)."""
+        return parse_node_states(self.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout)
+
+    def resume(self, nodes: Sequence[str], timeout: float = 120.0) -> None:
+        """Return ``nodes`` to service (``scontrol update nodename=... state=resume`` once their slurmd
+        answers again, e.g. after :meth:`Lab.restore`) and wait until every node of the cluster is
+        idle; SlurmLabError with what sinfo shows after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        waiting = list(nodes)
+        while True:
+            states = self.node_states()
+            for node in list(waiting):
+                state = states.get(node, "")
+                if state.startswith(("down", "drain")) and not state.endswith("*"):  # answers, still out
+                    self.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+                elif state == "idle":
+                    waiting.remove(node)
+            left = not_idle(states, self.nodes)
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise SlurmLabError(with_fix(f"nodes not idle {timeout:g} s after resuming {list(nodes)}: "
+                                             f"{left}", f"read the slurmd logs in {self.config.directory}"))
             time.sleep(0.5)
 
     def daemon_pids(self) -> dict[str, int]:
