@@ -142,6 +142,17 @@ def test_scancel_mid_run_leaves_nothing_on_any_host(slurm, clean, tmp_path):
     assert [pid for pid in pids if _running(pid)] == [], "a task or its child outlived scancel"
 
 
+def _still_running(slurm: SlurmLab, host: str, marker: str, timeout: float) -> list[str]:
+    """The processes on ``host`` whose command line has ``marker``, once none is left or ``timeout``
+    seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [line for line in slurm.lab.task_processes(host) if marker in line]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
 def _epochs(outdir: Path) -> list[tuple[int, float]]:
     """The chief's finished epochs (ps_train.py's epochs.txt): ``[(epoch, loss), ...]``."""
     path = outdir / "epochs.txt"
@@ -296,11 +307,17 @@ def test_a_node_cut_mid_run_ends_a_horovod_job_non_zero_in_bounded_time(slurm, c
         state = slurm.wait_job(job, JOB_TIMEOUT, FINAL_STATES | {"COMPLETING", "PENDING"})
         ended = time.monotonic()
         shown = slurm.run(["scontrol", "show", "job", str(job)]).stdout
+        # h2 is still cut off: its rank (under sshd, outside SLURM) must end there by itself, its
+        # collective failing on the lost peer
+        rank_left = _still_running(slurm, "h2", str(tmp_path), LEFTOVER_TIMEOUT)
+        rank_gone = time.monotonic()
     finally:
         slurm.lab.restore("h2")
         if slurm.job_state(job) == "PENDING":
             slurm.run(["scancel", str(job)], check=False)  # a requeued job must not start again later
-    print(f"\nSLURM Horovod node cut: the job {state} {ended - cut:.1f} s after the cut")
+    print(f"\nSLURM Horovod node cut: the job {state} {ended - cut:.1f} s after the cut; the rank on the cut h2 "
+          f"gone {rank_gone - cut:.1f} s after it (first checked when the job had ended)")
+    assert rank_left == [], f"the rank on the cut h2 still runs {LEFTOVER_TIMEOUT} s after the job ended"
     assert ended - cut < 300, "the job took minutes to fail after losing a rank"  # only a hang breaks this
     assert state in ("FAILED", "COMPLETING") and " ExitCode=0:0" not in shown, shown
     assert slurm.wait_job(job, 120) == "FAILED", _output(tmp_path, job)
