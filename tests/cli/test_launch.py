@@ -718,3 +718,43 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
     assert "every worker holds the whole model: 3.57 GiB, above the probed 1.5 GiB of host w" in line
     assert "parameter_server: with 2 ps and shards=2 the fullest ps needs 1.66 GiB" in line
     assert "above the probed 1.5 GiB per ps; --ps 3 with shards=3 is the fewest that fit" in line
+
+
+def test_auto_with_the_models_embedding_table_plans_for_the_rows_a_step_moves(monkeypatch, tmp_path):
+    """`launch --backend auto --embedding 1Mx128`: on 50 Mbit/s links a 128M-parameter model moved whole
+    every step is hopeless for every backend; told of the table, the plan predicts the rows a step moves
+    (thousands of examples/s, not a few) and records the table in its inputs."""
+    import json
+
+    import tfdist.cli.launch as module
+    from tfdist.advise import probe
+    from tfdist.advise.plan import PLAN_ENV
+    from tfdist.launch.hosts import parse_hosts
+
+    monkeypatch.chdir(tmp_path)
+    hosts = ["w1", "w2", "p1"]
+
+    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
+        links = [probe.LinkMeasure(a, b, 50e6, 1e-4) for a, b in probe.ring(hosts)]
+        return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 10.0},
+                               params=128_100_000, dtype_bytes=4, batch_size=batch_size)
+
+    launched = []
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args) or 0)
+    argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p1:1", "--ps", "1", "--model", "m:f", "--batch-size", "64",
+            "--", sys.executable, "train.py"]
+    rates = {}
+    for extra in ((), ("--embedding", "1Mx128")):
+        launched.clear()
+        result = CliRunner().invoke(launch, [*argv[:-3], *extra, *argv[-3:]])
+        assert result.exit_code == 0, result.output
+        (call,) = launched
+        plan = json.loads(call[-1][PLAN_ENV])
+        rates[extra] = plan["predicted_examples_per_second"]
+        assert plan["inputs"]["embeddings"] == ([{"rows": 1_000_000, "dim": 128, "lookups": 1}] if extra else [])
+    assert rates[()] < 100 < 1000 < rates[("--embedding", "1Mx128")], rates
+    assert "Embedding tables (sparse updates): 1,000,000 x 128" in " ".join(result.output.split())
+    bad = CliRunner().invoke(launch, [*argv[:-3], "--embedding", "2Mx128", *argv[-3:]])
+    assert bad.exit_code == 2 and "--embedding" in bad.output and "more than the model's" in bad.output, bad.output

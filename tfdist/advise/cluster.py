@@ -188,10 +188,10 @@ class Workload:
             raise AdviseError(with_fix(f"`embeddings`: {len(self.embeddings):,} tables are more than "
                                        f"{_MAX_EMBEDDINGS:,}", "give the largest tables only"), "embeddings")
         if self.sparse_params > self.params:
-            raise AdviseError(with_fix(f"`embeddings` hold {self.sparse_params:,} parameters, more than the "
-                                       f"model's {self.params:,} (`params`)",
-                                       "count the tables in params too: params is the whole model's "
-                                       "parameter count"), "embeddings")
+            raise AdviseError(with_fix(f"the embedding tables hold {self.sparse_params:,} parameters, more than "
+                                       f"the model's {self.params:,}",
+                                       "give each table's rows and width as in the model, and count the tables "
+                                       "in the model's parameter count too"), "embeddings")
 
     @property
     def model_bytes(self) -> int:

@@ -147,9 +147,10 @@ def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_
 def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, params: int | None = None,
                  step_ms: float | None = None, dtype_bytes: int | None = None,
                  worker_speeds: Sequence[float] | None = None,
-                 overlap: float = 0.0) -> tuple[Cluster, Workload, ProbeResult]:
-    """The advisor's Cluster and Workload from what the probe measured (and what the user gave):
-    ``(cluster, workload, found)``. Raises :class:`AdviseError` with the field that is wrong."""
+                 overlap: float = 0.0, embeddings: Sequence[Embedding] = ()) -> tuple[Cluster, Workload, ProbeResult]:
+    """The advisor's Cluster and Workload from what the probe measured (and what the user gave, with
+    the model's embedding tables): ``(cluster, workload, found)``. Raises :class:`AdviseError` with the
+    field that is wrong."""
     from tfdist.launch.plan import LaunchError
 
     try:
@@ -165,6 +166,8 @@ def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, par
     workload = found.to_workload(batch_size, step_ms=step_ms, params=params,
                                  dtype_bytes=None if found.params is not None else dtype_bytes,
                                  overlap=overlap)
+    if embeddings:
+        workload = dataclasses.replace(workload, embeddings=tuple(embeddings))
     return cluster, workload, found
 
 

@@ -16,14 +16,14 @@ from tfdist.advise import advise as advise_cluster
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
                                    MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
                                    MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
-from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_embedding, parse_model_ref,
-                                  parse_rates, parse_speeds)
+from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_model_ref, parse_rates,
+                                  parse_speeds)
 from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
 from tfdist.advise.units import MEMORY_EXAMPLES, RATE_EXAMPLES, parse_bytes, parse_count, parse_rate
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.launch.remote import SshOptions
 
 # dataclass field -> the option that sets it
@@ -55,7 +55,6 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 _RATES = Parsed("RATE[,RATE...]", lambda text: parse_rates(text, field=""))
 _SPEEDS = Parsed("S,S,...", lambda text: parse_speeds(text, field=""))
 _BYTES = Parsed("BYTES", lambda text: parse_bytes(text, field=""))
-_EMBEDDING = Parsed("ROWSxDIM[:LOOKUPS]", lambda text: parse_embedding(text, field=""))
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -127,7 +126,7 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help="Memory of each worker's host, which holds its --gpus-per-host workers (and a colocated ps): "
                    "allreduce (each worker holds the whole model, slots and gradients) is recommended only if "
                    "they fit. --probe reads it.")
-@click.option("--embedding", "embeddings", type=_EMBEDDING, multiple=True,
+@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True,
               help="An embedding table among --params whose gradient is sparse, as ROWSxDIM[:LOOKUPS] (ids per "
                    "example, default 1), e.g. 1Mx128; repeat per table. A step then moves only the rows it "
                    "looks up, not the table (docs/advise.md, Embedding tables).")

@@ -12,7 +12,7 @@ from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
 from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.backends import LAUNCHABLE
 from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
@@ -32,7 +32,8 @@ _BACKEND_OPTIONS = {
                          *_SSH},
     "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
     "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
-    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", "optimizer", *_SSH},
+    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", "optimizer", "embeddings",
+           *_SSH},
 }
 _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
@@ -40,7 +41,8 @@ _FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num
           "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
           "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
           "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
-          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan", "optimizer": "--optimizer"}
+          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan", "optimizer": "--optimizer",
+          "embeddings": "--embedding"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
@@ -114,6 +116,9 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
               help="auto: the script's optimizer (" + ", ".join(OPTIMIZER_SLOTS) + ", or its slots per "
                    "variable): the probed hosts' memory is checked and a backend that would not fit is not "
                    "launched.")
+@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True,
+              help="auto: an embedding table of the model, ROWSxDIM[:LOOKUPS] (ids per example, default 1), "
+                   "repeated per table: a step moves only the rows it looks up (as in `tfdist advise`).")
 @click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True,
               help="auto: seconds of transfer per measured link.")
@@ -133,7 +138,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
            network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
            save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
-           command: tuple[str, ...], optimizer: tuple[str, int] | None = None) -> None:
+           command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = ()) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
@@ -192,7 +197,7 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
         if _given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
         backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
-                                                        probe_seconds, optimizer)
+                                                        probe_seconds, optimizer, embeddings)
         if plan is not None:
             environ, result_path = _apply_plan(plan, save_plan, environ)
     if backend == "horovod":
@@ -260,7 +265,8 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
 
 def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model: str,
                     batch_size: int, ssh, probe_seconds: float,
-                    optimizer: tuple[str, int] | None = None) -> tuple[str, str, int, object]:
+                    optimizer: tuple[str, int] | None = None,
+                    embeddings: tuple = ()) -> tuple[str, str, int, object]:
     """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers, plan)``
     to launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers.
     With ``optimizer`` the probed memory is checked: a backend that would not fit is not chosen, and
@@ -279,11 +285,13 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
             workers = default_workers(slots, ps)
         found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
                             seconds=probe_seconds, log=_report)
-        cluster, workload, _ = build_inputs(found, workers, ps, batch_size)
+        cluster, workload, _ = build_inputs(found, workers, ps, batch_size, embeddings=embeddings)
         memory = memory_check(cluster, workload, optimizer, found=found)
         advice = advise_cluster(cluster, workload, memory)
         placed = place_tasks(slots, workers, ps)
-    except (AdviseError, LaunchError) as exc:
+    except AdviseError as exc:  # the tables are the one value of the advice that launch's user gave
+        raise click.UsageError(f"--embedding: {exc}" if exc.field == "embeddings" else str(exc)) from None
+    except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
     _report(render_measured(found) + "\n\n" + render(advice, cluster, workload))
     backend = advice.recommended

@@ -178,6 +178,16 @@ def _optimizer(text: str) -> tuple[str, int]:
 OPTIMIZER = Parsed("NAME", _optimizer)
 
 
+def _embedding(text: str) -> Any:
+    from tfdist.advise.inputs import parse_embedding
+
+    return parse_embedding(text, field="")
+
+
+#: ``--embedding`` of `advise` and `launch --backend auto`: a table with sparse updates, ROWSxDIM[:LOOKUPS].
+EMBEDDING = Parsed("ROWSxDIM[:LOOKUPS]", _embedding)
+
+
 def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A click callback: a plan file's path (``advise --save``, ``launch --save-plan``) must be
     writable before anything is probed or started; the option's usage error names the problem."""
