@@ -120,6 +120,15 @@ fi
 log "installing tfdist (editable) with its test extra"
 "${pip[@]}" install -q -c constraints.txt --no-build-isolation -e '.[test]'
 
+# Packages earlier versions of this environment pinned and it no longer does: an existing venv drops them
+# (Keras 3 imports scikit-learn, and with it scipy, at start-up whenever it is installed).
+DROPPED=(scikit-learn scipy joblib threadpoolctl)
+present="$("${pip[@]}" list --format=freeze 2>/dev/null | cut -d= -f1 | grep -ixF -f <(printf '%s\n' "${DROPPED[@]}") || true)"
+if [ -n "$present" ]; then
+  log "removing packages no longer pinned: $(echo $present)"
+  "${pip[@]}" uninstall -q -y $present
+fi
+
 # --- 5. verify the Horovod build --------------------------------------------------------------
 venv_bin="$(cd "$VENV/bin" && pwd)"
 check="$(PATH="$venv_bin:$PATH" "$venv_bin/horovodrun" --check-build 2>&1)" \

@@ -49,9 +49,19 @@ def test_allreduce_allgathers_the_rows_and_compresses_only_the_dense_part():
     ring16 = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 200_000 / GBIT
     assert fp16 == pytest.approx((ring16 + gather + 400_000 / 5e9) * 1000)  # the casts: of the dense bytes
     mwms = multi_worker_mirrored(cluster, workload).communication_ms
-    assert mwms == pytest.approx((ring + 2 * (n - 1) * alpha + (n - 1) * 33_280 / (GBIT * 0.6)
-                                  - 2 * (n - 1) / n * 400_000 / GBIT + 2 * (n - 1) / n * 400_000 / (GBIT * 0.6))
-                                 * 1000)
+    ring_mwms = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 400_000 / (GBIT * 0.6)
+    gather_mwms = 3 * (n - 1) * alpha + (n - 1) * 33_280 / (GBIT * 0.6)  # TensorFlow gathers the lengths too
+    assert mwms == pytest.approx((ring_mwms + gather_mwms) * 1000)
+
+
+def test_each_table_is_gathered_on_its_own_so_latency_counts_per_table():
+    halves = (Embedding(500_000, 128, 0.5), Embedding(500_000, 128, 0.5))  # the same rows, in two tables
+    one, two = _inputs(workers=4), _inputs(embeddings=halves, workers=4)
+    assert one[1].sparse_step_bytes == two[1].sparse_step_bytes
+    alpha = one[0].latency_s
+    assert horovod(*two).communication_ms - horovod(*one).communication_ms == pytest.approx(2 * 3 * alpha * 1000)
+    assert (multi_worker_mirrored(*two).communication_ms - multi_worker_mirrored(*one).communication_ms
+            == pytest.approx(3 * 3 * alpha * 1000))
 
 
 def test_a_model_that_is_all_table_has_no_ring_only_the_gather():
@@ -65,17 +75,21 @@ def test_a_model_that_is_all_table_has_no_ring_only_the_gather():
 def test_more_lookups_move_more_rows():
     bag = Embedding(rows=1_000_000, dim=128, lookups=20)
     assert _inputs(embeddings=(bag,))[1].sparse_step_bytes == 20 * _inputs()[1].sparse_step_bytes
+    mean = Embedding(rows=1_000_000, dim=128, lookups=2.5)  # bags of varying size: the mean, not rounded
+    assert _inputs(embeddings=(mean,))[1].sparse_step_bytes == 2.5 * _inputs()[1].sparse_step_bytes
 
 
 @pytest.mark.parametrize("text, want", [("1Mx128", Embedding(1_000_000, 128, 1)), ("500kx64:20", Embedding(500_000, 64, 20)),
-                                        (" 1000X8:1 ", Embedding(1000, 8, 1))])
+                                        (" 1000X8:1 ", Embedding(1000, 8, 1)), ("1Mx32:2.5", Embedding(10**6, 32, 2.5))])
 def test_the_table_text(text, want):
     assert parse_embedding(text) == want
 
 
 @pytest.mark.parametrize("text, words", [("1M", "is not ROWSxDIM"), ("x128", "is not ROWSxDIM"),
                                          ("1Mx", "is not ROWSxDIM"), ("1Mx128:", "is not ROWSxDIM"),
-                                         ("1Mx12q", "is not a count"), ("1Mx128:0", "is below 1"),
+                                         ("1Mx12q", "is not a count"), ("1Mx128:0", "LOOKUPS '0' is not a positive number"),
+                                         ("1Mx128:two", "is not a positive number"), ("1Mx128:nan", "positive number"),
+                                         ("1000x999.6", "is not a whole number"), ("1.5x128", "is not a whole number"),
                                          ("1Mx" + "9" * 70, "too long")])
 def test_a_bad_table_text_names_the_option_and_the_form(text, words):
     with pytest.raises(AdviseError) as info:
@@ -99,6 +113,8 @@ def test_the_command_takes_tables_and_says_what_a_step_moves(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Embedding tables (sparse updates): 1,000,000 x 128, 1 lookup(s) per example; a worker step moves " \
            "33.3 kB of their rows, the rest 400 kB whole." in " ".join(result.output.split())
+    assert "the embedding tables' figures assume an optimizer whose sparse update touches only the looked-up " \
+           "rows (Adagrad, SGD without momentum)" in " ".join(result.output.split())
     data = json.loads(invoke(*argv, "--json").stdout)
     cluster, workload = _inputs()
     assert data["strategies"]["parameter_server"]["examples_per_second"] == pytest.approx(

@@ -160,7 +160,7 @@ def _epochs(outdir: Path) -> list[tuple[int, float]]:
     return [(int(epoch), float(loss)) for epoch, loss in (line.split() for line in lines)]
 
 
-def test_a_worker_node_cut_mid_run_the_parameter_server_job_finishes(slurm, clean, tmp_path):
+def test_a_worker_node_cut_mid_run_the_parameter_server_job_finishes(slurm, clean, tmp_path, request):
     """A chief, one ps and two workers on three nodes (h1 holds two tasks); h3, which holds only
     worker 1, is cut after the chief's first epoch and stays cut until the job ends. The chief trains
     every epoch with worker 0; the batch script's --no-kill keeps SLURM from ending (and requeueing)
@@ -183,10 +183,12 @@ def test_a_worker_node_cut_mid_run_the_parameter_server_job_finishes(slurm, clea
         "chief-0": ("h1", 0, 0), "ps-0": ("h1", 1, 0), "worker-0": ("h2", 2, 1), "worker-1": ("h3", 3, 2)}
     cluster = {"chief": [f"h1:{port}"], "ps": [f"h1:{port + 1}"], "worker": [f"h2:{port}", f"h3:{port}"]}
     assert all(t["tf_config"]["cluster"] == cluster for t in tasks.values()), tasks  # h1's two: 2 ports
+    request.addfinalizer(lambda: slurm.resume(["h3"]))  # after the restore below, pass or fail
     slurm.lab.cut("h3")
     cut = time.monotonic()
     try:
         while len(_epochs(outdir)) < 4 and slurm.job_state(job) == "RUNNING":
+            assert time.monotonic() < cut + JOB_TIMEOUT, f"the chief hangs without h3:\n{_output(tmp_path, job)}"
             time.sleep(0.2)
         trained = time.monotonic()
         state = slurm.wait_job(job, JOB_TIMEOUT, FINAL_STATES | {"PENDING"})  # PENDING again: requeued
@@ -205,7 +207,7 @@ def test_a_worker_node_cut_mid_run_the_parameter_server_job_finishes(slurm, clea
     assert (result["kind"], result["num_workers"], result["num_ps"]) == ("parameter_server", 2, 1)
     assert [epoch for epoch, _ in _epochs(outdir)] == result["epochs"] == [0, 1, 2, 3]
     assert result["loss"][-1] < result["loss"][0]
-    slurm.resume(["h3"])  # back to service: h3's slurmd kills what the job left there, every node idle
+    # the finalizer returns h3 to service: its slurmd ends what the job left there, every node idle
 
 
 def _running(pid: int) -> bool:
@@ -294,12 +296,13 @@ def test_scancel_of_a_horovod_job_leaves_nothing_on_any_host(slurm, tmp_path):
 
 
 @pytest.mark.horovod
-def test_a_node_cut_mid_run_ends_a_horovod_job_non_zero_in_bounded_time(slurm, clean, tmp_path):
+def test_a_node_cut_mid_run_ends_a_horovod_job_non_zero_in_bounded_time(slurm, clean, tmp_path, request):
     """h2 (rank 1's node) cut mid-training: rank 0's next allreduce fails after Gloo's timeout
     (HOROVOD_GLOO_TIMEOUT_SECONDS, set short as users can), horovodrun ends non-zero, and with it
     the batch script: the job fails instead of hanging. SLURM cannot reach h2 to end the job there, so
     the job stays COMPLETING until h2 is back."""
     job, epochs = _start_horovod(slurm, tmp_path, HOROVOD_GLOO_TIMEOUT_SECONDS=GLOO_TIMEOUT)
+    request.addfinalizer(lambda: slurm.resume(["h2"]))  # after the restore below, pass or fail
     slurm.lab.cut("h2")
     cut = time.monotonic()
     try:
@@ -307,8 +310,9 @@ def test_a_node_cut_mid_run_ends_a_horovod_job_non_zero_in_bounded_time(slurm, c
         state = slurm.wait_job(job, JOB_TIMEOUT, FINAL_STATES | {"COMPLETING", "PENDING"})
         ended = time.monotonic()
         shown = slurm.run(["scontrol", "show", "job", str(job)]).stdout
-        # h2 is still cut off: its rank (under sshd, outside SLURM) must end there by itself, its
-        # collective failing on the lost peer
+        # h2 is still cut off: horovodrun and rank 0 are gone from h1 (horovodrun stopped them), and
+        # rank 1 (under sshd, outside SLURM) ends on h2 by itself, its collective failing on the lost peer
+        first_left = _still_running(slurm, "h1", str(tmp_path), LEFTOVER_TIMEOUT)
         rank_left = _still_running(slurm, "h2", str(tmp_path), LEFTOVER_TIMEOUT)
         rank_gone = time.monotonic()
     finally:
@@ -317,9 +321,9 @@ def test_a_node_cut_mid_run_ends_a_horovod_job_non_zero_in_bounded_time(slurm, c
             slurm.run(["scancel", str(job)], check=False)  # a requeued job must not start again later
     print(f"\nSLURM Horovod node cut: the job {state} {ended - cut:.1f} s after the cut; the rank on the cut h2 "
           f"gone {rank_gone - cut:.1f} s after it (first checked when the job had ended)")
+    assert first_left == [], f"left on h1 with h2 still cut, {LEFTOVER_TIMEOUT} s after the job ended"
     assert rank_left == [], f"the rank on the cut h2 still runs {LEFTOVER_TIMEOUT} s after the job ended"
     assert ended - cut < 300, "the job took minutes to fail after losing a rank"  # only a hang breaks this
     assert state in ("FAILED", "COMPLETING") and " ExitCode=0:0" not in shown, shown
     assert slurm.wait_job(job, 120) == "FAILED", _output(tmp_path, job)
     assert max(r["epoch"] for r in _records(epochs)) < 299
-    slurm.resume(["h2"])

@@ -89,7 +89,8 @@ def _rate(value: float, field: str, fix: str) -> None:
                                    f"to 100 Tbit/s), got {value!r}", fix), field)
 
 
-#: Bytes of one row index an ``IndexedSlices`` gradient carries beside the row (int64).
+#: Bytes of one row index an ``IndexedSlices`` gradient carries beside the row: int64 ids (int32 ids
+#: carry 4; counted as 8, the conservative case).
 INDEX_BYTES = 8
 MAX_LOOKUPS = 10**6
 _MAX_EMBEDDINGS = 1000
@@ -99,18 +100,18 @@ _MAX_EMBEDDINGS = 1000
 class Embedding:
     """A table whose gradient is sparse (``IndexedSlices``, e.g. a Keras ``Embedding``): ``rows`` x
     ``dim`` parameters, of which a step reads and updates only the looked-up rows, ``lookups`` per
-    example (1 for one id, L for a bag or a sequence of L ids; repeats counted, as TensorFlow gathers
-    them)."""
+    example (1 for one id, L for a bag or a sequence of L ids, a mean such as 2.5 for bags of varying
+    size; repeats counted, as TensorFlow gathers them)."""
 
     rows: int
     dim: int
-    lookups: int = 1
+    lookups: float = 1
 
     def __post_init__(self) -> None:
         fix = "give the table as ROWSxDIM[:LOOKUPS], e.g. 1000000x128:1"
         _whole(self.rows, "embeddings", 1, MAX_PARAMS, fix)
         _whole(self.dim, "embeddings", 1, MAX_PARAMS, fix)
-        _whole(self.lookups, "embeddings", 1, MAX_LOOKUPS, fix)
+        _within(self.lookups, "embeddings", 1e-6, MAX_LOOKUPS, " lookups per example", fix)
         if self.rows * self.dim > MAX_PARAMS:
             raise AdviseError(with_fix(f"`embeddings`: a {self.rows:,} x {self.dim:,} table is more than "
                                        f"{MAX_PARAMS:,} parameters", fix), "embeddings")
@@ -120,7 +121,7 @@ class Embedding:
         return self.rows * self.dim
 
     def describe(self) -> str:
-        return f"{self.rows:,} x {self.dim:,}, {self.lookups:,} lookup(s) per example"
+        return f"{self.rows:,} x {self.dim:,}, {self.lookups:,g} lookup(s) per example"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,14 +210,14 @@ class Workload:
         return (self.params - self.sparse_params) * self.dtype_bytes
 
     @property
-    def sparse_step_bytes(self) -> int:
+    def sparse_step_bytes(self) -> float:
         """Bytes of the embedding rows one worker step reads (and, as a gradient, updates): every
         looked-up row with its index, ``batch_size x lookups`` rows per table."""
         return sum(self.batch_size * e.lookups * (e.dim * self.dtype_bytes + INDEX_BYTES)
                    for e in self.embeddings)
 
     @property
-    def step_bytes(self) -> int:
+    def step_bytes(self) -> float:
         """Bytes one parameter-server worker pulls each step (and pushes back as its gradient): the
         dense parameters whole and the looked-up rows; the whole model when there are no tables."""
         return self.dense_bytes + self.sparse_step_bytes if self.embeddings else self.model_bytes

@@ -48,8 +48,9 @@ Assumptions, stated once:
   them), each dim × dtype bytes plus an 8-byte index: R bytes per worker step. M_d is the rest of the
   model. Parameter servers: a worker pulls M_d + R and pushes as much (M above is then M_d + R).
   Horovod (``sparse_as_dense=False``, its default) and MultiWorkerMirrored: M_d is allreduced as above
-  and the rows are allgathered over the flat ring, ``2(N-1)α + (N-1) R / B_min`` (values and indices;
-  fp16 compression does not apply to them).
+  and each table's rows are allgathered over the flat ring on their own, ``g K (N-1)α + (N-1) R / B_min``
+  for K tables (g = 2 allgathers for Horovod, values and indices, which fp16 compression does not
+  touch; g = 3 for TensorFlow's collectives, which gather the lengths first).
 
 Scaling efficiency = examples/s / (N × b / t_fastest): against N ideal workers all as fast as the
 fastest one, with no communication; 1.0 is perfect scaling.
@@ -169,14 +170,16 @@ def _ring_link(cluster: Cluster) -> tuple[float, str]:
     return rate, f"{what} ({format_rate(rate)})"
 
 
-def _allgather(cluster: Cluster, workload: Workload, rate: float) -> tuple[float, float]:
-    """The embedding rows' ``IndexedSlices`` allgathered over the flat ring (values and indices, two
-    allgathers; Horovod compresses neither): (seconds, bytes each worker receives). (0, 0) without
-    tables."""
+def _allgather(cluster: Cluster, workload: Workload, rate: float, gathers_per_table: int) -> tuple[float, float]:
+    """The embedding rows' ``IndexedSlices`` allgathered over the flat ring, each table on its own
+    (``gathers_per_table`` allgathers of it: Horovod 2, values and indices, neither compressed;
+    TensorFlow's collectives 3, the lengths first): (seconds, bytes each worker receives). (0, 0)
+    without tables."""
     n, rows = cluster.workers, float(workload.sparse_step_bytes)
     if not rows or n == 1:
         return 0.0, 0.0
-    return 2 * (n - 1) * cluster.latency_s + (n - 1) * rows / rate, (n - 1) * rows
+    rounds = gathers_per_table * len(workload.embeddings)
+    return rounds * (n - 1) * cluster.latency_s + (n - 1) * rows / rate, (n - 1) * rows
 
 
 def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
@@ -204,7 +207,7 @@ def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
         link_text = ring_text
         comm = rounds * 2 * (n - 1) * alpha + 2 * (n - 1) / n * wire / ring_rate
         moved = 2 * (n - 1) / n * wire
-    gather, gathered = _allgather(cluster, workload, ring_rate)
+    gather, gathered = _allgather(cluster, workload, ring_rate, gathers_per_table=2)
     return _sync_prediction(name, cluster, workload, comm + gather + extra, workload.allreduce_overhead_ms / 1000,
                             workload.overlap, link_text, moved + gathered)
 
@@ -216,7 +219,7 @@ def multi_worker_mirrored(cluster: Cluster, workload: Workload) -> Prediction:
         return _sync_prediction("multi_worker_mirrored", cluster, workload, 0.0, 0.0, 0.0, "", 0.0)
     rate, link_text = _ring_link(cluster)
     comm = (2 * (n - 1) * cluster.latency_s if m else 0.0) + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
-    gather, gathered = _allgather(cluster, workload, rate * MWMS_BANDWIDTH_FACTOR)  # all-gather of IndexedSlices
+    gather, gathered = _allgather(cluster, workload, rate * MWMS_BANDWIDTH_FACTOR, gathers_per_table=3)
     overhead = workload.allreduce_overhead_ms / 1000 + MWMS_EXTRA_OVERHEAD_S
     return _sync_prediction("multi_worker_mirrored", cluster, workload, comm + gather, overhead, 0.0,
                             link_text + f" at an assumed {MWMS_BANDWIDTH_FACTOR:g} of its rate through gRPC",

@@ -12,6 +12,7 @@ a command maps it to its own option; messages stay one short line whatever the c
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Sequence
 
 from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_HOST_BANDWIDTH,
@@ -92,26 +93,37 @@ def parse_speeds(text: str, field: str = "--worker-speeds") -> tuple[float, ...]
     return tuple(speeds)
 
 
-_EMBEDDING_FIX = "give a table as ROWSxDIM[:LOOKUPS], e.g. 1Mx128 or 500kx64:20 (LOOKUPS: ids per example, default 1)"
+_EMBEDDING_FIX = ("give a table as ROWSxDIM[:LOOKUPS], e.g. 1Mx128 or 500kx64:20 (LOOKUPS: ids per example, "
+                  "default 1; a mean such as 2.5 for bags of varying size)")
 
 
 def parse_embedding(text: str, field: str = "--embedding") -> Embedding:
-    """``ROWSxDIM[:LOOKUPS]`` (``1Mx128``, ``500kx64:20``): a table of ROWS x DIM parameters and the ids
-    each example looks up in it (1 unless given); counts take k, M, B suffixes (:func:`parse_count`)."""
+    """``ROWSxDIM[:LOOKUPS]`` (``1Mx128``, ``500kx64:20``, ``1Mx32:2.5``): a table of ROWS x DIM
+    parameters (whole counts, with k, M, B suffixes: :func:`parse_count`) and the ids each example looks
+    up in it, 1 unless given (a positive number: a mean for bags of varying size)."""
     raw = str(text)
     subject = _subject(field, raw)
     if len(raw) > 60:
         raise AdviseError(with_fix(f"{subject} is too long for ROWSxDIM[:LOOKUPS]", _EMBEDDING_FIX), "embeddings")
-    shape, colon, lookups = raw.strip().partition(":")
+    shape, colon, lookups_text = raw.strip().partition(":")
     rows, x, dim = shape.lower().partition("x")
-    if not x or not rows or not dim or (colon and not lookups):
+    if not x or not rows or not dim or (colon and not lookups_text):
         raise AdviseError(with_fix(f"{subject} is not ROWSxDIM[:LOOKUPS]", _EMBEDDING_FIX), "embeddings")
     try:
-        counts = [parse_count(part, field="") for part in (rows, dim, *((lookups,) if colon else ()))]
+        counts = [parse_count(part, field="", exact=True) for part in (rows, dim)]
     except AdviseError as exc:
         raise AdviseError(with_fix(f"{subject}: {str(exc).split('; fix:')[0]}", _EMBEDDING_FIX),
                           "embeddings") from None
-    return Embedding(*counts)
+    lookups = 1.0
+    if colon:
+        try:
+            lookups = float(lookups_text)
+        except ValueError:
+            lookups = float("nan")
+        if not math.isfinite(lookups) or lookups <= 0:
+            raise AdviseError(with_fix(f"{subject}: LOOKUPS {lookups_text.strip()!r} is not a positive number",
+                                       _EMBEDDING_FIX), "embeddings")
+    return Embedding(*counts, lookups=lookups)
 
 
 def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_size: int, step_ms: float,

@@ -134,8 +134,10 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
                            "model's error: measure both on the cluster before deciding")
     if "parameter_server" not in predictions:
         reasons.append("parameter_server was not considered: no ps task (give --ps 1 or more to compare it)")
-    reasons += _variant_hints(best, predictions)
+    reasons += _variant_hints(best, predictions, workload)
     reasons += _caveats(recommended, predictions, cluster, workload)
+    if workload.embeddings:
+        reasons.append(SPARSE_UPDATE_CAVEAT)
     if memory is not None:
         faster = [b for b in unfit if _best_of(predictions, b).examples_per_second > best.examples_per_second]
         first = [f"{b} would be faster but does not fit: {unfit[b]}" for b in faster]
@@ -159,27 +161,36 @@ def _memory_notes(memory: MemoryCheck, unfit: dict[str, str]) -> list[str]:
     return notes
 
 
+#: What the embedding tables' figures assume of the optimizer (docs/advise.md, Embedding tables).
+SPARSE_UPDATE_CAVEAT = (
+    "the embedding tables' figures assume an optimizer whose sparse update touches only the looked-up rows "
+    "(Adagrad, SGD without momentum); Adam, RMSprop and SGD with momentum update every row of the table and "
+    "its slots each step (under parameter servers on the ps, once per worker step), work the model leaves out")
+
+
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:
     """fp16 compression only where the wire limits plain horovod: elsewhere its casts cost time and
     its rounding buys nothing."""
     return name != "horovod_fp16" or predictions["horovod"].bottleneck == "network"
 
 
-def _variant_hints(best: Prediction, predictions: dict[str, Prediction]) -> list[str]:
+def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workload: Workload) -> list[str]:
     hints = []
+    # fp16 compression halves the dense gradients; embedding rows are allgathered uncompressed
+    halved = "the dense gradients' bytes halved (not the embedding rows)" if workload.embeddings else \
+        "half the bytes on the wire"
     plain = predictions["horovod"]
     fp16 = predictions.get("horovod_fp16")
     if (best.name == "horovod" and fp16 is not None and not _may_recommend(fp16.name, predictions)
             and fp16.examples_per_second > plain.examples_per_second):
         gain = fp16.examples_per_second / plain.examples_per_second
         hints.append(f"no fp16 compression: plain horovod is limited by {plain.bottleneck}, not the wire; "
-                     f"half the bytes would gain {gain:.2f}x in the model, and where the link is not full the "
+                     f"{halved} would gain {gain:.2f}x in the model, and where the link is not full the "
                      "casts cost more than that (measured on the lab's unlimited links)")
     if best.name == "horovod_fp16":
         gain = best.examples_per_second / plain.examples_per_second
-        hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): half the bytes "
-                     f"on the wire, {gain:.2f}x plain horovod; gradients are rounded to float16 for the "
-                     "allreduce")
+        hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): {halved}, "
+                     f"{gain:.2f}x plain horovod; gradients are rounded to float16 for the allreduce")
     elif best.name == "horovod_hierarchical":
         hints.append(f"set HOROVOD_HIERARCHICAL_ALLREDUCE=1: "
                      f"{best.examples_per_second / plain.examples_per_second:.2f}x the flat ring (fewer "

@@ -105,9 +105,10 @@ def parse_rate(text: str, field: str = "--bandwidth") -> float:
     return value
 
 
-def parse_count(text: str | int, field: str = "--params") -> int:
+def parse_count(text: str | int, field: str = "--params", exact: bool = False) -> int:
     """A whole count such as ``669706``, ``5,824,522``, ``23.8M``, ``1.2B`` (k, M, G or B, T: powers
-    of 1000), rounded to the nearest integer; must be at least 1."""
+    of 1000), rounded to the nearest integer (``exact``: a fraction is refused instead); must be at
+    least 1."""
     if isinstance(text, bool):
         raise AdviseError(with_fix(f"{field or 'a count'} must be a count, got {text!r}", "pass e.g. 23.8M"),
                           field)
@@ -129,6 +130,9 @@ def parse_count(text: str | int, field: str = "--params") -> int:
         raise AdviseError(with_fix(f"{_subject(field, text)} is above {MAX_COUNT:.0e}",
                                    "check the suffix: M is millions, B billions"), field)
     count = round(value)
+    if exact and count != value:
+        raise AdviseError(with_fix(f"{_subject(field, text)} is not a whole number",
+                                   f"give a whole count, e.g. {max(1, count)}"), field)
     if count < 1:
         raise AdviseError(with_fix(f"{_subject(field, text)} is below 1", "give the model's parameter count, "
                                    "e.g. 669706 (model.count_params())"), field)

@@ -148,9 +148,10 @@ def slurm_conf(config: SlurmConfig) -> str:
         "SlurmdParameters=config_overrides",
         "InactiveLimit=0",
         "KillWait=5",
-        # a node whose slurmd stops answering (its link cut) is DOWN about 30-40 s later, not minutes:
-        # the node-cut tests wait for it; a healthy slurmd answers a ping in well under 20 s
-        "SlurmdTimeout=20",
+        # a node whose slurmd stops answering (its link cut) is DOWN about 40-50 s later, not minutes:
+        # the node-cut tests wait for it; long enough that a Horovod job fails by itself first (Gloo's
+        # timeout, 10 s in those tests) rather than SLURM ending it; a healthy slurmd answers in seconds
+        "SlurmdTimeout=30",
         "SlurmctldTimeout=60",
         "MinJobAge=600",
         *(node_line(name, address, config.cpus, config.slurmd_port) for name, address in config.nodes),
