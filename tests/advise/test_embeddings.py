@@ -131,3 +131,16 @@ def test_the_command_refuses_a_bad_table_naming_the_option(extra, words):
                     "--bandwidth", "1gbit", *extra)
     assert result.exit_code == 2 and "--embedding" in result.output and words in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_an_allreduce_workers_gradient_of_a_table_is_the_gathered_rows_not_the_table():
+    from tfdist.advise.inputs import memory_check
+
+    gib = 2**30
+    cluster, workload = _inputs(batch=64)
+    dense = memory_check(*_inputs(embeddings=()), ("adagrad", 1), largest=128_000_000, worker_memory=64 * gib)
+    sparse = memory_check(cluster, workload, ("adagrad", 1), largest=128_000_000, worker_memory=64 * gib)
+    table = 128_000_000 * 4
+    gathered = 400_000 + 2 * 64 * (128 * 4 + INDEX_BYTES)  # the dense rest and both workers' rows
+    assert dense.allreduce.model - sparse.allreduce.model == PARAMS * 4 - gathered > 0.99 * table
+    assert sparse.allreduce.model == PARAMS * 4 * 2 + gathered  # variables and slots whole, as before

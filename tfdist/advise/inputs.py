@@ -231,6 +231,9 @@ def memory_check(cluster: Cluster, workload: Workload, optimizer: tuple[str, int
         model = ModelMemory.from_shapes(found.variables, name, slots)
     else:
         model = ModelMemory.from_counts(workload.params, workload.dtype_bytes, name, slots, largest)
+    if workload.embeddings:  # allreduce: the tables' gradients are the rows every worker's step gathers
+        gathered = math.ceil(workload.dense_bytes + cluster.workers * workload.sparse_step_bytes)
+        model = dataclasses.replace(model, gradient_bytes=gathered)
     hosts = (found.host_loads(cluster.workers, cluster.ps) if found is not None
              else described_hosts(cluster, ps_memory, worker_memory))
     return check_memory(model, cluster.ps, probed=found is not None, hosts=hosts)

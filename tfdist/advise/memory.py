@@ -140,13 +140,16 @@ class ModelMemory:
     """The model's variables (creation order not needed) and the optimizer's slots per variable.
 
     ``measured``: the variables were listed from the model (``--probe --model``); otherwise they were
-    derived from counts (:meth:`from_counts`).
+    derived from counts (:meth:`from_counts`). ``gradient_bytes``: one gradient of every variable on an
+    allreduce worker, where embedding tables' gradients are the rows a step gathers (``IndexedSlices``);
+    None: as many bytes as the variables (every gradient dense).
     """
 
     variables: tuple[Variable, ...]
     optimizer: str
     slots: int
     measured: bool = False
+    gradient_bytes: int | None = None
 
     @classmethod
     def from_counts(cls, params: int, dtype_bytes: int, optimizer: str, slots: int | None = None,
@@ -291,7 +294,8 @@ def worker_need(model: ModelMemory, kind: str) -> WorkerNeed:
     updates them itself; parameter servers: none of them (the variables live on the ps tasks)."""
     if kind == "parameter_server":
         return WorkerNeed(kind, 0)
-    return WorkerNeed("allreduce", model.variable_bytes * (2 + model.slots),
+    gradient = model.variable_bytes if model.gradient_bytes is None else model.gradient_bytes
+    return WorkerNeed("allreduce", model.variable_bytes * (1 + model.slots) + gradient,
                       working_pieces(model.slots) * model.largest.bytes)
 
 
