@@ -144,3 +144,24 @@ def test_an_allreduce_workers_gradient_of_a_table_is_the_gathered_rows_not_the_t
     gathered = 400_000 + 2 * 64 * (128 * 4 + INDEX_BYTES)  # the dense rest and both workers' rows
     assert dense.allreduce.model - sparse.allreduce.model == PARAMS * 4 - gathered > 0.99 * table
     assert sparse.allreduce.model == PARAMS * 4 * 2 + gathered  # variables and slots whole, as before
+
+
+def test_the_tables_the_probe_found_reach_the_workload_unless_given():
+    from tfdist.advise import probe
+    from tfdist.advise.inputs import build_inputs
+    from tfdist.advise.render import render_measured
+    from tfdist.launch.hosts import parse_hosts
+
+    hosts = ["w1", "w2", "p1"]
+    links = [probe.LinkMeasure(a, b, 1e9, 1e-4) for a, b in probe.ring(hosts)]
+    found = probe.aggregate(parse_hosts("w1:1,w2:1,p1:1"), links, steps={"w1": 10.0, "w2": 10.0},
+                            params=PARAMS, dtype_bytes=4, batch_size=64, embeddings=[[1_000_000, 128, 1]])
+    _, workload, _ = build_inputs(found, 2, 1, 64)
+    assert workload.embeddings == (TABLE,)
+    assert found.as_dict()["embeddings"] == [{"rows": 1_000_000, "dim": 128, "lookups": 1.0}]
+    assert "  Embedding layers: 1,000,000 x 128, 1 lookup(s) per example" in render_measured(found)
+    given = Embedding(1_000_000, 128, 4)
+    assert build_inputs(found, 2, 1, 64, embeddings=(given,))[1].embeddings == (given,)
+    plain = probe.aggregate(parse_hosts("w1:1,w2:1,p1:1"), links, steps={"w1": 10.0, "w2": 10.0},
+                            params=PARAMS, dtype_bytes=4, batch_size=64)
+    assert build_inputs(plain, 2, 1, 64)[1].embeddings == ()

@@ -44,3 +44,15 @@ def test_the_counts_and_slots_match_real_models_and_optimizers():
             found[name] = sum(math.prod(v.shape) for v in shaped) / model.count_params()
         want = dict(OPTIMIZER_SLOTS, **(KERAS3_SLOTS if K is keras else {}))
         assert found == want, K.__name__
+
+
+def test_the_probe_feeds_ids_to_a_model_with_tables_and_lists_them():
+    """A two-tower model with int64 id inputs: the probe's step feeds ids valid in every table (random
+    floats would index below 0) and reports each Embedding layer as rows, width and ids per example."""
+    from tfdist.advise.probe_agent import compute
+
+    found = compute("scripts.probe_model:build_two_tower", batch_size=8, steps=2, min_seconds=0.0, warmup=1,
+                    windows=1)
+    assert found["step_ms"] > 0
+    assert found["embeddings"] == [[1000, 8, 1], [500, 8, 1], [600, 8, 3]]
+    assert found["params"] == 1000 * 8 + 500 * 8 + 600 * 8 + 16 + 1

@@ -170,17 +170,23 @@ def test_the_rate_skips_the_burst():
 def test_a_model_without_input_shape_names_model_and_the_fix():
     class NoInput:
         @property
-        def input_shape(self):
+        def inputs(self):
             raise AttributeError("The layer has never been called")
 
     with pytest.raises(agent.ProbeAgentError, match="--model 'm:f'.*fix: give the model an Input"):
         agent.shapes_of(NoInput(), "m:f")
 
-    class Shaped:
-        input_shape, output_shape = (None, 64), (None, 10)
+    class Tensor:
+        def __init__(self, shape, dtype="float32"):
+            self.shape, self.dtype = shape, dtype
 
-    assert agent.shapes_of(Shaped(), "m:f") == ((64,), (10,))
-    Shaped.input_shape = (None, None)
+    class Shaped:
+        inputs, output_shape = [Tensor((None, 64))], (None, 10)
+
+    assert agent.shapes_of(Shaped(), "m:f") == ([((64,), "float32")], (10,))
+    Shaped.inputs = [Tensor((None,), "int64"), Tensor((None, 3), "int32")]  # two id inputs
+    assert agent.shapes_of(Shaped(), "m:f") == ([((), "int64"), ((3,), "int32")], (10,))
+    Shaped.inputs = [Tensor((None, None))]
     with pytest.raises(agent.ProbeAgentError, match="unknown dimensions"):
         agent.shapes_of(Shaped(), "m:f")
 

@@ -21,3 +21,15 @@ def build_model() -> tf.keras.Model:
 
 def build_without_input() -> tf.keras.Model:
     return tf.keras.Sequential([tf.keras.layers.Dense(HIDDEN), tf.keras.layers.Dense(CLASSES)])
+
+
+def build_two_tower() -> tf.keras.Model:
+    """A two-input retrieval model (user and item ids, int64) with two tables: what the probe must feed
+    ids to and list as Embedding layers (1,000 x 8 and 500 x 8, one lookup each) and a bag of 3 ids."""
+    user, item = tf.keras.Input((), dtype="int64"), tf.keras.Input((), dtype="int64")
+    tags = tf.keras.Input((3,), dtype="int64")
+    u = tf.keras.layers.Embedding(1000, 8)(user)
+    i = tf.keras.layers.Embedding(500, 8)(item)
+    t = tf.keras.layers.GlobalAveragePooling1D()(tf.keras.layers.Embedding(600, 8)(tags))
+    score = tf.keras.layers.Dense(1)(tf.keras.layers.Concatenate()([u * i, t]))
+    return tf.keras.Model([user, item, tags], score)

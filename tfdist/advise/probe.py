@@ -90,7 +90,8 @@ class HostMeasure:
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
     """What the probe measured, per host in ``--hosts`` order, and the model (None without ``--model``;
-    ``variables``: each variable's shape and dtype bytes)."""
+    ``variables``: each variable's shape and dtype bytes; ``embeddings``: its ``Embedding`` layers as
+    ``(rows, dim, lookups)``)."""
 
     slots: tuple[HostSlots, ...]
     hosts: tuple[HostMeasure, ...]
@@ -99,6 +100,7 @@ class ProbeResult:
     dtype_bytes: int | None = None
     batch_size: int | None = None
     variables: tuple[tuple[tuple[int, ...], int], ...] | None = None
+    embeddings: tuple[tuple[int, int, float], ...] = ()
 
     def host(self, name: str) -> HostMeasure:
         return next(h for h in self.hosts if h.host == name)
@@ -167,8 +169,11 @@ class ProbeResult:
                 raise AdviseError(with_fix(f"the probe measured no model, so {flag} is unknown",
                                            f"give {flag}, or --model module:build_fn to measure it"),
                                   flag.strip("-").replace("-", "_"))
+        from tfdist.advise.cluster import Embedding
+
+        tables = tuple(Embedding(rows, dim, lookups) for rows, dim, lookups in self.embeddings)
         return Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
-                        overlap=overlap)
+                        overlap=overlap, embeddings=tables if self.params is not None and params == self.params else ())
 
     def as_dict(self) -> dict[str, Any]:
         """The ``"measured"`` object of ``--json``."""
@@ -178,7 +183,8 @@ class ProbeResult:
                 "links": [{"from": link.source, "to": link.target, "rate_bps": link.rate_bps,
                            "latency_ms": link.latency_s * 1000} for link in self.links],
                 "latency_ms": self.latency_s * 1000, "params": self.params, "dtype_bytes": self.dtype_bytes,
-                "batch_size": self.batch_size, "step_ms": self.step_ms}
+                "batch_size": self.batch_size, "step_ms": self.step_ms,
+                "embeddings": [{"rows": rows, "dim": dim, "lookups": lookups} for rows, dim, lookups in self.embeddings]}
 
 
 def ring(hosts: Sequence[str]) -> list[tuple[str, str]]:
@@ -206,7 +212,8 @@ def measured_hosts(slots: Sequence[HostSlots], workers: int, ps: int) -> tuple[l
 def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
               steps: Mapping[str, float] | None = None, params: int | None = None,
               dtype_bytes: int | None = None, batch_size: int | None = None,
-              variables: Sequence[tuple[Sequence[int], int]] | None = None) -> ProbeResult:
+              variables: Sequence[tuple[Sequence[int], int]] | None = None,
+              embeddings: Sequence[Sequence[float]] = ()) -> ProbeResult:
     """Per-host figures from link measurements and step times. Pure.
 
     A transfer a->b runs at the slower of a's sending and b's receiving, so one slow host slows
@@ -232,7 +239,8 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
         measures.append(HostMeasure(host, rate, latency, step, speed, memory))
     listed = None if variables is None else tuple((tuple(int(d) for d in shape), int(size))
                                                   for shape, size in variables)
-    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed)
+    tables = tuple((int(rows), int(dim), float(lookups)) for rows, dim, lookups in embeddings)
+    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed, tables)
 
 
 # --- running agents -------------------------------------------------------------------------------
@@ -368,6 +376,7 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
         links.append(measure_link(source, target, seconds, start))
     steps: dict[str, float] = {}
     params = dtype_bytes = variables = None
+    embeddings: list = []
     if model is not None:
         spec = {"role": "compute", "model": model, "batch_size": batch_size, "cwd": cwd,
                 "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS,
@@ -382,7 +391,8 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
             steps[host] = float(found["step_ms"])
             params, dtype_bytes = int(found["params"]), int(found["dtype_bytes"])
             variables = found.get("variables")
-    return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables)
+            embeddings = found.get("embeddings") or []
+    return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables, embeddings)
 
 
 def default_workers(slots: Sequence[HostSlots], ps: int) -> int:

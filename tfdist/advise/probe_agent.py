@@ -211,22 +211,48 @@ def load_build_fn(model: str) -> Callable[[], Any]:
     return build
 
 
-def shapes_of(model: Any, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The model's single input and output shapes without the batch dimension; errors name ``--model``."""
+def shapes_of(model: Any, name: str) -> tuple[list[tuple[tuple[int, ...], str]], tuple[int, ...]]:
+    """The model's inputs (each shape without the batch dimension, and its dtype) and its single output
+    shape; errors name ``--model``."""
     try:
-        input_shape, output_shape = model.input_shape, model.output_shape
-    except (AttributeError, ValueError, RuntimeError):
-        input_shape = output_shape = None
+        inputs = [(tuple(t.shape), str(getattr(t.dtype, "name", t.dtype))) for t in model.inputs]
+        output_shape = model.output_shape
+    except (AttributeError, ValueError, RuntimeError, TypeError):
+        inputs, output_shape = None, None
     fix = ("give the model an Input, e.g. tf.keras.Sequential([tf.keras.Input((64,)), ...]), so the probe "
            "knows what data to feed it")
-    if not isinstance(input_shape, tuple) or not isinstance(output_shape, tuple):
-        raise ProbeAgentError(with_fix(f"--model {name!r} builds a model without a known single input and "
-                                       f"output shape (input {input_shape!r})", fix))
-    for shape in (input_shape, output_shape):
-        if any(dim is None for dim in shape[1:]) or not shape[1:]:
-            raise ProbeAgentError(with_fix(f"--model {name!r} has input shape {input_shape!r} and output "
+    if not inputs or not isinstance(output_shape, tuple):
+        raise ProbeAgentError(with_fix(f"--model {name!r} builds a model without known inputs and a single "
+                                       f"output shape (output {output_shape!r})", fix))
+    for shape in [s for s, _ in inputs] + [output_shape]:
+        if any(dim is None for dim in shape[1:]):
+            raise ProbeAgentError(with_fix(f"--model {name!r} has inputs {[s for s, _ in inputs]!r} and output "
                                            f"shape {output_shape!r}, with unknown dimensions", fix))
-    return tuple(input_shape[1:]), tuple(output_shape[1:])
+    if not output_shape[1:]:
+        raise ProbeAgentError(with_fix(f"--model {name!r} has output shape {output_shape!r}, without a "
+                                       "dimension after the batch", "end the model with e.g. Dense(1)"))
+    return [(tuple(int(d) for d in s[1:]), dtype) for s, dtype in inputs], tuple(output_shape[1:])
+
+
+def embeddings_of(model: Any) -> list[list[float]]:
+    """The model's ``Embedding`` layers (tf-keras or Keras 3, nested models included) as ``[rows, dim,
+    lookups]``: the table's shape and the ids one example looks up in it (the layer input's size)."""
+    import math
+
+    found = []
+    pending = list(getattr(model, "layers", []))
+    while pending:
+        layer = pending.pop(0)
+        pending.extend(getattr(layer, "layers", []))
+        if type(layer).__name__ != "Embedding" or not hasattr(layer, "input_dim"):
+            continue
+        try:
+            shape = tuple(layer.input.shape)[1:]
+            lookups = math.prod(int(d) for d in shape) if all(d is not None for d in shape) else 1
+        except (AttributeError, ValueError, RuntimeError, TypeError):  # a shared layer: several inputs
+            lookups = 1
+        found.append([int(layer.input_dim), int(layer.output_dim), max(1, lookups)])
+    return found
 
 
 def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup: int = 3,
@@ -244,8 +270,16 @@ def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup:
         raise ProbeAgentError(with_fix(f"--model {model!r} returned {type(net).__name__}, not a Keras model",
                                        "return a tf.keras model from the function"))
     inputs, outputs = shapes_of(net, model)
+    tables = embeddings_of(net)
+    vocabulary = min((rows for rows, _, _ in tables), default=2)  # ids valid in every table
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch_size, *inputs)).astype("float32")
+
+    def feed(shape: tuple[int, ...], dtype: str) -> Any:
+        if "int" in dtype:  # ids: for the Embedding layers they feed
+            return rng.integers(0, vocabulary, size=(batch_size, *shape)).astype(dtype)
+        return rng.standard_normal((batch_size, *shape)).astype("float32")
+
+    x = [feed(*spec) for spec in inputs] if len(inputs) > 1 else feed(*inputs[0])
     if outputs[-1] > 1:
         y = rng.integers(0, outputs[-1], size=(batch_size, *outputs[:-1]))
         loss = "sparse_categorical_crossentropy"
@@ -270,7 +304,7 @@ def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup:
     return {"step_ms": min(means) * 1000, "window_ms": [m * 1000 for m in means], "steps": done,
             "params": int(net.count_params()),
             "dtype_bytes": dtype_bytes, "batch_size": batch_size,
-            "variables": variables_of(net)}
+            "variables": variables_of(net), "embeddings": tables}
 
 
 def variables_of(model: Any) -> list[list[Any]]:

@@ -93,6 +93,10 @@ def render_measured(found: ProbeResult) -> str:
                      f"{host.latency_s * 1000:.3g} ms{step}{memory}")
     if found.params is not None:
         lines.append(f"  model: {found.params:,} params x {found.dtype_bytes} B, batch {found.batch_size}")
+        if found.embeddings:
+            tables = "; ".join(f"{rows:,} x {dim:,}, {lookups:g} lookup(s) per example"
+                               for rows, dim, lookups in found.embeddings)
+            lines.append(f"  Embedding layers: {tables}")
     return "\n".join(lines)
 
 

@@ -189,7 +189,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         try:
             workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor,
                                            ps_overhead_ms=ps_overhead_ms,
-                                           allreduce_overhead_ms=allreduce_overhead_ms, embeddings=embeddings)
+                                           allreduce_overhead_ms=allreduce_overhead_ms,
+                                           embeddings=embeddings or workload.embeddings)  # given, or found
         except AdviseError as exc:
             raise _bad(exc) from None
         _print(_advice(cluster, workload, memory, found), cluster, workload, as_json, found, save_path)
