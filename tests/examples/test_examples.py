@@ -4,19 +4,26 @@ by the launcher that value needs, with the smallest settings that still train.
 A run passes on what it prints and writes, not on having exited: exactly one RESULT line (the chief
 prints it), the backend and worker count it names, a test accuracy above chance and a loss below
 it, throughput figures that add up, TensorBoard event files and checkpoints on disk.
+
+The cases that start the same kind of job (launcher, backend, Keras: one plain process of the single
+or of the mirrored backend, a horovodrun job or a parameter-server cluster, with tf-keras) share one:
+tests/scripts/run_examples.py runs each case's example in turn in the same processes, as ``python
+examples/X.py ARGS`` would, and each test reads its own case's exit status and output.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pytest
 
-from support import REPO, horovodrun, subprocess_env
+from support import REPO, SCRIPTS, horovodrun, subprocess_env
 
 EXAMPLES = REPO / "examples"
 TIMEOUT = 900  # seconds; 2 cores shared with other jobs, so generous
@@ -55,9 +62,8 @@ def expected(strategy: str, launcher: str) -> tuple[str, int]:
     return (backend if strategy == "auto" else strategy), workers
 
 
-def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedProcess:
-    """``examples/<script> ARGS`` as one process, a 2-rank horovodrun job, or a local cluster."""
-    path = str(EXAMPLES / script)
+def _launch(path: str, launcher: str, *args: str) -> subprocess.CompletedProcess:
+    """``PATH ARGS`` (a Python script) as one process, a 2-rank horovodrun job, or a local cluster."""
     if launcher == "horovodrun":
         # support.horovodrun joins its argument to tests/scripts/; an absolute path replaces it.
         return horovodrun(path, *args, np=2, timeout=TIMEOUT)
@@ -69,6 +75,107 @@ def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedP
     }[launcher]
     return subprocess.run([*prefix, sys.executable, path, *args], capture_output=True, text=True,
                           timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
+
+
+def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedProcess:
+    """``examples/<script> ARGS`` as one process, a 2-rank horovodrun job, or a local cluster."""
+    return _launch(str(EXAMPLES / script), launcher, *args)
+
+
+# --- shared jobs ----------------------------------------------------------------------------------------
+# launcher -> the tasks that run every case of a shared job (under parameter servers the chief: the
+# servers serve inside the first case's make_strategy until the chief is gone). Not mwms: a second
+# MultiWorkerMirroredStrategy in the same workers fails (its collectives' instance keys clash).
+SHARED_LAUNCHERS = {"python": 1, "horovodrun": 2, "ps": 1}
+
+
+def _classifier_args(strategy: str, launcher: str, where: Path) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    demo = (strategy, launcher) == ("horovod", "horovodrun")  # what `make demo` runs: with --export
+    return ["--strategy", strategy, "--epochs", "1", "--batch-size", "32", "--logdir", str(where / "runs"),
+            *(["--export", str(where / "exports" / "classifier" / "1")] if demo else [])]
+
+
+SYNTHETIC_ITERS = 2
+
+
+def _synthetic_args(strategy: str, launcher: str, where: Path) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    return ["--strategy", strategy, "--image-size", "8", "--batch-size", "8", "--num-warmup-batches", "1",
+            "--num-batches-per-iter", "2", "--num-iters", str(SYNTHETIC_ITERS), "--logdir", str(where / "runs")]
+
+
+def _porting_args(strategy: str, launcher: str, where: Path) -> list[str]:
+    # Horovod's batch 128 and 3-epoch warm-up: 3 epochs (6 steps each on 2 ranks) is what trains.
+    (where / "checkpoints").mkdir(parents=True, exist_ok=True)
+    return ["--epochs", "3", "--checkpoint-dir", str(where / "checkpoints")]
+
+
+_ARGS: dict[str, tuple[str, Callable[[str, str, Path], list[str]]]] = {
+    "classifier": ("classifier.py", _classifier_args), "synthetic_benchmark": ("synthetic_benchmark.py", _synthetic_args),
+    "porting": ("porting_from_horovod.py", _porting_args)}
+
+
+class Case(NamedTuple):
+    """One run of an example (the porting example takes no --strategy: its strategy is "auto")."""
+
+    example: str
+    strategy: str
+    launcher: str
+
+    @property
+    def name(self) -> str:
+        return "-".join(self)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """The job it shares: its launcher and the backend it trains on."""
+        return self.launcher, expected(self.strategy, self.launcher)[0]
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory) -> Callable[[Case], tuple[subprocess.CompletedProcess, Path]]:
+    """``shared_run(case)``: the case's run (its exit status and output) and its own directory, from the
+    one job of its group, started on the first case asked for and run for every case of the group."""
+    jobs: dict[tuple[str, str], tuple[subprocess.CompletedProcess | subprocess.TimeoutExpired, Path]] = {}
+
+    def shared(case: Case) -> tuple[subprocess.CompletedProcess, Path]:
+        if case.group not in jobs:
+            root = tmp_path_factory.mktemp(f"examples-{'-'.join(case.group)}")
+            members = [c for c in SHARED_CASES if c.group == case.group]
+            spec = [[c.name, str(EXAMPLES / _ARGS[c.example][0]), _ARGS[c.example][1](c.strategy, c.launcher,
+                                                                                      root / c.name)]
+                    for c in members]
+            try:
+                job = _launch(str(SCRIPTS / "run_examples.py"), case.launcher, str(root), json.dumps(spec))
+            except subprocess.TimeoutExpired as exc:  # every case of the job fails with it, none waits again
+                job = exc
+            jobs[case.group] = job, root
+        job, root = jobs[case.group]
+        if isinstance(job, subprocess.TimeoutExpired):
+            raise job
+        return _case_run(job, root / case.name, SHARED_LAUNCHERS[case.launcher]), root / case.name
+
+    return shared
+
+
+def _case_run(job: subprocess.CompletedProcess, where: Path, finishing: int) -> subprocess.CompletedProcess:
+    """One case of a shared job as if it had been its own run: the job's status if the job failed, else
+    the case's worst task status (-1 unless ``finishing`` tasks finished it); the case's stdout and stderr
+    over every task that ran it (the job's own output after them)."""
+    statuses = [int(path.read_text()) for path in sorted(where.glob("task-*.rc"))]
+    returncode = job.returncode or (max(statuses, key=abs) if len(statuses) == finishing else -1)
+    read = lambda suffix: "".join(path.read_text() for path in sorted(where.glob(f"task-*{suffix}")))  # noqa: E731
+    return subprocess.CompletedProcess(job.args, returncode, read(".out"),
+                                       read(".err") + job.stdout[-3000:] + job.stderr[-3000:])
+
+
+def run_case(case: Case, shared_run, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """The case's run and the directory its arguments name: from its shared job, or its own."""
+    if case.launcher in SHARED_LAUNCHERS:
+        return shared_run(case)
+    script, args = _ARGS[case.example]
+    return run_example(script, case.launcher, *args(case.strategy, case.launcher, tmp_path)), tmp_path
 
 
 def result_line(run: subprocess.CompletedProcess) -> dict[str, str]:
@@ -103,22 +210,20 @@ def assert_served_by_the_demo(result: dict, export: Path) -> None:
 
 
 @pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS)
-def test_classifier(strategy, launcher, tmp_path):
+def test_classifier(strategy, launcher, shared_run, tmp_path):
     """Every backend trains and logs; under horovodrun with ``--export`` (what `make demo` runs) it also
     exports once, and the demo's serving step serves a digit from that export."""
     backend, workers = expected(strategy, launcher)
     demo = (strategy, launcher) == ("horovod", "horovodrun")
-    export = tmp_path / "exports" / "classifier" / "1"
-    run = run_example("classifier.py", launcher, "--strategy", strategy, "--epochs", "1",
-                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"),
-                      *(["--export", str(export)] if demo else []))
+    run, where = run_case(Case("classifier", strategy, launcher), shared_run, tmp_path)
+    export = where / "exports" / "classifier" / "1"
     result = result_line(run)
     assert_trained(result, backend, workers)
     if demo:
         assert_served_by_the_demo(result, export)
     assert float(result["examples_per_second"]) > 0
     run_dir = Path(result["logdir"])
-    assert run_dir.parent == tmp_path / "runs"
+    assert run_dir.parent == where / "runs"
     assert list((run_dir / "train").glob("events.out.tfevents.*")), f"no TensorBoard events in {run_dir}"
     assert result["time_to_target_s"] == "not-reached" or float(result["time_to_target_s"]) > 0
     # every task that ran the callbacks sampled itself; Horovod's per-worker figures reach the chief's run
@@ -159,34 +264,41 @@ def test_classifier_with_keras_3_is_refused_where_keras_3_cannot_train(strategy,
 
 
 @pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY)
-def test_synthetic_benchmark(strategy, launcher, tmp_path):
+def test_synthetic_benchmark(strategy, launcher, shared_run, tmp_path):
     backend, workers = expected(strategy, launcher)
-    iters = 2
-    run = run_example("synthetic_benchmark.py", launcher, "--strategy", strategy, "--image-size", "8",
-                      "--batch-size", "8", "--num-warmup-batches", "1", "--num-batches-per-iter", "2",
-                      "--num-iters", str(iters), "--logdir", str(tmp_path / "runs"))
+    iters = SYNTHETIC_ITERS
+    run, where = run_case(Case("synthetic_benchmark", strategy, launcher), shared_run, tmp_path)
     result = result_line(run)
     assert (result["strategy"], int(result["workers"])) == (backend, workers)
     total, per_worker = float(result["images_per_second"]), float(result["per_worker"])
     assert total > 0 and per_worker > 0
     assert total == pytest.approx(per_worker * workers, abs=0.1 * workers)  # both printed to 0.1
     assert len(re.findall(r"Iter #\d+: [\d.]+ img/sec per worker", run.stdout)) == iters
-    assert list((tmp_path / "runs").glob("*/train/events.out.tfevents.*")), "no TensorBoard events"
+    assert list((where / "runs").glob("*/train/events.out.tfevents.*")), "no TensorBoard events"
+
+
+PORTING = [
+    pytest.param("python", "single", 1, marks=pytest.mark.no_gpu, id="single-process"),  # auto: single
+    pytest.param("horovodrun", "horovod", 2, marks=pytest.mark.horovod, id="horovodrun-np2"),
+]
+# the cases run by a shared job (shared_run): those of test_classifier, test_synthetic_benchmark and
+# test_porting_from_horovod whose launcher runs several in one job
+SHARED_CASES = [Case(example, *param.values) for example, params in (
+    ("classifier", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS), ("synthetic_benchmark", EVERY_STRATEGY))
+    for param in params if param.values[1] in SHARED_LAUNCHERS] + [
+    Case("porting", "auto", param.values[0]) for param in PORTING if param.values[0] in SHARED_LAUNCHERS]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher, backend, replicas", [
-    pytest.param("python", "single", 1, marks=pytest.mark.no_gpu, id="single-process"),  # auto: single
-    pytest.param("horovodrun", "horovod", 2, marks=pytest.mark.horovod, id="horovodrun-np2"),
-])
-def test_porting_from_horovod(launcher, backend, replicas, tmp_path):
-    # Horovod's batch 128 and 3-epoch warm-up: 3 epochs (6 steps each on 2 ranks) is what trains.
-    run = run_example("porting_from_horovod.py", launcher, "--epochs", "3", "--checkpoint-dir", str(tmp_path))
+@pytest.mark.parametrize("launcher, backend, replicas", PORTING)
+def test_porting_from_horovod(launcher, backend, replicas, shared_run, tmp_path):
+    run, where = run_case(Case("porting", "auto", launcher), shared_run, tmp_path)
     result = result_line(run)
     assert_trained(result, backend, replicas)
     # Adam(0.001) scaled once by strategy.optimizer(): 0.001 per replica, not 0.001 * size**2.
     assert float(result["learning_rate"]) == pytest.approx(0.001 * replicas)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint-{epoch}.h5" for epoch in (1, 2, 3)]
+    assert sorted(p.name for p in (where / "checkpoints").iterdir()) == [
+        f"checkpoint-{epoch}.h5" for epoch in (1, 2, 3)]
 
 
 def test_every_strategy_the_examples_offer_has_a_launch():
