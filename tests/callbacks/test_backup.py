@@ -2,6 +2,7 @@
 save cleanly and keeps the previous one (real files, a child Python per run)."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,25 @@ def _truncate_newest(outdir: Path) -> Path:
     return data
 
 
-def test_a_truncated_backup_falls_back_to_the_verified_copy_and_resumes(tmp_path):
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One run interrupted at epoch 2 (backups of epochs 0 and 1 on disk), shared: each test that
+    resumes it works on its own copy (``_interrupted_copy``)."""
+    outdir = tmp_path_factory.mktemp("backup-interrupted")
+    return _run("interrupt", outdir), outdir
+
+
+def _interrupted_copy(interrupted, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The interrupted run's files copied into ``tmp_path`` (the checkpoint index names its files
+    relative to its directory, so the copy is a backup of its own); the run's result."""
+    first, outdir = interrupted
+    shutil.copytree(outdir, tmp_path, dirs_exist_ok=True)
+    return first
+
+
+def test_a_truncated_backup_falls_back_to_the_verified_copy_and_resumes(interrupted, tmp_path):
     """A truncated backup used to fail every relaunch with `IndexError: Read less bytes than requested`."""
-    first = _run("interrupt", tmp_path)
+    first = _interrupted_copy(interrupted, tmp_path)
     assert first.returncode != 0 and "interrupted at epoch 2 on purpose" in first.stderr
     assert (tmp_path / "backup" / "chief.previous").is_dir()
     _truncate_newest(tmp_path)
@@ -42,8 +59,8 @@ def test_a_truncated_backup_falls_back_to_the_verified_copy_and_resumes(tmp_path
     assert not (tmp_path / "backup" / "chief.previous").exists()  # a finished run leaves no backup
 
 
-def test_with_no_good_copy_the_error_names_the_directory_and_the_fix(tmp_path):
-    first = _run("interrupt", tmp_path)
+def test_with_no_good_copy_the_error_names_the_directory_and_the_fix(interrupted, tmp_path):
+    first = _interrupted_copy(interrupted, tmp_path)
     assert first.returncode != 0
     _truncate_newest(tmp_path)
     previous = tmp_path / "backup" / "chief.previous"
