@@ -1,7 +1,9 @@
 """TensorFlow's parameter-server tutorial, ported to tfdist: an in-process cluster whose resolver is
 passed as ``cluster=`` (tests/strategies/test_parameter_server.py).
 
-    python ps_tutorial.py OUTFILE FORM        # FORM: resolver, cluster_spec or dict
+    python ps_tutorial.py OUTDIR FORMS        # FORMS: resolver, cluster_spec and/or dict, comma-separated
+
+One in-process cluster; each form in turn (a new make_strategy, model and fit) writes OUTDIR/<form>.json.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import multiprocessing
 import os
 import sys
+import traceback
 
 import tfdist  # noqa: F401  (before tensorflow)
 
@@ -17,7 +20,7 @@ import tensorflow as tf
 
 from tfdist.cluster import free_ports
 
-OUTFILE, FORM = sys.argv[1], sys.argv[2]
+OUTDIR, FORMS = sys.argv[1], sys.argv[2].split(",")
 
 
 def create_in_process_cluster(num_workers: int, num_ps: int):
@@ -37,20 +40,30 @@ def create_in_process_cluster(num_workers: int, num_ps: int):
 
 
 cluster_dict, cluster_resolver = create_in_process_cluster(num_workers=2, num_ps=2)
-cluster = {"resolver": cluster_resolver, "cluster_spec": cluster_resolver.cluster_spec(),
-           "dict": cluster_dict}[FORM]
-strategy = tfdist.make_strategy("parameter_server", cluster=cluster, min_shard_bytes=256)
 
-rng = np.random.default_rng(0)
-x = rng.normal(size=(512, 8)).astype("float32")
-y = (x @ rng.normal(size=(8, 1))).astype("float32")
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
-    model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
-history = strategy.fit(model, x, y, batch_size=32, epochs=3, verbose=0)
-with open(OUTFILE, "w") as f:
-    json.dump({"is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
-               "loss": history.history["loss"],
-               "kernel_devices": sorted({v.device for v in model.layers[0].kernel.variables})}, f)
+def train(form: str) -> dict:
+    """make_strategy("parameter_server", cluster=<the cluster in this form>) and a 3-epoch fit."""
+    cluster = {"resolver": cluster_resolver, "cluster_spec": cluster_resolver.cluster_spec(),
+               "dict": cluster_dict}[form]
+    strategy = tfdist.make_strategy("parameter_server", cluster=cluster, min_shard_bytes=256)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 8)).astype("float32")
+    y = (x @ rng.normal(size=(8, 1))).astype("float32")
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
+    history = strategy.fit(model, x, y, batch_size=32, epochs=3, verbose=0)
+    return {"is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
+            "loss": history.history["loss"],
+            "kernel_devices": sorted({v.device for v in model.layers[0].kernel.variables})}
+
+
+for form in FORMS:
+    try:
+        result = train(form)
+    except Exception as exc:  # noqa: BLE001  (that form's test reads it; the next form still runs)
+        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    with open(os.path.join(OUTDIR, f"{form}.json"), "w") as f:
+        json.dump(result, f)
 sys.stdout.flush()
 os._exit(0)  # the in-process gRPC servers have no clean shutdown

@@ -108,14 +108,25 @@ def test_a_relaunched_chief_resumes_at_the_last_finished_epoch(tmp_path):
     assert leftover_processes(tmp_path) == []
 
 
-@pytest.mark.parametrize("form", ["resolver", "cluster_spec", "dict"])
-def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(tmp_path, form):
-    """`cluster=resolver` used to raise AttributeError: 'SimpleClusterResolver' object has no attribute 'items'."""
-    outfile = tmp_path / "result.json"
-    result = subprocess.run([sys.executable, str(SCRIPTS / "ps_tutorial.py"), str(outfile), form],
+TUTORIAL_FORMS = ["resolver", "cluster_spec", "dict"]
+
+
+@pytest.fixture(scope="module")
+def tutorial(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """ps_tutorial.py: one process, one in-process cluster, every form of ``cluster=`` in turn."""
+    outdir = tmp_path_factory.mktemp("ps-tutorial")
+    result = subprocess.run([sys.executable, str(SCRIPTS / "ps_tutorial.py"), str(outdir), ",".join(TUTORIAL_FORMS)],
                             capture_output=True, text=True, timeout=240, env=subprocess_env())
+    return result, outdir
+
+
+@pytest.mark.parametrize("form", TUTORIAL_FORMS)
+def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(tutorial, form):
+    """`cluster=resolver` used to raise AttributeError: 'SimpleClusterResolver' object has no attribute 'items'."""
+    result, outdir = tutorial
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    chief = json.loads(outfile.read_text())
+    chief = json.loads((outdir / f"{form}.json").read_text())
+    assert "error" not in chief, chief
     assert (chief["is_chief"], chief["num_workers"], chief["num_ps"]) == (True, 2, 2)
     assert chief["loss"][-1] < 0.5 * chief["loss"][0]
     assert [d.split("/device")[0] for d in chief["kernel_devices"]] == [
