@@ -136,6 +136,39 @@ def time_closures(worker: Any, record: Any) -> Any:
     return lambda: vars(worker).pop(PROCESS_CLOSURE, None)
 
 
+#: Name prefixes of the ClusterCoordinator's daemon threads: its failure handler and one closure loop per
+#: worker (TensorFlow names them so in cluster_coordinator.py).
+COORDINATOR_THREADS = ("WorkerPreemptionHandler", "WorkerClosureProcessingLoop-")
+
+
+def stop_coordinator(strategy: Any, timeout: float) -> list[str]:
+    """Stop the ClusterCoordinator of tf.distribute ``strategy`` (``strategy._cluster_coordinator``;
+    none made yet: nothing to do) with its own ``_cluster.stop()``, then wait up to ``timeout`` seconds
+    for its threads to end. Returns the names of those still running.
+
+    A daemon thread that returns from TensorFlow's C++ after the interpreter began to finalize is
+    ended with a forced unwind, which a C++ ``catch (...)`` turns into ``terminate called ... FATAL:
+    exception not rethrown`` and SIGABRT: a chief that trained to the end would exit 134.
+    """
+    import threading
+    import time
+
+    coordinator = getattr(strategy, "_cluster_coordinator", None)
+    if coordinator is None:
+        return []
+    stop = _get(_get(coordinator, "_cluster"), "stop")
+    deadline = time.monotonic() + timeout
+    # In a thread of its own: stop() takes the failure handler's lock, which that handler holds while it
+    # waits in C++ for a lost task to come back; the exit must not wait longer than ``timeout`` for it.
+    stopper = threading.Thread(target=stop, name="tfdist-stop-coordinator", daemon=True)
+    stopper.start()
+    stopper.join(timeout)
+    running = [t for t in threading.enumerate() if t.daemon and t.name.startswith(COORDINATOR_THREADS)]
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t.name for t in running if t.is_alive()]
+
+
 # --- tensorflow's lazy tf.keras loader --------------------------------------------------------------
 def tf_uses_legacy_keras(tensorflow: Any) -> bool | None:
     """What TensorFlow decided ``tf.keras`` is at import (``tensorflow._tf_uses_legacy_keras``);

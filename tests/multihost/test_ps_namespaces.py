@@ -74,6 +74,7 @@ def test_parameter_server_job_across_three_hosts(lab, tmp_path):
     assert (result["kind"], result["num_workers"], result["num_ps"]) == ("parameter_server", 2, 1)
     assert result["loss"][-1] < 0.2 * result["loss"][0]
     assert all(device.startswith("/job:ps/replica:0/task:0") for device in result["embedding_devices"])
+    assert json.loads((outdir / "exit-threads.json").read_text()) == []  # the coordinator stopped at exit
     assert all(set(lab.pids(host)) == {lab.sshd_pid(host)} for host in lab.hosts)  # only sshd is left
 
 

@@ -9,6 +9,7 @@ time before it joins the cluster (a restart after an orchestrator's back-off, it
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -38,6 +39,19 @@ if MODE == "worker-dies-at-start":
     if (task["type"], task["index"]) == ("worker", 1):
         sys.exit("worker:1 fails before serving, on purpose")
     options["cluster_timeout"] = 15
+if task["type"] == "chief":  # registered before make_strategy, so it runs after tfdist's own exit handler
+    @atexit.register
+    def _coordinator_threads_at_exit() -> None:
+        """The ClusterCoordinator's threads still running when the interpreter is about to finalize
+        (one returning from TensorFlow's C++ then would abort the chief): OUTDIR/exit-threads.json."""
+        import threading
+
+        names = [t.name for t in threading.enumerate() if t.daemon and t.name.startswith(
+            ("WorkerPreemptionHandler", "WorkerClosureProcessingLoop-"))]
+        with open(os.path.join(OUTDIR, "exit-threads.json"), "w") as f:
+            json.dump(names, f)
+
+
 if os.environ.get(START_AT_ENV):
     time.sleep(max(0.0, float(os.environ[START_AT_ENV]) - time.time()))
 strategy = tfdist.make_strategy("auto", **options)  # TF_CONFIG with ps tasks -> parameter_server

@@ -45,6 +45,14 @@ def test_auto_picks_parameter_server_from_tf_config(sharded):
     assert (chief["kind"], chief["num_workers"], chief["num_ps"]) == ("parameter_server", 2, 2)
 
 
+def test_the_chief_stops_the_coordinators_threads_before_the_interpreter_finalizes(sharded):
+    """A coordinator thread that returned from TensorFlow's C++ during finalization aborted the chief
+    after a finished training (`terminate called ... FATAL: exception not rethrown`, exit 134, twice in
+    one suite run on the lab): at exit tfdist stops the coordinator and waits for its threads first."""
+    outdir, _, _ = sharded
+    assert json.loads((outdir / "exit-threads.json").read_text()) == []
+
+
 def test_training_converges_on_two_workers_and_two_sharded_ps(sharded):
     _, _, chief = sharded
     assert chief["loss"][-1] < 0.2 * chief["loss"][0]

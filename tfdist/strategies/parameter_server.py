@@ -17,6 +17,7 @@ Variables are placed on the ps tasks; with ``shards=N`` or ``min_shard_bytes=B``
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -208,6 +209,24 @@ def _partitioner(options: ParameterServerOptions, num_ps: int) -> Any:
     return None
 
 
+#: Seconds the chief waits at exit for the ClusterCoordinator to stop (then exits all the same): it waits
+#: the whole time only when a task was lost, whose failure handler holds its lock waiting for it.
+COORDINATOR_STOP_SECONDS = 5.0
+
+
+def _stop_coordinator(strategy: tf.distribute.ParameterServerStrategy) -> None:
+    """At the chief's exit, before the interpreter finalizes: stop the coordinator and let its threads
+    leave TensorFlow's C++ (upstream.stop_coordinator says why)."""
+    try:
+        left = upstream.stop_coordinator(strategy, COORDINATOR_STOP_SECONDS)
+    except upstream.UpstreamChangedError as exc:
+        log.warning("tfdist: could not stop the ClusterCoordinator at exit: %s", exc)
+        return
+    if left:
+        log.warning("tfdist: the ClusterCoordinator's threads %s still run %gs after it was stopped",
+                    ", ".join(left), COORDINATOR_STOP_SECONDS)
+
+
 @STRATEGIES.register("parameter_server",
                      "tf.distribute ParameterServerStrategy: coordinator, workers and ps tasks")
 class ParameterServerStrategy(DistributedStrategy):
@@ -233,6 +252,7 @@ class ParameterServerStrategy(DistributedStrategy):
                 self._cluster_spec(), task_type=None if outside else COORDINATOR, task_id=0, rpc_layer="grpc")
             self._strategy = tf.distribute.ParameterServerStrategy(
                 resolver, variable_partitioner=_partitioner(options, self.num_ps))
+            atexit.register(_stop_coordinator, self._strategy)
 
     def _check_cluster_answers(self) -> None:
         """Fail within ``cluster_timeout`` naming the tasks that do not answer, instead of hanging."""
