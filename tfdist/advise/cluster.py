@@ -123,6 +123,10 @@ class Embedding:
     def describe(self) -> str:
         return f"{self.rows:,} x {self.dim:,}, {self.lookups:,g} lookup(s) per example"
 
+    def as_dict(self) -> dict[str, float]:
+        """As the JSON of ``--json`` and of a plan's inputs hold it."""
+        return {"rows": self.rows, "dim": self.dim, "lookups": self.lookups}
+
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
@@ -220,7 +224,7 @@ class Workload:
     def step_bytes(self) -> float:
         """Bytes one parameter-server worker pulls each step (and pushes back as its gradient): the
         dense parameters whole and the looked-up rows; the whole model when there are no tables."""
-        return self.dense_bytes + self.sparse_step_bytes if self.embeddings else self.model_bytes
+        return self.dense_bytes + self.sparse_step_bytes
 
     @property
     def step_s(self) -> float:

@@ -135,7 +135,7 @@ def plan_from_advice(advice: Advice, cluster: Cluster, workload: Workload) -> Pl
               "ps_bandwidth_bytes_per_s": cluster.ps_bandwidth, "latency_s": cluster.latency_s,
               "params": workload.params, "dtype_bytes": workload.dtype_bytes, "step_ms": workload.step_ms,
               "overlap": workload.overlap,
-              "embeddings": [{"rows": e.rows, "dim": e.dim, "lookups": e.lookups} for e in workload.embeddings]}
+              "embeddings": [table.as_dict() for table in workload.embeddings]}
     if advice.memory is not None:  # what the memory check was told and found
         figures = advice.memory.as_dict()
         inputs.update({name: figures[name] for name in ("optimizer", "slots_per_variable", "ps_memory",

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.cluster import Cluster, Embedding, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.host_memory import HostMemory
 from tfdist.advise.memory import HostLoad
@@ -90,8 +90,7 @@ class HostMeasure:
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
     """What the probe measured, per host in ``--hosts`` order, and the model (None without ``--model``;
-    ``variables``: each variable's shape and dtype bytes; ``embeddings``: its ``Embedding`` layers as
-    ``(rows, dim, lookups)``)."""
+    ``variables``: each variable's shape and dtype bytes; ``embeddings``: its ``Embedding`` layers)."""
 
     slots: tuple[HostSlots, ...]
     hosts: tuple[HostMeasure, ...]
@@ -100,7 +99,7 @@ class ProbeResult:
     dtype_bytes: int | None = None
     batch_size: int | None = None
     variables: tuple[tuple[tuple[int, ...], int], ...] | None = None
-    embeddings: tuple[tuple[int, int, float], ...] = ()
+    embeddings: tuple[Embedding, ...] = ()
 
     def host(self, name: str) -> HostMeasure:
         return next(h for h in self.hosts if h.host == name)
@@ -169,11 +168,8 @@ class ProbeResult:
                 raise AdviseError(with_fix(f"the probe measured no model, so {flag} is unknown",
                                            f"give {flag}, or --model module:build_fn to measure it"),
                                   flag.strip("-").replace("-", "_"))
-        from tfdist.advise.cluster import Embedding
-
-        tables = tuple(Embedding(rows, dim, lookups) for rows, dim, lookups in self.embeddings)
         return Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
-                        overlap=overlap, embeddings=tables if self.params is not None and params == self.params else ())
+                        overlap=overlap, embeddings=self.embeddings)
 
     def as_dict(self) -> dict[str, Any]:
         """The ``"measured"`` object of ``--json``."""
@@ -184,7 +180,7 @@ class ProbeResult:
                            "latency_ms": link.latency_s * 1000} for link in self.links],
                 "latency_ms": self.latency_s * 1000, "params": self.params, "dtype_bytes": self.dtype_bytes,
                 "batch_size": self.batch_size, "step_ms": self.step_ms,
-                "embeddings": [{"rows": rows, "dim": dim, "lookups": lookups} for rows, dim, lookups in self.embeddings]}
+                "embeddings": [table.as_dict() for table in self.embeddings]}
 
 
 def ring(hosts: Sequence[str]) -> list[tuple[str, str]]:
@@ -239,7 +235,7 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
         measures.append(HostMeasure(host, rate, latency, step, speed, memory))
     listed = None if variables is None else tuple((tuple(int(d) for d in shape), int(size))
                                                   for shape, size in variables)
-    tables = tuple((int(rows), int(dim), float(lookups)) for rows, dim, lookups in embeddings)
+    tables = tuple(Embedding(int(rows), int(dim), float(lookups)) for rows, dim, lookups in embeddings)
     return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed, tables)
 
 

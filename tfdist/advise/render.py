@@ -94,9 +94,7 @@ def render_measured(found: ProbeResult) -> str:
     if found.params is not None:
         lines.append(f"  model: {found.params:,} params x {found.dtype_bytes} B, batch {found.batch_size}")
         if found.embeddings:
-            tables = "; ".join(f"{rows:,} x {dim:,}, {lookups:g} lookup(s) per example"
-                               for rows, dim, lookups in found.embeddings)
-            lines.append(f"  Embedding layers: {tables}")
+            lines.append("  Embedding layers: " + "; ".join(table.describe() for table in found.embeddings))
     return "\n".join(lines)
 
 

@@ -185,12 +185,11 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         hosts = hosts_or_allocation(hosts)
         cluster, workload, found = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms,
                                           dtype_bytes, worker_speeds, overlap,
-                                          SshOptions(ssh_port, ssh_identity_file), probe_seconds)
+                                          SshOptions(ssh_port, ssh_identity_file), probe_seconds, embeddings)
         try:
             workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor,
                                            ps_overhead_ms=ps_overhead_ms,
-                                           allreduce_overhead_ms=allreduce_overhead_ms,
-                                           embeddings=embeddings or workload.embeddings)  # given, or found
+                                           allreduce_overhead_ms=allreduce_overhead_ms)
         except AdviseError as exc:
             raise _bad(exc) from None
         _print(_advice(cluster, workload, memory, found), cluster, workload, as_json, found, save_path)
@@ -272,7 +271,8 @@ def check_probe_options(ctx: click.Context, model: str | None, hosts: str | None
 
 def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: str | None, batch_size: int,
            params: int | None, step_ms: float | None, dtype_bytes: int, worker_speeds: tuple | None,
-           overlap: float, ssh: SshOptions, seconds: float) -> tuple[Cluster, Workload, ProbeResult]:
+           overlap: float, ssh: SshOptions, seconds: float,
+           embeddings: tuple = ()) -> tuple[Cluster, Workload, ProbeResult]:
     """Check the options, probe the hosts (progress on stderr), build the advisor's inputs."""
     from tfdist.advise.probe import default_workers, probe_hosts
     from tfdist.launch.hosts import parse_hosts
@@ -288,6 +288,6 @@ def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: 
         raise click.UsageError(str(exc)) from None
     try:
         return build_inputs(found, workers, ps, batch_size, params, step_ms, dtype_bytes, worker_speeds,
-                            overlap)
+                            overlap, embeddings)  # the tables given, else those the probe found
     except AdviseError as exc:
         raise _bad(exc) from None
