@@ -169,6 +169,42 @@ def stop_coordinator(strategy: Any, timeout: float) -> list[str]:
     return [t.name for t in running if t.is_alive()]
 
 
+# --- Horovod's tf-keras optimizer wrapper ---------------------------------------------------------
+def horovod_tf_keras_optimizer(optimizer: Any, *, op: Any, gradient_predivide_factor: float = 1.0,
+                               num_groups: int = 0, groups: Any = None, **options: Any) -> Any:
+    """Horovod's ``DistributedOptimizer`` around the tf-keras ``optimizer``, made as
+    ``horovod.tensorflow.keras.DistributedOptimizer`` makes it (its checks of ``op``, ``groups`` and
+    ``gradient_predivide_factor``, then ``horovod._keras.create_distributed_optimizer``); ``options``:
+    that function's other keyword arguments (``name``, ``compression``, ``process_set``, ...).
+
+    Importing ``horovod.tensorflow.keras`` imports Keras 3 as well (``from keras import backend``),
+    about a CPU-second of every tf-keras rank's start-up spent on a Keras it never uses.
+    """
+    import warnings
+
+    import horovod.tensorflow as hvd
+    import tf_keras
+
+    try:
+        import horovod._keras as horovod_keras
+    except ImportError:
+        raise _missing(hvd, "_keras") from None
+    create = _get(horovod_keras, "create_distributed_optimizer")
+    if gradient_predivide_factor != 1.0 and hvd.rocm_built():
+        raise ValueError("gradient_predivide_factor not supported yet with ROCm")
+    if op != hvd.Average and op != hvd.Sum:
+        raise ValueError("op currently only supports Average and Sum")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+    return create(keras=tf_keras, optimizer=optimizer, op=op, gradient_predivide_factor=gradient_predivide_factor,
+                  groups=groups, **options)
+
+
 # --- tensorflow's lazy tf.keras loader --------------------------------------------------------------
 def tf_uses_legacy_keras(tensorflow: Any) -> bool | None:
     """What TensorFlow decided ``tf.keras`` is at import (``tensorflow._tf_uses_legacy_keras``);

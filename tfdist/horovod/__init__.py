@@ -81,6 +81,7 @@ from horovod.tensorflow import (  # noqa: F401  (re-exported: Horovod's framewor
 from horovod.tensorflow.compression import Compression
 from horovod.tensorflow.mpi_ops import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
+from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.horovod import callbacks  # noqa: F401  (hvd.callbacks.*, as in Horovod)
 from tfdist.keras_compat import KERAS_3, PACKAGES, TF_KERAS, flavour_of, keras_module
@@ -139,9 +140,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         raise ArgumentValueError(with_fix(f"`groups` must be >= 0, got {groups}", "pass groups=None or e.g. 2"))
     if flavour == TF_KERAS and (isinstance(groups, (list, tuple)) or not scale_local_gradients):
         # Options only Horovod's own tf-keras wrapper has; it honours them for tf-keras optimizers.
-        from horovod.tensorflow.keras import DistributedOptimizer as horovod_optimizer
-
-        return horovod_optimizer(
+        return upstream.horovod_tf_keras_optimizer(
             optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
             compression=compression, sparse_as_dense=sparse_as_dense,
             gradient_predivide_factor=gradient_predivide_factor, op=op,

@@ -90,8 +90,6 @@ def distributed_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
 
 
 def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
-    from horovod.tensorflow.keras import DistributedOptimizer
-
     inner = upstream.loss_scale_inner(optimizer)
     if inner is not None:  # LossScaleOptimizer(Horovod(inner)): the allreduce sees scaled gradients
         import tf_keras
@@ -102,7 +100,7 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
             initial_scale=optimizer.initial_scale,
             **({"dynamic_growth_steps": optimizer.dynamic_growth_steps} if optimizer.dynamic else {}))
     extra = {} if settings.process_set is None else {"process_set": settings.process_set}
-    return DistributedOptimizer(
+    return upstream.horovod_tf_keras_optimizer(
         optimizer, name=settings.name, device_dense=settings.device_dense, device_sparse=settings.device_sparse,
         compression=settings.compression, sparse_as_dense=settings.sparse_as_dense,
         gradient_predivide_factor=settings.gradient_predivide_factor, op=settings.op,
