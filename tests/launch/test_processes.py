@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -228,6 +229,27 @@ def test_kill_marked_ends_what_left_its_group_and_only_that():
         _kill([escaped.pid, other.pid])
         escaped.wait()
         other.wait()
+
+
+def test_a_marked_process_caught_mid_exec_is_still_found_and_kernel_threads_are_skipped(tmp_path):
+    """A process in the middle of execve reads as an empty environment for an instant; a sweep then
+    must not miss it (the flake that showed it: kill_marked finding nothing right after marked_pids had
+    found the pid). Kernel threads and zombies (no executable) are skipped at once."""
+    token = "tok"
+    exec_ing, kernel_thread = tmp_path / "4242", tmp_path / "2"
+    for folder in (exec_ing, kernel_thread):
+        folder.mkdir()
+        (folder / "environ").write_bytes(b"")
+    (exec_ing / "exe").symlink_to("/bin/sleep")
+    environment = b"PATH=/bin\0TFDIST_TEST_MARK=tok\0"
+    timer = threading.Timer(0.02, (exec_ing / "environ").write_bytes, [environment])
+    timer.start()
+    try:
+        assert processes.marked_pids("TFDIST_TEST_MARK", token, proc=str(tmp_path)) == [4242]
+    finally:
+        timer.cancel()
+    (exec_ing / "environ").write_bytes(b"")  # empty for good: given up on after the retries
+    assert processes.marked_pids("TFDIST_TEST_MARK", token, proc=str(tmp_path)) == []
 
 
 def test_stop_process_signals_the_process_alone_and_kills_it_after_the_grace():

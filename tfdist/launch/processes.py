@@ -168,13 +168,30 @@ def marked_pids(name: str, token: str, proc: str = "/proc") -> list[int]:
     for entry in entries:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        try:
-            with open(f"{proc}/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
+        if needle in _environ(f"{proc}/{entry}").split(b"\0"):
+            found.append(int(entry))
     return found
+
+
+def _environ(process: str, retries: int = 20, pause: float = 0.005) -> bytes:
+    """The environment block of ``process`` (a ``/proc/PID`` folder); b"" for a process gone or
+    unreadable, a kernel thread or a zombie (no executable: nothing to read, nothing to kill).
+
+    A process in the middle of ``execve`` reads as empty for an instant (its new memory has no
+    environment yet): read again, up to ``retries`` times ``pause`` seconds apart, so that a marked
+    process exec-ing at the time of a sweep is not missed.
+    """
+    for _ in range(retries + 1):
+        try:
+            with open(f"{process}/environ", "rb") as f:
+                data = f.read()
+            if data:
+                return data
+            os.readlink(f"{process}/exe")
+        except OSError:
+            return b""
+        time.sleep(pause)
+    return b""
 
 
 def kill_marked(name: str, token: str, rounds: int = 3, pause: float = 0.5) -> list[int]:
