@@ -148,6 +148,21 @@ def _pids(marker: str, exclude: tuple[int, ...] = ()) -> list[int]:
     return [int(pid) for pid in found if int(pid) not in (os.getpid(), *exclude)]
 
 
+def _describe(pids: list[int]) -> list[str]:
+    """What a failure message needs of each pid: its state, signal masks and command line."""
+    described = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            described.append(f"{pid}: gone")
+            continue
+        fields = [line for line in status if line.startswith(("State:", "PPid:", "SigBlk:", "SigIgn:", "SigCgt:"))]
+        described.append(f"{pid} {' '.join(fields)} {command[:200]}")
+    return described
+
+
 def _kill_leftovers(marker: str, exclude: tuple[int, ...] = ()) -> list[int]:
     """SIGKILL every process this test left behind, by pid; the pids that were left."""
     left = _pids(marker, exclude)
@@ -362,7 +377,8 @@ def test_venv_tfdist_runs_horovodrun_without_the_venv_on_path_and_takes_it_down_
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and _pids(marker):
             time.sleep(0.2)
-        assert _pids(marker) == [], "horovodrun or its ranks outlived the launcher"
+        left = _pids(marker)
+        assert left == [], f"horovodrun or its ranks outlived the launcher: {_describe(left)}"
     finally:
         launcher.kill()
         launcher.wait()
