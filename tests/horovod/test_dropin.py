@@ -172,7 +172,7 @@ def test_keras_3_backward_passes_map_onto_accumulation_and_any_optimizer_refuses
     from tfdist.errors import ArgumentValueError
 
     # issue 22: Keras 3 accumulates with the optimizer's own gradient_accumulation_steps (one allreduce per
-    # update: tests/strategies/test_accumulation.py counts them), instead of refusing
+    # update: tests/strategies/test_mixed_precision.py counts them), instead of refusing
     optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
     assert optimizer.gradient_accumulation_steps == 2
     for optimizer in (keras.optimizers.SGD(0.1), tf_keras.optimizers.SGD(0.1)):

@@ -1,10 +1,14 @@
-"""Per-worker metrics under horovodrun, run by tests/strategies/test_horovod_metrics.py.
+"""Per-worker metrics under horovodrun, run by tests/strategies/test_horovod_metrics.py (through
+tests/scripts/hvd_figures.py).
 
-    python hvd_metrics.py OUTDIR SLEEP_S
+    python hvd_metrics.py OUTDIR SLEEP_S [--then-system SYSTEM_OUTDIR]
 
 Rank 1 sleeps SLEEP_S after every training batch, so it is the straggler; each rank writes
 OUTDIR/rank<N>.json (its History, the gathered rows and the per-epoch cost of WorkerMetrics), the
 chief's TensorBoardRun writes OUTDIR/tb/run. TFDIST_TEST_KERAS picks tf_keras (default) or keras_3.
+
+``--then-system SYSTEM_OUTDIR`` then runs hvd_system_metrics.py on SYSTEM_OUTDIR in the same job,
+unchanged, as its own ``__main__`` (one horovodrun start-up for both; the job's exit is then its).
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ else:
 
 from tfdist.callbacks import TensorBoardRun, WorkerMetrics
 
+if len(sys.argv) not in (3, 5) or (len(sys.argv) == 5 and sys.argv[3] != "--then-system"):
+    raise SystemExit(f"usage: hvd_metrics.py OUTDIR SLEEP_S [--then-system SYSTEM_OUTDIR], got {sys.argv[1:]}")
 OUTDIR, SLEEP = sys.argv[1], float(sys.argv[2])
 BATCH = 16
 
@@ -69,3 +75,9 @@ with open(os.path.join(OUTDIR, f"rank{strategy.rank}.json"), "w") as f:
     json.dump({"evaluate": evaluation, "history": history.history, "gathered": metrics.gathered,
                "costs_ms": metrics.costs_ms,
                "steps": history.params["steps"], "is_chief": strategy.is_chief}, f)
+
+if len(sys.argv) == 5:
+    import runpy
+
+    sys.argv = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "hvd_system_metrics.py"), sys.argv[4]]
+    runpy.run_path(sys.argv[0], run_name="__main__")

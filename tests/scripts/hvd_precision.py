@@ -1,14 +1,16 @@
 """Mixed precision and gradient accumulation under horovodrun, for tests/strategies/test_mixed_precision.py
-and tests/strategies/test_accumulation.py: one job runs every scenario.
+(which holds the accumulation tests of the job too): one job runs every scenario.
 
     python hvd_precision.py OUTDIR
+    python hvd_precision.py ROOT --kerases KERAS [KERAS ...]     (KERAS: tf_keras or keras_3)
 
 Each rank writes OUTDIR/rank<N>.json: per scenario the final weights, the loss scale (if any) and
 the optimizer's class; the ranks share out the one-process references (the same model and rates on
 the 2-times batch, or the 2·k-times batch for accumulation), added to the scenario on the rank that
 trained it. Rank 0 writes the Horovod timeline of the accumulation run to
 OUTDIR/accumulation-timeline.json. TFDIST_TEST_KERAS picks ``tf_keras``
-(default) or ``keras_3``.
+(default) or ``keras_3``. ``--kerases`` runs it on ROOT/<KERAS> for each KERAS in turn in the same
+job, this script again as its own ``__main__`` with TFDIST_TEST_KERAS set to KERAS.
 """
 from __future__ import annotations
 
@@ -27,6 +29,18 @@ if FLAVOUR == "keras_3":
 else:
     import tf_keras as K
 
+if len(sys.argv) > 2:
+    if sys.argv[2] != "--kerases" or len(sys.argv) < 4 or not set(sys.argv[3:]) <= {"tf_keras", "keras_3"}:
+        raise SystemExit(f"usage: hvd_precision.py ROOT --kerases KERAS [KERAS ...], got {sys.argv[1:]}")
+    import runpy
+
+    root, kerases = sys.argv[1], sys.argv[3:]
+    for keras in kerases:
+        os.makedirs(os.path.join(root, keras), exist_ok=True)
+        os.environ["TFDIST_TEST_KERAS"] = keras
+        sys.argv = [os.path.abspath(__file__), os.path.join(root, keras)]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    sys.exit(0)
 OUTDIR = sys.argv[1]
 os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"  # read at hvd.init(): lets hvd.start_timeline record one run
 LR, TINY = 0.05, 1e-6  # TINY: gradients below float16's smallest normal (6e-5), as in real fp16 nets

@@ -1,4 +1,5 @@
-"""System metrics under horovodrun, run by tests/callbacks/test_system_metrics_callback.py.
+"""System metrics under horovodrun, run by tests/strategies/test_horovod_metrics.py (after
+hvd_metrics.py, in its job: ``hvd_metrics.py ... --then-system OUTDIR``, from hvd_figures.py).
 
     python hvd_system_metrics.py OUTDIR
 

@@ -1,11 +1,14 @@
 """Scenarios run under horovodrun by tests/strategies/test_horovod.py.
 
     python hvd_train.py MODE OUTDIR [KIND]
-    python hvd_train.py several OUTDIR PART [PART ...]   (PART: train, equivalence or lazy/KIND)
+    python hvd_train.py several OUTDIR PART [PART ...]   (PART: train, equivalence, lazy/KIND or resume)
+    python hvd_train.py kerases OUTDIR KERAS=PART[,PART ...] [KERAS=...]   (KERAS: tf_keras or keras_3)
 
 Each rank writes OUTDIR/rank<N>.json; the test compares them. ``several`` runs the PARTs one after
 the other in one job (one start-up for all), each in OUTDIR/<PART with - for />. TFDIST_TEST_KERAS
 picks the Keras the models, optimizers and callbacks come from: ``tf_keras`` (default) or ``keras_3``.
+``kerases`` runs ``several OUTDIR/<KERAS> PART ...`` for each KERAS in turn in the same job, this
+script again as its own ``__main__`` with TFDIST_TEST_KERAS set to KERAS (tf.keras is the same).
 """
 from __future__ import annotations
 
@@ -192,7 +195,17 @@ MODES = {"train": train, "equivalence": equivalence, "resume": resume,
          "lazy": lambda outdir: lazy(outdir, sys.argv[3])}
 
 
-if MODE == "several":
+if MODE == "kerases":
+    import runpy
+
+    groups = [group.partition("=") for group in sys.argv[3:]]
+    if not groups or any(keras not in ("tf_keras", "keras_3") or not parts for keras, _, parts in groups):
+        raise SystemExit(f"usage: hvd_train.py kerases OUTDIR KERAS=PART[,PART ...] ..., got {sys.argv[1:]}")
+    for keras, _, parts in groups:
+        os.environ["TFDIST_TEST_KERAS"] = keras
+        sys.argv = [os.path.abspath(__file__), "several", os.path.join(OUTDIR, keras), *parts.split(",")]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+elif MODE == "several":
     for part in sys.argv[3:]:
         name, *rest = part.split("/")
         outdir = os.path.join(OUTDIR, part.replace("/", "-"))

@@ -1,18 +1,20 @@
 """A script that knows nothing of plans: ``make_strategy("auto")``, a small fit with Throughput and
 TensorBoardRun. Run by tests/strategies/test_planning.py under horovodrun with TFDIST_PLAN set.
 
-    python plan_job.py OUTDIR OPTIONS_JSON
+    python plan_job.py OUTDIR OPTIONS_JSON [KERAS_JSON]
 
 OPTIONS_JSON is a list of options dicts for make_strategy: one run each, one after the other in the
 same job (a new make_strategy, model and fit each), so one horovodrun job serves several tests. Run
 ``i`` writes OUTDIR/run<i>/rank<N>.json on each rank: the options its strategy was built with, the
 plan it holds and the tfdist warnings logged during the run; with TFDIST_PLAN_RESULT set, its
-measured figures go to OUTDIR/run<i>/measured.json. TFDIST_TEST_KERAS picks tf_keras (default) or
-keras_3.
+measured figures go to OUTDIR/run<i>/measured.json. KERAS_JSON, a list as long, picks each run's
+Keras (``tf_keras`` or ``keras_3``); without it TFDIST_TEST_KERAS picks it for all: tf_keras
+(default) or keras_3.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import sys
@@ -23,16 +25,14 @@ import os
 
 import numpy as np
 
-if os.environ.get("TFDIST_TEST_KERAS", "tf_keras") == "keras_3":
-    import keras as K
-else:
-    import tf_keras as K
-
 from tfdist.advise.plan import PLAN_RESULT_ENV
 from tfdist.callbacks import TensorBoardRun
 
 OUTDIR = sys.argv[1]
 RUNS = json.loads(sys.argv[2])
+KERASES = json.loads(sys.argv[3]) if len(sys.argv) > 3 else [os.environ.get("TFDIST_TEST_KERAS", "tf_keras")] * len(RUNS)
+if len(KERASES) != len(RUNS) or not set(KERASES) <= {"tf_keras", "keras_3"}:
+    raise SystemExit(f"usage: plan_job.py OUTDIR OPTIONS_JSON [KERAS_JSON], got {sys.argv[1:]}")
 BATCH = 16
 
 
@@ -47,8 +47,9 @@ class Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def run(options: dict, outdir: str) -> None:
-    """make_strategy("auto", **options), a 3-epoch fit, and outdir/rank<N>.json."""
+def run(options: dict, outdir: str, keras: str) -> None:
+    """make_strategy("auto", **options), a 3-epoch fit of a ``keras`` model, and outdir/rank<N>.json."""
+    K = importlib.import_module("keras" if keras == "keras_3" else "tf_keras")
     warnings = Warnings()
     logging.getLogger("tfdist").addHandler(warnings)
     try:
@@ -79,9 +80,9 @@ stderr = logging.StreamHandler(sys.stderr)
 stderr.setLevel(logging.WARNING)
 logging.getLogger().addHandler(stderr)
 measured = PLAN_RESULT_ENV in os.environ
-for index, options in enumerate(RUNS):
+for index, (options, keras) in enumerate(zip(RUNS, KERASES)):
     outdir = os.path.join(OUTDIR, f"run{index}")
     os.makedirs(outdir, exist_ok=True)
     if measured:
         os.environ[PLAN_RESULT_ENV] = os.path.join(outdir, "measured.json")
-    run(options, outdir)
+    run(options, outdir, keras)

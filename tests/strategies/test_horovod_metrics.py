@@ -1,9 +1,16 @@
 """Per-worker figures under a real `horovodrun -np 2` job (tests/scripts/hvd_metrics.py) in which
-rank 1 sleeps after every batch: the gathered figures must name it, for tf-keras and Keras 3."""
+rank 1 sleeps after every batch: the gathered figures must name it, for tf-keras and Keras 3.
+
+The same job then runs SystemMetrics on every rank (tests/scripts/hvd_system_metrics.py, its own
+folder), and then both again with Keras 3 (tests/scripts/hvd_figures.py: one job for all four
+parts). The system part's test lives here, beside its job, so the job runs once, on one xdist
+worker. Each test checks its own part: the metrics part's tests that part's files, the system
+part's test its files and the job's exit (a failed part ends the job)."""
 from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +23,31 @@ pytestmark = [pytest.mark.horovod]
 SLEEP_S = 0.1  # well above what a busy 2-core host adds to any rank's own work per step
 
 
-@pytest.fixture(scope="module", params=["tf_keras", "keras_3"])
-def job(request, tmp_path_factory) -> tuple[Path, list[dict]]:
-    outdir = tmp_path_factory.mktemp(f"horovod-metrics-{request.param}")
-    result = horovodrun("hvd_metrics.py", str(outdir), str(SLEEP_S), np=2, timeout=300,
-                        env={"TFDIST_TEST_KERAS": request.param})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+FLAVOURS = ["tf_keras", "keras_3"]
+
+
+@pytest.fixture(scope="module")
+def figures_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The one job (tests/scripts/hvd_figures.py): per Keras the metrics part, then the system part."""
+    root = tmp_path_factory.mktemp("horovod-figures")
+    result = horovodrun("hvd_figures.py", str(SLEEP_S), str(root), *FLAVOURS, np=2, timeout=600)
+    return result, root
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def shared_job(request, figures_job) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """One Keras's parts of the job: the job's result, the metrics part's and the system part's folders."""
+    result, root = figures_job
+    return result, root / request.param / "metrics", root / request.param / "system"
+
+
+@pytest.fixture
+def job(shared_job) -> tuple[Path, list[dict]]:
+    """The metrics part: its folder and both ranks' reports (written as the part ends)."""
+    result, outdir, _ = shared_job
+    unfinished = [rank for rank in (0, 1) if not (outdir / f"rank{rank}.json").exists()]
+    assert not unfinished, (f"the metrics part did not finish on rank(s) {unfinished} (exit {result.returncode}): "
+                            + result.stdout[-3000:] + result.stderr[-3000:])
     return outdir, [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
@@ -80,3 +106,41 @@ def test_the_chief_writes_the_worker_tags_and_rank_1_writes_nothing(job):
     assert top["time_to_target/loss<=1e+06"] == [pytest.approx(rank0["history"]["wall_time_s"][0])]
     assert top["evaluate/loss"] == [pytest.approx(rank0["evaluate"]["loss"])]
     assert not math.isnan(top["mean_examples_per_second"][0])
+
+
+# The system part (moved here from tests/callbacks/test_system_metrics_callback.py to share the job).
+
+SYSTEM_TAGS = {"system/cpu_percent", "system/host_cpu_percent", "system/rss_mb", "system/net_sent_mbit_s",
+               "system/net_recv_mbit_s"}  # as TAGS in tests/callbacks/test_system_metrics_callback.py
+
+
+def _system_scalars(path: Path) -> dict[str, list[tuple[int, float, float]]]:
+    """``{tag: [(step, wall_time, value), ...]}`` of the scalars in the event files directly in ``path``."""
+    import tensorflow as tf
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(str(path), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.wall_time, float(tf.make_ndarray(e.tensor_proto)))
+                  for e in accumulator.Tensors(tag)]
+            for tag in accumulator.Tags()["tensors"]}
+
+
+def test_under_horovod_every_rank_writes_its_own_folder_of_the_run(shared_job):
+    done, _, tmp_path = shared_job
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = tmp_path / "tb" / "run"
+    assert sorted(p.name for p in (run / "system").iterdir()) == ["rank0", "rank1"]
+    assert not (tmp_path / "tb" / "run-elsewhere").exists()  # rank 1 got rank 0's run directory
+    for rank in (0, 1):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert report["log_dir"] == str(run / "system" / f"rank{rank}")
+        assert not report["running"] and "tfdist-system-metrics" not in report["threads"]
+        scalars = _system_scalars(run / "system" / f"rank{rank}")
+        assert set(scalars) == SYSTEM_TAGS
+        steps = [step for step, _, _ in scalars["system/rss_mb"]]
+        assert steps == sorted(steps) and steps[0] == 0 and steps[-1] >= 2
+        assert all(value > 50 for _, _, value in scalars["system/rss_mb"])
+        assert all(value >= 0 for _, _, value in scalars["system/cpu_percent"])
+    # gloo between the ranks goes over this host's interfaces (loopback): the host counters saw it
+    assert max(value for _, _, value in _system_scalars(run / "system" / "rank0")["system/net_recv_mbit_s"]) > 0

@@ -5,9 +5,9 @@ policies within the same tolerances of one process (one subprocess, tests/script
 precision_tf_distribute.py); parameter_server trains ``mixed_bfloat16`` on an in-process cluster
 and refuses ``mixed_float16`` with the fix (tf-keras has no loss scaling there).
 
-Horovod: one horovodrun job per Keras (tests/scripts/hvd_precision.py, shared with
-test_accumulation.py) trains ``mixed_float16`` and ``mixed_bfloat16`` with and without
-``compression="fp16"``. The loss is tiny (gradients ~1e-7, below float16's normal range) so fp16
+Horovod: one horovodrun job, for both Kerases in turn (tests/scripts/hvd_precision.py, whose
+gradient accumulation run the tests moved here from test_accumulation.py read), trains
+``mixed_float16`` and ``mixed_bfloat16`` with and without ``compression="fp16"``. The loss is tiny (gradients ~1e-7, below float16's normal range) so fp16
 on the wire would flush unscaled gradients to zero, and rank 1 alone overflows in one batch per
 epoch, so every rank must take the same skip decision. Tolerances against one process with the
 doubled batch, per dtype: float16 compute 1e-2, float16 on the wire too 2e-2, bfloat16 (8-bit
@@ -16,6 +16,7 @@ mantissa) 5e-2, all relative (float32 runs match to 1e-5 in test_horovod.py).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,19 +35,21 @@ INITIAL_SCALE = 2.0 ** 15  # both Kerases' LossScaleOptimizer default
 TOLERANCE = {"float16": 1e-2, "float16_fp16": 2e-2, "bfloat16": 5e-2, "bfloat16_fp16": 5e-2}
 
 
-def run_precision_job(tmp_path_factory, flavour: str) -> tuple[Path, list[dict]]:
-    """The hvd_precision.py job for ``flavour``, once per session (test_accumulation.py reads it too)."""
-    outdir = tmp_path_factory.getbasetemp() / f"hvd-precision-{flavour}"
-    if not (outdir / "rank1.json").exists():
-        outdir.mkdir(exist_ok=True)
-        result = horovodrun("hvd_precision.py", str(outdir), np=2, timeout=420, env={"TFDIST_TEST_KERAS": flavour})
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return outdir, [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+@pytest.fixture(scope="module")
+def precision_jobs(tmp_path_factory) -> tuple[Path, object]:
+    """The one hvd_precision.py job (``--kerases``: every Keras in turn, its accumulation run too)."""
+    root = tmp_path_factory.mktemp("hvd-precision")
+    result = horovodrun("hvd_precision.py", str(root), "--kerases", *FLAVOURS, np=2, timeout=720)
+    return root, result
 
 
 @pytest.fixture(scope="module", params=FLAVOURS)
-def precision_job(request, tmp_path_factory) -> tuple[Path, list[dict]]:
-    return run_precision_job(tmp_path_factory, request.param)
+def precision_job(request, precision_jobs) -> tuple[Path, list[dict]]:
+    """One Keras's part of the job: its folder and both ranks' reports (a failed job fails them all)."""
+    root, result = precision_jobs
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    outdir = root / request.param
+    return outdir, [json.loads((outdir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
 def reference(ranks: list[dict], name: str) -> dict:
@@ -106,6 +109,52 @@ def test_loss_scaling_wraps_the_allreduce_and_skips_the_overflowing_steps_everyw
 
 
 # --- mirrored, multi_worker_mirrored, parameter_server -----------------------------------------------
+# --- gradient accumulation in the same job (moved from test_accumulation.py: one file, one job per Keras) ---
+GRADIENT_TENSOR = {"keras_3": re.compile(r"tfdist\.gradients\."),
+                   "tf_keras": re.compile(r"DistributedSGD_Allreduce")}
+
+
+def _allreduces_per_tensor(timeline: str, keras_flavour: str) -> dict[str, int]:
+    """How many times each gradient tensor was allreduced, from a Horovod timeline (Chrome trace
+    events: a process per tensor, named in its metadata, one "NEGOTIATE_ALLREDUCE" span per allreduce)."""
+    text = timeline.strip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    names = {e["pid"]: e["args"].get("name", "") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    counts: dict[str, int] = {}
+    for event in events:
+        if event.get("ph") == "B" and event.get("name") == "NEGOTIATE_ALLREDUCE":
+            name = names.get(event["pid"], "")
+            if GRADIENT_TENSOR[keras_flavour].search(name):
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_gradients_move_once_per_update(precision_job):
+    """4 micro-steps per epoch per rank, 2 per update, 2 epochs: 4 updates, so 4 allreduces per gradient
+    tensor (8 if every micro-step allreduced)."""
+    outdir, ranks = precision_job
+    flavour = ranks[0]["keras"]
+    counts = _allreduces_per_tensor((outdir / "accumulation-timeline.json").read_text(), flavour)
+    assert counts, f"no gradient allreduce in the timeline: {sorted(counts)}"
+    assert set(counts.values()) == {4}, counts
+    for rank in ranks:
+        assert rank["scenarios"]["accumulation"]["iterations"] in (4, 8)  # tf-keras counts updates, Keras 3 micro-steps
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_two_ranks_accumulating_two_steps_equal_one_process_with_four_times_the_batch(precision_job):
+    _, (rank0, rank1) = precision_job
+    first, second = rank0["scenarios"]["accumulation"], rank1["scenarios"]["accumulation"]
+    expected = next(run["reference"] for run in (first, second) if "reference" in run)
+    for mine, theirs, reference in zip(first["weights"], second["weights"], expected):
+        np.testing.assert_array_equal(np.array(mine), np.array(theirs))
+        error = np.linalg.norm(np.subtract(mine, reference)) / np.linalg.norm(reference)
+        assert error <= 1e-5, f"relative error {error:.2e}"  # float32: summation order only
+
+
 def _tf_distribute_job(mode: str, tmp_path_factory) -> dict:
     import subprocess
     import sys
