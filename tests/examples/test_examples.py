@@ -5,10 +5,13 @@ A run passes on what it prints and writes, not on having exited: exactly one RES
 prints it), the backend and worker count it names, a test accuracy above chance and a loss below
 it, throughput figures that add up, TensorBoard event files and checkpoints on disk.
 
-The cases that start the same kind of job (launcher, backend, Keras: one plain process of the single
-or of the mirrored backend, a horovodrun job or a parameter-server cluster, with tf-keras) share one:
+The cases that start the same kind of job (launcher and backend: one plain process of the single or
+of the mirrored backend, a horovodrun job or a parameter-server cluster) share one:
 tests/scripts/run_examples.py runs each case's example in turn in the same processes, as ``python
-examples/X.py ARGS`` would, and each test reads its own case's exit status and output.
+examples/X.py ARGS`` would, and each test reads its own case's exit status and output. The tf-keras
+cases run first, then the Keras 3 ones (trained, or refused where Keras 3 cannot train). Under
+multi_worker_mirrored a job trains once (a second MultiWorkerMirroredStrategy's collectives fail in
+the same workers): one training case and the refusal share a cluster, the other cases have their own.
 """
 from __future__ import annotations
 
@@ -84,9 +87,12 @@ def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedP
 
 # --- shared jobs ----------------------------------------------------------------------------------------
 # launcher -> the tasks that run every case of a shared job (under parameter servers the chief: the
-# servers serve inside the first case's make_strategy until the chief is gone). Not mwms: a second
-# MultiWorkerMirroredStrategy in the same workers fails (its collectives' instance keys clash).
-SHARED_LAUNCHERS = {"python": 1, "horovodrun": 2, "ps": 1}
+# servers serve inside the first case's make_strategy until the chief is gone).
+SHARED_LAUNCHERS = {"python": 1, "horovodrun": 2, "ps": 1, "mwms": 2}
+# the one case that trains in the mwms shared job: a second MultiWorkerMirroredStrategy in the same workers
+# fails once it runs collectives (their instance keys clash with the first's), so the job's other case is
+# the Keras 3 refusal, which stops before any collective; the other mwms cases have their own clusters
+MWMS_TRAINING_CASE = ("classifier", "multi_worker_mirrored", "mwms")
 
 
 def _classifier_args(strategy: str, launcher: str, where: Path) -> list[str]:
@@ -111,9 +117,21 @@ def _porting_args(strategy: str, launcher: str, where: Path) -> list[str]:
     return ["--epochs", "3", "--checkpoint-dir", str(where / "checkpoints")]
 
 
+def _keras_3_args(strategy: str, launcher: str, where: Path) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    return ["--keras", "3", "--strategy", strategy, "--epochs", "1", "--batch-size", "32",
+            "--logdir", str(where / "runs")]
+
+
+def _keras_3_refused_args(strategy: str, launcher: str, where: Path) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    return ["--keras", "3", "--strategy", strategy, "--epochs", "1", "--logdir", str(where / "runs")]
+
+
 _ARGS: dict[str, tuple[str, Callable[[str, str, Path], list[str]]]] = {
     "classifier": ("classifier.py", _classifier_args), "synthetic_benchmark": ("synthetic_benchmark.py", _synthetic_args),
-    "porting": ("porting_from_horovod.py", _porting_args)}
+    "porting": ("porting_from_horovod.py", _porting_args), "classifier_keras_3": ("classifier.py", _keras_3_args),
+    "classifier_keras_3_refused": ("classifier.py", _keras_3_refused_args)}
 
 
 class Case(NamedTuple):
@@ -172,7 +190,7 @@ def _case_run(job: subprocess.CompletedProcess, where: Path, finishing: int) -> 
 
 def run_case(case: Case, shared_run, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     """The case's run and the directory its arguments name: from its shared job, or its own."""
-    if case.launcher in SHARED_LAUNCHERS:
+    if case in SHARED_CASES:
         return shared_run(case)
     script, args = _ARGS[case.example]
     return run_example(script, case.launcher, *args(case.strategy, case.launcher, tmp_path)), tmp_path
@@ -239,28 +257,33 @@ def test_classifier(strategy, launcher, shared_run, tmp_path):
         assert {"epoch_worker/0/step_time_ms", "epoch_worker/1/step_time_ms", "epoch_comm_share"} <= tags
 
 
-@pytest.mark.parametrize("strategy, launcher", [_case(strategy, LAUNCH[strategy], strategy)
-                                                for strategy in ("horovod", "single", "mirrored")])
-def test_classifier_with_keras_3(strategy, launcher, tmp_path):
+KERAS_3 = [_case(strategy, LAUNCH[strategy], strategy) for strategy in ("horovod", "single", "mirrored")]
+KERAS_3_REFUSED = [_case(strategy, LAUNCH[strategy], strategy)
+                   for strategy in ("parameter_server", "multi_worker_mirrored")]
+
+
+@pytest.mark.parametrize("strategy, launcher", KERAS_3)
+def test_classifier_with_keras_3(strategy, launcher, shared_run, tmp_path):
+    """In its backend's shared job after the tf-keras cases (their process has imported tf_keras: a
+    script may use both packages)."""
     backend, workers = expected(strategy, launcher)
-    run = run_example("classifier.py", launcher, "--keras", "3", "--strategy", strategy, "--epochs", "1",
-                      "--batch-size", "32", "--logdir", str(tmp_path / "runs"))
+    run, _ = run_case(Case("classifier_keras_3", strategy, launcher), shared_run, tmp_path)
     result = result_line(run)
     assert result["keras"] == "3"
     assert_trained(result, backend, workers)
     assert list((Path(result["logdir"]) / "train").glob("events.out.tfevents.*"))
 
 
-@pytest.mark.parametrize("strategy, launcher", [_case(strategy, LAUNCH[strategy], strategy)
-                                                for strategy in ("parameter_server", "multi_worker_mirrored")])
-def test_classifier_with_keras_3_is_refused_where_keras_3_cannot_train(strategy, launcher, tmp_path):
-    run = run_example("classifier.py", launcher, "--keras", "3", "--strategy", strategy, "--epochs", "1",
-                      "--logdir", str(tmp_path / "runs"))
+@pytest.mark.parametrize("strategy, launcher", KERAS_3_REFUSED)
+def test_classifier_with_keras_3_is_refused_where_keras_3_cannot_train(strategy, launcher, shared_run, tmp_path):
+    """The last case of its launcher's shared job (under multi_worker_mirrored after MWMS_TRAINING_CASE:
+    the refusal comes before any collective of its own strategy)."""
+    run, where = run_case(Case("classifier_keras_3_refused", strategy, launcher), shared_run, tmp_path)
     output = run.stdout + run.stderr
     assert run.returncode != 0, output[-3000:]
     assert f"the {strategy} backend cannot train Keras 3 models" in output, output[-3000:]
     assert "import tf_keras" in output and "horovod backend" in output
-    assert not list((tmp_path / "runs").glob("*/train/events.out.tfevents.*")), "refused before training"
+    assert not list((where / "runs").glob("*/train/events.out.tfevents.*")), "refused before training"
 
 
 @pytest.mark.parametrize("strategy, launcher", EVERY_STRATEGY)
@@ -281,12 +304,17 @@ PORTING = [
     pytest.param("python", "single", 1, marks=pytest.mark.no_gpu, id="single-process"),  # auto: single
     pytest.param("horovodrun", "horovod", 2, marks=pytest.mark.horovod, id="horovodrun-np2"),
 ]
-# the cases run by a shared job (shared_run): those of test_classifier, test_synthetic_benchmark and
-# test_porting_from_horovod whose launcher runs several in one job
-SHARED_CASES = [Case(example, *param.values) for example, params in (
-    ("classifier", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS), ("synthetic_benchmark", EVERY_STRATEGY))
-    for param in params if param.values[1] in SHARED_LAUNCHERS] + [
-    Case("porting", "auto", param.values[0]) for param in PORTING if param.values[0] in SHARED_LAUNCHERS]
+# the cases run by a shared job (shared_run): those of test_classifier, test_synthetic_benchmark,
+# test_porting_from_horovod and the Keras 3 tests whose launcher runs several in one job (under mwms only
+# MWMS_TRAINING_CASE and the refusal); each job runs its Keras 3 cases last (the tf-keras cases run as in
+# a process that never imported Keras 3)
+_RUNS = [Case(example, *param.values) for example, params in (
+    ("classifier", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS), ("synthetic_benchmark", EVERY_STRATEGY),
+    ("classifier_keras_3", KERAS_3), ("classifier_keras_3_refused", KERAS_3_REFUSED)) for param in params]
+_RUNS += [Case("porting", "auto", param.values[0]) for param in PORTING]
+SHARED_CASES = sorted((case for case in _RUNS if case.launcher in SHARED_LAUNCHERS and (
+    case.launcher != "mwms" or case == MWMS_TRAINING_CASE or case.example == "classifier_keras_3_refused")),
+    key=lambda case: case.example.startswith("classifier_keras_3"))  # stable: Keras 3 last, else as listed
 
 
 @pytest.mark.slow
@@ -305,6 +333,23 @@ def test_every_strategy_the_examples_offer_has_a_launch():
     import tfdist
 
     assert sorted(LAUNCH) == sorted(tfdist.available_strategies())
+
+
+def test_every_keras_3_case_runs_last_in_its_shared_job_and_mwms_jobs_train_once():
+    """Every Keras 3 case is a case of its launcher's shared job, after every tf-keras case of it; the
+    mwms job trains once (one MultiWorkerMirroredStrategy that runs collectives per worker) and then
+    only refuses."""
+    keras_3 = {"classifier_keras_3", "classifier_keras_3_refused"}
+    wanted = {Case(example, *param.values) for example, params in (("classifier_keras_3", KERAS_3),
+                                                                   ("classifier_keras_3_refused", KERAS_3_REFUSED))
+              for param in params}
+    assert {case for case in SHARED_CASES if case.example in keras_3} == wanted
+    assert {case.launcher for case in wanted} == set(SHARED_LAUNCHERS)
+    assert [case for case in SHARED_CASES if case.launcher == "mwms"] == [
+        MWMS_TRAINING_CASE, ("classifier_keras_3_refused", "multi_worker_mirrored", "mwms")]
+    for group in {case.group for case in SHARED_CASES}:
+        flavours = [case.example in keras_3 for case in SHARED_CASES if case.group == group]
+        assert flavours == sorted(flavours), (group, flavours)  # no tf-keras case after a Keras 3 one
 
 
 def _load_example(name: str):
