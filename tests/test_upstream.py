@@ -215,3 +215,26 @@ def test_keras3_build_shapes_reads_a_first_call_and_fails_closed():
         upstream.keras3_build_shapes(model)
     with pytest.raises(upstream.UpstreamChangedError, match="_build_shapes_dict"):
         upstream.keras3_build_shapes(types.SimpleNamespace())
+
+
+@pytest.mark.parametrize("options, field", [({"op": "adasum"}, "`op`="), ({"groups": -1}, "`groups` must be")])
+def test_horovods_tf_keras_wrapper_refuses_what_horovod_refuses_naming_the_field(options, field):
+    """The checks horovod.tensorflow.keras.DistributedOptimizer makes, as tfdist errors; Adasum too."""
+    hvd = pytest.importorskip("horovod.tensorflow")
+    import tf_keras
+
+    options = {"op": hvd.Adasum if options.get("op") == "adasum" else hvd.Average,
+               **{k: v for k, v in options.items() if k != "op"}}
+    with pytest.raises(ValueError) as info:
+        upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), **options)
+    assert isinstance(info.value, TfdistError) and field in str(info.value) and "; fix: " in str(info.value)
+
+
+def test_horovods_tf_keras_wrapper_fails_closed_when_its_maker_moved(monkeypatch):
+    pytest.importorskip("horovod.tensorflow")
+    import horovod._keras
+    import tf_keras
+
+    monkeypatch.delattr(horovod._keras, "create_distributed_optimizer")
+    with pytest.raises(upstream.UpstreamChangedError, match="create_distributed_optimizer"):
+        upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), op=None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfdist.errors import TfdistError, with_fix
+from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.keras_flavour import KERAS_3, flavour_of
 
 PINNED = "TensorFlow 2.21 / tf-keras 2.21 / Keras 3.15"
@@ -174,7 +174,8 @@ def horovod_tf_keras_optimizer(optimizer: Any, *, op: Any, gradient_predivide_fa
                                num_groups: int = 0, groups: Any = None, **options: Any) -> Any:
     """Horovod's ``DistributedOptimizer`` around the tf-keras ``optimizer``, made as
     ``horovod.tensorflow.keras.DistributedOptimizer`` makes it (its checks of ``op``, ``groups`` and
-    ``gradient_predivide_factor``, then ``horovod._keras.create_distributed_optimizer``); ``options``:
+    ``gradient_predivide_factor``, as ArgumentValueError naming the field, then
+    ``horovod._keras.create_distributed_optimizer``); ``options``:
     that function's other keyword arguments (``name``, ``compression``, ``process_set``, ...).
 
     Importing ``horovod.tensorflow.keras`` imports Keras 3 as well (``from keras import backend``),
@@ -191,16 +192,19 @@ def horovod_tf_keras_optimizer(optimizer: Any, *, op: Any, gradient_predivide_fa
         raise _missing(hvd, "_keras") from None
     create = _get(horovod_keras, "create_distributed_optimizer")
     if gradient_predivide_factor != 1.0 and hvd.rocm_built():
-        raise ValueError("gradient_predivide_factor not supported yet with ROCm")
+        raise ArgumentValueError(with_fix("`gradient_predivide_factor` is not supported by Horovod built with ROCm",
+                                          "leave gradient_predivide_factor at 1.0"))
     if op != hvd.Average and op != hvd.Sum:
-        raise ValueError("op currently only supports Average and Sum")
+        raise ArgumentValueError(with_fix(f"`op`={op!r} is not supported by Horovod's DistributedOptimizer",
+                                          "pass op=hvd.Average (the default) or op=hvd.Sum"))
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
     if groups is not None and not (isinstance(groups, list) or groups > 0):
-        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+        raise ArgumentValueError(with_fix(f"`groups` must be an integer > 0 or a list of lists of variables, "
+                                          f"got {groups!r}", "pass e.g. groups=2, or leave groups=None"))
     return create(keras=tf_keras, optimizer=optimizer, op=op, gradient_predivide_factor=gradient_predivide_factor,
                   groups=groups, **options)
 

@@ -2,7 +2,9 @@
 
 c is the launcher's host (a login node, no task); the cluster is `--hosts w1:1,w2:1,p:1 --workers 2
 --ps 1`: the chief and worker:0 on w1, worker:1 on w2, ps:0 on p. w2's link is shaped to 50 Mbit/s
-and its CPU limited to half a core, so the probe must find w2 slow on both counts and w1 fast.
+and its CPU limited to a quarter core, so the probe must find w2 slow on both counts and w1 fast
+(a quarter, not a half: w1 shares the machine's 2 cores with the test beside it, and at half a core
+w2 once timed only 6 % slower than a w1 slowed to about that by a Horovod job next door).
 The measured figures are printed (`pytest -s`); bounds are wide enough for a loaded machine.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ def lab(make_lab) -> Lab:
 
 def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
     lab.shape("w2", 50)
-    lab.limit_cpu("w2", 0.5)
+    lab.limit_cpu("w2", 0.25)
     argv = [sys.executable, "-m", "tfdist", "advise", "--probe", "--hosts", HOSTS, "--workers", "2",
             "--ps", "1", "--model", MODEL, "--batch-size", "64", "--probe-seconds", PROBE_SECONDS, *_ssh(lab),
             "--json"]

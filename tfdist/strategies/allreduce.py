@@ -36,7 +36,7 @@ ALLREDUCE_MARK = "_tfdist_allreduce"
 class AllreduceSettings:
     """How gradients are combined over the ranks (Horovod's ``DistributedOptimizer`` arguments).
 
-    op: ``hvd.Average`` or ``hvd.Sum`` (``hvd.Adasum`` on tf-keras only).
+    op: ``hvd.Average`` or ``hvd.Sum`` (Horovod's DistributedOptimizer refuses ``hvd.Adasum``).
     compression: ``hvd.Compression.none`` or ``hvd.Compression.fp16``.
     gradient_predivide_factor: with Average, scale by 1/f before the sum and f/size after it.
     sparse_as_dense: densify ``IndexedSlices`` gradients (embeddings) before the allreduce.
