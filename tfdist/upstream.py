@@ -1,4 +1,4 @@
-"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches, behind one door.
+"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches (and Horovod's one), behind one door.
 
 tfdist needs a few things that TensorFlow 2.21 and tf-keras 2.21 keep private (the pinned versions
 in ``constraints.txt``). Each accessor here reads or calls exactly one of them and *fails closed*:
