@@ -19,7 +19,11 @@ report: setup  ## one page comparing the runs of runs/ (what `make demo` ends wi
 lint: setup  ## ruff with the rules of pyproject.toml (seconds; CI runs it before the tests)
 	@$(VENV)/bin/ruff check --quiet .
 
+# The suite starts ~900 Python processes, each importing tfdist's modules; an editable install leaves them
+# uncompiled, and with PYTHONDONTWRITEBYTECODE set each process would compile them again (~0.1 CPU-s
+# each). compileall writes the bytecode once; Python rereads it, or recompiles a source that changed.
 test: setup  ## the whole suite on 2 workers (tests/scheduling.py); prints the 15 slowest tests
+	@$(PY) -m compileall -q tfdist callbacks examples benchmarks tests
 	@$(PY) -m pytest -q -n 2 --no-loadscope-reorder --durations=15
 
 test-fast: setup  ## the tests that start no process importing TensorFlow (see the `slow` marker)

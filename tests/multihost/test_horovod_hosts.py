@@ -154,10 +154,15 @@ def test_a_rank_host_cut_mid_training_ends_the_job_non_zero_in_bounded_time(lab,
 
 
 def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path):
-    """`tfdist launch --backend horovod --elastic`: cut h2 -> training continues on h1 (size 1), every
-    epoch runs once; restore h2 -> it rejoins (size 2 again). A short job: from its third-last epoch
-    on, rank 0 ends an epoch alone only once Horovod has told it of h2's return (--hold-from), so the
-    job cannot end before h2 is back however long the rejoin takes."""
+    """`tfdist launch --backend horovod --elastic`: cut the host of rank 1 -> training continues on the
+    other host (size 1), every epoch runs once; restore it -> it rejoins (size 2 again). A short job:
+    from its third-last epoch on, rank 0 ends an epoch alone only once Horovod has told it of the cut
+    host's return (--hold-from), so the job cannot end before it is back however long the rejoin takes.
+
+    The host of rank 1, not a fixed name: Horovod places rank 0 on h1 or h2 by chance, and losing rank
+    0's host costs another ~60 s (its driver first tries three times to tell the lost rank 0 of the
+    change, holding the lock every rank's re-rendezvous waits on: 79.8 s against 22.1 s from the cut
+    to the first epoch alone, measured), a Horovod delay that docs/several-hosts.md states."""
     log = tmp_path / "job.log"
     epochs_total = 14
     argv = [sys.executable, "-m", "tfdist", "launch", *readme_launch_options("--elastic"),
@@ -170,22 +175,25 @@ def test_elastic_job_goes_on_without_a_cut_host_and_takes_it_back(lab, tmp_path)
     def last_epoch() -> int:
         return max((r["epoch"] for r in _records(epochs)), default=-1)
 
-    _wait_for(lambda: any(r["host"] == "h2" and r["size"] == 2 for r in _records(epochs)), process, log,
+    _wait_for(lambda: {r["host"] for r in _records(epochs) if r["size"] == 2} == {"h1", "h2"}, process, log,
               "an epoch on h1 and h2")
     cut_epoch = last_epoch()
+    cut_host = next(r["host"] for r in _records(epochs) if r["size"] == 2 and r["rank"] == 1)
+    kept_host = ({"h1", "h2"} - {cut_host}).pop()
     cut = time.time()
-    lab.cut("h2")
+    lab.cut(cut_host)
     shrunk = _wait_for(lambda: any(r["size"] == 1 and r["epoch"] > cut_epoch for r in _records(epochs)), process,
-                       log, "an epoch on h1 alone")
-    assert last_epoch() < epochs_total - 8, "too few epochs left to see h2 rejoin; raise epochs_total"
+                       log, f"an epoch on {kept_host} alone")
+    assert last_epoch() < epochs_total - 8, f"too few epochs left to see {cut_host} rejoin; raise epochs_total"
+    assert {r["host"] for r in _records(epochs) if r["size"] == 1} == {kept_host}
     restore_epoch = last_epoch()
     restored = time.time()
-    lab.restore("h2")
-    grown = _wait_for(lambda: any(r["size"] == 2 and r["host"] == "h2" and r["epoch"] > restore_epoch
-                                  for r in _records(epochs)), process, log, "an epoch with h2 back")
+    lab.restore(cut_host)
+    grown = _wait_for(lambda: any(r["size"] == 2 and r["host"] == cut_host and r["epoch"] > restore_epoch
+                                  for r in _records(epochs)), process, log, f"an epoch with {cut_host} back")
     code = _finish(process, log)
-    print(f"\nelastic horovod: h2 cut -> first epoch on h1 alone after {shrunk - cut:.1f} s; "
-          f"h2 restored -> first epoch with h2 again after {grown - restored:.1f} s")
+    print(f"\nelastic horovod: {cut_host} (rank 1) cut -> first epoch on {kept_host} alone after {shrunk - cut:.1f} s; "
+          f"{cut_host} restored -> first epoch with it again after {grown - restored:.1f} s")
     assert code == 0, _tail(log)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["epoch"] == list(range(epochs_total)), "every epoch once in the History"

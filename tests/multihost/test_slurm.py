@@ -36,11 +36,15 @@ pytestmark = pytest.mark.cluster  # a parameter-server cluster of real processes
 
 JOB_TIMEOUT = 420  # a hung job fails its test instead of hanging the suite (generous: a loaded machine)
 LEFTOVER_TIMEOUT = 60
-#: s the hosts get to be empty after a test (the ``clean`` fixture): after a node cut, the step's
-#: slurmstepd on the cut node outlives its task, SLURM 22.05 retrying its step-completion message to
-#: slurmctld once a minute (slurmd-h3.log: 'failed sending step completion message directly to
-#: slurmctld, retrying', sent 60 s later, then 'done with job'): measured 53-60 s after the restore
+#: s the hosts get to be empty: of every task after each test (the ``clean`` fixture), and of SLURM's
+#: step daemons too at the module's end (the ``slurm`` fixture). After a node cut the step's slurmstepd
+#: on the cut node outlives its task: SLURM 22.05 retries its step-completion message to slurmctld once
+#: a minute (slurmd-h3.log: 'failed sending step completion message directly to slurmctld, retrying',
+#: sent 60 s later, then 'done with job'; src/slurmd/slurmstepd/mgr.c sleeps 60 s between tries),
+#: measured 53-60 s after the restore. The tests after it run meanwhile; the module's end waits for it.
 CLEAN_TIMEOUT = 120
+#: the command line of SLURM's per-step daemon (``slurmstepd: [JOB.STEP]``)
+STEP_DAEMON = "slurmstepd:"
 NODES = ("h1", "h2", "h3")
 #: s a Gloo collective waits for a lost peer before it fails (Horovod's default: 30)
 GLOO_TIMEOUT = "10"
@@ -61,24 +65,35 @@ SLEEPER = ("import json, os, socket, subprocess, sys, time\n"
 
 @pytest.fixture(scope="module")
 def slurm():
+    """The lab's SLURM; at the module's end, before it closes, only sshd and the SLURM daemons may be
+    left on any host: no task, and no step daemon either (see CLEAN_TIMEOUT)."""
     with Lab(["h0", *NODES]) as lab, SlurmLab(lab, "h0", NODES) as cluster:
         yield cluster
+        left = _leftovers(cluster, CLEAN_TIMEOUT, step_daemons=True)
+        assert not any(left.values()), f"processes left on the hosts at the end of the SLURM tests: {left}"
 
 
 @pytest.fixture
 def clean(slurm):
-    """After the test, only sshd and the SLURM daemons are left on every host."""
+    """After the test, no process of its jobs is left on any host: only sshd, the SLURM daemons and
+    (for the module's end to check) a step daemon still reporting to slurmctld after a node cut."""
     yield
-    left = _leftovers(slurm, CLEAN_TIMEOUT)
+    left = _leftovers(slurm, CLEAN_TIMEOUT, step_daemons=False)
     assert not any(left.values()), f"processes left on the hosts after the job: {left}"
 
 
-def _leftovers(slurm: SlurmLab, timeout: float) -> dict[str, list[str]]:
+def _leftovers(slurm: SlurmLab, timeout: float, *, step_daemons: bool) -> dict[str, list[str]]:
+    """What runs on each host beyond sshd and the SLURM daemons (and, unless ``step_daemons``, beyond
+    slurmstepd), once it is nothing or ``timeout`` s passed."""
     daemons = set(slurm.daemon_pids().values())
+
+    def counted(process: str) -> bool:
+        pid, command = process.split(":", 1)
+        return int(pid) not in daemons and (step_daemons or not command.strip().startswith(STEP_DAEMON))
+
     deadline = time.monotonic() + timeout
     while True:
-        left = {host: [p for p in slurm.lab.task_processes(host) if int(p.split(":")[0]) not in daemons]
-                for host in slurm.lab.hosts}
+        left = {host: [p for p in slurm.lab.task_processes(host) if counted(p)] for host in slurm.lab.hosts}
         if not any(left.values()) or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
@@ -292,7 +307,7 @@ def test_scancel_of_a_horovod_job_leaves_nothing_on_any_host(slurm, tmp_path):
     slurm.run(["scancel", str(job)])
     cancelled = time.monotonic()
     assert slurm.wait_job(job, 120) == "CANCELLED"
-    left = _leftovers(slurm, LEFTOVER_TIMEOUT)
+    left = _leftovers(slurm, LEFTOVER_TIMEOUT, step_daemons=False)  # steps: at the module's end
     gone = time.monotonic() - cancelled
     print(f"\nSLURM scancel of Horovod: hosts empty {gone:.1f} s after scancel")
     assert not any(left.values()), f"processes left on the hosts after scancel: {left}"
