@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +29,24 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``tests/scripts/<script>`` as a real ``horovodrun -np N -H localhost:N --gloo`` job."""
-    launcher = shutil.which("horovodrun", path=str(Path(sys.executable).parent)) or shutil.which("horovodrun")
+               env: dict[str, str] | None = None, binary: bool = False) -> subprocess.CompletedProcess:
+    """Run ``tests/scripts/<script>`` as a real ``horovodrun -np N -H localhost:N --gloo`` job.
+
+    It runs what ``tfdist launch --backend horovod`` runs: ``python -m tfdist.launch.horovod_launcher``
+    (``tfdist.launch.plan.horovod_launcher``), Horovod's own launcher with horovodrun's argv, its build
+    check answered from tfdist's cache instead of a child importing TensorFlow (~4 CPU-s per job, ~20
+    jobs in the suite). ``binary=True`` runs the ``horovodrun`` script itself, for the jobs that run a
+    ``horovodrun`` command README.md or docs/ show: users type that one."""
+    from tfdist.launch.plan import find_horovodrun, horovod_launcher
+
+    if binary:
+        found = find_horovodrun()
+        launcher = None if found is None else [found]
+    else:
+        launcher = horovod_launcher()
     if launcher is None:
         raise RuntimeError("horovodrun is not installed; run `make setup`")
-    command = [launcher, "-np", str(np), "-H", f"localhost:{np}", "--gloo",
+    command = [*launcher, "-np", str(np), "-H", f"localhost:{np}", "--gloo",
                sys.executable, str(SCRIPTS / script), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=subprocess_env(**(env or {})), cwd=REPO)

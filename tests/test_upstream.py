@@ -238,3 +238,36 @@ def test_horovods_tf_keras_wrapper_fails_closed_when_its_maker_moved(monkeypatch
     monkeypatch.delattr(horovod._keras, "create_distributed_optimizer")
     with pytest.raises(upstream.UpstreamChangedError, match="create_distributed_optimizer"):
         upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), op=None)
+
+
+def test_horovodruns_build_checks_are_answered_by_the_given_function_and_undone(monkeypatch):
+    """run_controller / _run_elastic call the names horovod.runner.launch imported; those are replaced."""
+    launch = pytest.importorskip("horovod.runner.launch")
+    import horovod.common.util as util
+
+    monkeypatch.setattr(launch, "gloo_built", launch.gloo_built)  # restored after the test, whatever happens
+    monkeypatch.setattr(launch, "mpi_built", launch.mpi_built)
+    asked = []
+    undo = upstream.answer_horovod_build_checks(lambda name, original, verbose: asked.append(
+        (name, original, verbose)) or name == "gloo_built")
+    assert undo is not None
+    assert launch.gloo_built(verbose=True) is True and launch.mpi_built() is False
+    assert asked == [("gloo_built", util.gloo_built, True), ("mpi_built", util.mpi_built, False)]
+    undo()
+    assert launch.gloo_built is util.gloo_built and launch.mpi_built is util.mpi_built
+
+
+@pytest.mark.parametrize("change", ["missing", "replaced"])
+def test_horovodruns_build_checks_fail_closed_leaving_horovod_untouched(monkeypatch, change):
+    """A gloo_built that is gone, or is not horovod.common.util's (another release, another patch):
+    Horovod is left as it is and its own checks run."""
+    launch = pytest.importorskip("horovod.runner.launch")
+
+    mpi_built = launch.mpi_built
+    if change == "missing":
+        monkeypatch.delattr(launch, "gloo_built")
+    else:
+        monkeypatch.setattr(launch, "gloo_built", lambda verbose=False: True)
+    gloo_built = getattr(launch, "gloo_built", None)
+    assert upstream.answer_horovod_build_checks(lambda *args: pytest.fail("must not be called")) is None
+    assert launch.mpi_built is mpi_built and getattr(launch, "gloo_built", None) is gloo_built

@@ -1,4 +1,4 @@
-"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches (and Horovod's one), behind one door.
+"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches (and Horovod's two), behind one door.
 
 tfdist needs a few things that TensorFlow 2.21 and tf-keras 2.21 keep private (the pinned versions
 in ``constraints.txt``). Each accessor here reads or calls exactly one of them and *fails closed*:
@@ -10,7 +10,7 @@ Importing this module imports neither TensorFlow nor Keras; the accessors take t
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.keras_flavour import KERAS_3, flavour_of
@@ -301,3 +301,46 @@ def keras3_build_shapes(model: Any) -> dict | None:
     if shapes is not None and not isinstance(shapes, dict):
         raise _missing(model, "_build_shapes_dict")
     return dict(shapes) if shapes else None
+
+
+# --- horovodrun's build check (tfdist.launch.horovod_launcher) --------------------------------------
+#: The build checks ``horovod.runner.launch`` imported from ``horovod.common.util`` and calls before it
+#: starts a job: ``run_controller`` (``gloo_built`` with --gloo, ``mpi_built`` then ``gloo_built``
+#: without) and ``_run_elastic`` (``gloo_built``). Each forks a child that imports ``horovod.tensorflow``.
+HOROVOD_BUILD_CHECKS = ("gloo_built", "mpi_built")
+
+
+def answer_horovod_build_checks(answer: Callable[[str, Callable[..., Any], bool], Any],
+                                ) -> Callable[[], None] | None:
+    """Make ``horovod.runner.launch.gloo_built(verbose=...)`` / ``mpi_built`` return
+    ``answer(name, original, verbose)``, ``original`` being Horovod's own check. Returns a function that
+    undoes it, or ``None`` when Horovod was left untouched (its own checks run): fails closed unless every
+    name of ``HOROVOD_BUILD_CHECKS`` in ``horovod.runner.launch`` is still ``horovod.common.util``'s function.
+    Importing ``horovod.runner.launch`` imports no TensorFlow."""
+    try:
+        import horovod.common.util as util
+        import horovod.runner.launch as launch
+    except ImportError:
+        return None
+    originals = {}
+    for name in HOROVOD_BUILD_CHECKS:
+        current = getattr(launch, name, None)
+        if not callable(current) or current is not getattr(util, name, None):
+            return None
+        originals[name] = current
+
+    def replacement(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def check(verbose: bool = False) -> Any:
+            return answer(name, original, verbose)
+
+        check.__name__ = check.__qualname__ = name
+        return check
+
+    for name, original in originals.items():
+        setattr(launch, name, replacement(name, original))
+
+    def undo() -> None:
+        for name, original in originals.items():
+            setattr(launch, name, original)
+
+    return undo

@@ -68,8 +68,9 @@ def expected(strategy: str, launcher: str) -> tuple[str, int]:
 def _launch(path: str, launcher: str, *args: str) -> subprocess.CompletedProcess:
     """``PATH ARGS`` (a Python script) as one process, a 2-rank horovodrun job, or a local cluster."""
     if launcher == "horovodrun":
-        # support.horovodrun joins its argument to tests/scripts/; an absolute path replaces it.
-        return horovodrun(path, *args, np=2, timeout=TIMEOUT)
+        # support.horovodrun joins its argument to tests/scripts/; an absolute path replaces it. The
+        # horovodrun script itself: README.md's and docs/horovod.md's lines, which users type.
+        return horovodrun(path, *args, np=2, timeout=TIMEOUT, binary=True)
     tfdist_cli = str(Path(sys.executable).parent / "tfdist")
     prefix = {
         "python": [],

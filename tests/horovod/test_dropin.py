@@ -19,7 +19,7 @@ horovod_job = [pytest.mark.horovod, pytest.mark.no_gpu]  # CPU-exact tolerances
 
 
 def _job(script: str, outdir: Path, keras: str, *args: str) -> None:
-    result = horovodrun(script, str(outdir), *args, np=2, timeout=300,
+    result = horovodrun(script, str(outdir), *args, np=2, timeout=300, binary=True,  # as Horovod's docs run it
                         env={"TF_USE_LEGACY_KERAS": FLAVOURS[keras], "TFDIST_TEST_KERAS": keras})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 

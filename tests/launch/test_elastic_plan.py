@@ -62,10 +62,15 @@ def test_the_job_starts_with_min_np_ranks_by_default_and_leaves_ssh_options_out(
 
 
 def test_horovodrun_is_found_like_the_static_launcher_finds_it(tmp_path):
-    from tfdist.launch.plan import find_horovodrun
+    from tfdist.launch.plan import horovod_launcher
 
     argv = elastic_horovodrun_command(COMMAND, "h1,h2", min_np=1, max_np=2, np=None, workdir=tmp_path)
-    assert argv[2] == (find_horovodrun() or "horovodrun")
+    launcher = horovod_launcher() or ["horovodrun"]
+    assert argv[2:2 + len(launcher)] == launcher and argv[2 + len(launcher)] == "--gloo"
+    entry = ["/venv/bin/python", "-m", "tfdist.launch.horovod_launcher"]
+    argv = elastic_horovodrun_command(COMMAND, "h1,h2", min_np=1, max_np=2, np=None, workdir=tmp_path,
+                                      horovodrun=entry)
+    assert argv[2:6] == [*entry, "--gloo"] and argv[-len(COMMAND):] == COMMAND
 
 
 def test_horovodrun_finds_the_tfdist_ssh_wrapper_first_on_its_path(tmp_path):

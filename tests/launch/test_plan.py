@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -65,6 +66,45 @@ def test_horovodrun_beside_the_interpreter_comes_before_path(tmp_path):
     (venv / "horovodrun").chmod(0o755)
     assert find_horovodrun(str(venv / "python"), path=str(other)) == str(venv / "horovodrun")
     assert find_horovodrun(str(tmp_path / "python"), path=str(tmp_path)) is None
+
+
+def test_horovodrun_command_takes_the_launchers_argv_and_puts_the_interface_after_it():
+    entry = ["/venv/bin/python", "-m", "tfdist.launch.horovod_launcher"]
+    assert horovodrun_command(["python", "t.py"], 2, horovodrun=entry, network_interface="eth1") == [
+        *entry, "--network-interface", "eth1", "-np", "2", "-H", "localhost:2", "--gloo", "python", "t.py"]
+
+
+def test_the_horovod_launcher_is_this_interpreter_running_horovods_own_code():
+    """Not the horovodrun script: the same argv through tfdist.launch.horovod_launcher, whose build
+    check does not import TensorFlow (about 4 s of every launch)."""
+    from tfdist.launch.plan import HOROVOD_LAUNCHER, horovod_launcher, launcher_argv
+
+    pytest.importorskip("horovod.runner.launch")
+    assert HOROVOD_LAUNCHER == "tfdist.launch.horovod_launcher"
+    assert horovod_launcher() == [sys.executable, "-m", HOROVOD_LAUNCHER]
+    assert launcher_argv(None) == horovod_launcher()
+    assert horovodrun_command(["python"], 2)[:4] == [sys.executable, "-m", HOROVOD_LAUNCHER, "-np"]
+    assert launcher_argv("/bin/horovodrun") == ["/bin/horovodrun"]
+
+
+def test_without_the_interpreter_or_horovods_launcher_the_horovodrun_script_runs(tmp_path, monkeypatch):
+    import importlib.util
+
+    from tfdist.launch.plan import horovod_launcher
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "horovodrun").write_text("#!/bin/sh\n")
+    (venv / "horovodrun").chmod(0o755)
+    # an interpreter that is not there (a copied venv, a test's fake): the script beside it
+    assert horovod_launcher(str(venv / "python"), path=str(tmp_path)) == [str(venv / "horovodrun")]
+    assert horovod_launcher(str(tmp_path / "python"), path=str(tmp_path)) is None
+    (venv / "python").symlink_to(sys.executable)
+    assert horovod_launcher(str(venv / "python"), path=str(tmp_path))[1:] == ["-m", "tfdist.launch.horovod_launcher"]
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "horovod.runner.launch" else find_spec(name, *a))
+    assert horovod_launcher(str(venv / "python"), path=str(tmp_path)) == [str(venv / "horovodrun")]
 
 
 def test_horovodrun_command_passes_the_ssh_port_and_identity_file():

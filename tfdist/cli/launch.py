@@ -311,11 +311,13 @@ def _report(message: str) -> None:
 def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None, ssh,
                     elastic: bool, min_np: int | None, max_np: int | None, grace: float,
                     network_interface: str | None, environ: dict[str, str] | None = None) -> int:
-    """Find horovodrun and run it (in ``environ``, default this process's); its exit code."""
+    """Find horovodrun (``tfdist.launch.plan.horovod_launcher``: Horovod's own launcher run by this
+    interpreter, else the horovodrun script) and run it (in ``environ``, default this process's); its
+    exit code."""
     from tfdist.launch.local import run_command
-    from tfdist.launch.plan import find_horovodrun
+    from tfdist.launch.plan import horovod_launcher
 
-    horovodrun = find_horovodrun()
+    horovodrun = horovod_launcher()
     if horovodrun is None:
         raise click.UsageError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
                                "`make setup` and use .venv/bin/tfdist, or install Horovod with "
@@ -388,7 +390,7 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
 
 
 def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
-                 ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: str,
+                 ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: list[str],
                  grace: float, run_command, network_interface: str | None = None) -> int:
     """horovodrun (elastic or not) with -H/-p/-i and ``num_proc`` ranks (checked and defaulted by
     ``tfdist.launch.checks.horovod_ranks``). With --hosts, horovodrun's ssh is tfdist's wrapper
@@ -401,11 +403,10 @@ def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, ho
 
     from tfdist.launch.horovod_output import explain_failure
 
-    nic = [] if network_interface is None else ["--network-interface", network_interface]
     if hosts is None:
         argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
-                                  ssh_identity_file=ssh.identity_file)
-        return run_command([argv[0], *nic, *argv[1:]], grace=grace, explain=explain_failure)
+                                  ssh_identity_file=ssh.identity_file, network_interface=network_interface)
+        return run_command(argv, grace=grace, name="horovodrun", explain=explain_failure)
     from tfdist.launch.elastic import elastic_horovodrun_command, with_ssh_wrapper
 
     workdir = Path(tempfile.mkdtemp(prefix="tfdist-horovod-"))
@@ -417,8 +418,9 @@ def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, ho
                                               horovodrun=horovodrun, network_interface=network_interface)
         else:
             static = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
-                                        ssh_identity_file=ssh.identity_file)
-            argv = with_ssh_wrapper([static[0], *nic, *static[1:]], workdir)
+                                        ssh_identity_file=ssh.identity_file,
+                                        network_interface=network_interface)
+            argv = with_ssh_wrapper(static, workdir)
         return run_command(argv, grace=grace, name="horovodrun", explain=explain_failure)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from tfdist.errors import with_fix
 from tfdist.launch.hosts import parse_hosts
-from tfdist.launch.plan import LaunchError, find_horovodrun
+from tfdist.launch.plan import LaunchError, launcher_argv
 
 DISCOVERY_SCRIPT = "discover_hosts.py"
 PROBE_TIMEOUT = 1.0  # seconds per TCP probe; Horovod polls the script every second
@@ -143,7 +143,8 @@ def elastic_start_size(hosts: str, min_np: int, max_np: int | None, np: int | No
 
 def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, max_np: int | None,
                                np: int | None, workdir: Path, ssh_port: int | None = None,
-                               ssh_identity_file: str | None = None, horovodrun: str | None = None,
+                               ssh_identity_file: str | None = None,
+                               horovodrun: str | Sequence[str] | None = None,
                                blacklist_cooldown: tuple[int, int] | None = BLACKLIST_COOLDOWN,
                                path: str | None = None, network_interface: str | None = None) -> list[str]:
     """The ``horovodrun`` argv of an elastic Gloo job over ``hosts`` (``"h1:1,h2:1"``), after
@@ -156,6 +157,8 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
     (a failed host never comes back). ``path`` is the PATH horovodrun would otherwise get
     (default: this process's); the argv starts with ``env PATH=WORKDIR/bin:PATH`` for the ssh
     wrapper (``with_ssh_wrapper``). ``network_interface`` is horovodrun's ``--network-interface``.
+    ``horovodrun``: the launcher's argv (``tfdist.launch.plan.launcher_argv``; default
+    ``horovod_launcher()``, which runs Horovod's own code without its TensorFlow-importing build check).
     """
     if not command:
         raise LaunchError(with_fix("no command to launch",
@@ -164,8 +167,8 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
     parsed = [(entry.host, entry.slots) for entry in parse_hosts(hosts)]
     start = elastic_start_size(hosts, min_np, max_np, np)
     port = DEFAULT_SSH_PORT if ssh_port is None else int(ssh_port)
-    launcher = horovodrun or find_horovodrun() or "horovodrun"
-    argv = with_ssh_wrapper([launcher, "--gloo", "-np", str(start), "--min-np", str(min_np)], Path(workdir), path)
+    argv = with_ssh_wrapper([*launcher_argv(horovodrun), "--gloo", "-np", str(start), "--min-np", str(min_np)],
+                            Path(workdir), path)
     script = write_discovery_script(Path(workdir), parsed, port)
     if max_np is not None:
         argv += ["--max-np", str(max_np)]

@@ -153,19 +153,57 @@ def plan_host_cluster(command: Sequence[str], placements: Sequence[Placement],
 
 
 def horovodrun_command(command: Sequence[str], np: int, hosts: str | None = None,
-                       horovodrun: str | None = None, ssh_port: int | None = None,
-                       ssh_identity_file: str | None = None) -> list[str]:
+                       horovodrun: str | Sequence[str] | None = None, ssh_port: int | None = None,
+                       ssh_identity_file: str | None = None,
+                       network_interface: str | None = None) -> list[str]:
     """``horovodrun -np N -H localhost:N --gloo COMMAND`` (or the given ``-H`` hosts, with
-    horovodrun's ``-p SSH_PORT`` and ``-i SSH_IDENTITY_FILE`` when given)."""
+    horovodrun's ``-p SSH_PORT``, ``-i SSH_IDENTITY_FILE`` and ``--network-interface`` when given).
+    ``horovodrun`` is the launcher's own argv (``launcher_argv``; default ``horovod_launcher()``)."""
     if not command:
         raise LaunchError("no command to launch; fix: "
                           "`tfdist launch --backend horovod -np 2 -- python train.py`")
     if np < 1:
         raise LaunchError(f"-np is {np}; fix: -np 1 or more")
-    launcher = horovodrun or find_horovodrun() or "horovodrun"
+    nic = [] if network_interface is None else ["--network-interface", network_interface]
     ssh = [*(["-p", str(ssh_port)] if ssh_port is not None else []),
            *(["-i", ssh_identity_file] if ssh_identity_file is not None else [])]
-    return [launcher, "-np", str(np), "-H", hosts or f"localhost:{np}", *ssh, "--gloo", *command]
+    return [*launcher_argv(horovodrun), *nic, "-np", str(np), "-H", hosts or f"localhost:{np}", *ssh,
+            "--gloo", *command]
+
+
+#: The module ``python -m`` runs in place of the ``horovodrun`` script (``tfdist.launch.horovod_launcher``:
+#: the same argv and Horovod's own code, without the build check that imports TensorFlow).
+HOROVOD_LAUNCHER = "tfdist.launch.horovod_launcher"
+
+
+def horovod_launcher(executable: str | None = None, path: str | None = None) -> list[str] | None:
+    """The argv that starts horovodrun: ``[PYTHON, "-m", HOROVOD_LAUNCHER]`` when ``executable``
+    (default: this interpreter, which the import check asks) is a file that can import
+    ``horovod.runner.launch`` (``find_spec``: no TensorFlow, no Horovod extension is loaded), else
+    ``[find_horovodrun(...)]``; ``None`` when neither exists."""
+    executable = executable or sys.executable
+    if executable and os.path.isfile(executable) and os.access(executable, os.X_OK) \
+            and _importable("horovod.runner.launch"):
+        return [executable, "-m", HOROVOD_LAUNCHER]
+    found = find_horovodrun(executable, path)
+    return None if found is None else [found]
+
+
+def launcher_argv(horovodrun: str | Sequence[str] | None) -> list[str]:
+    """``horovodrun`` as an argv prefix: a path is one word, a sequence is kept, ``None`` is
+    ``horovod_launcher()`` (or the bare word ``horovodrun``, for an error from the shell)."""
+    if horovodrun is None:
+        return horovod_launcher() or ["horovodrun"]
+    return [horovodrun] if isinstance(horovodrun, str) else list(horovodrun)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def find_horovodrun(executable: str | None = None, path: str | None = None) -> str | None:
