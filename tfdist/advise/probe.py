@@ -9,8 +9,9 @@ so the advice describes the cluster launch would start. ``probe_hosts`` measures
    agent on the destination, a sender agent on the source (one-byte ping-pongs for the latency,
    then a transfer of ``seconds``). A host's rate is the smaller of the fastest it sent and the
    fastest it received (see :func:`aggregate`);
-2. **compute** (with ``model``): on each worker host, one at a time, the time per training step at
-   ``batch_size``, the parameter count and the bytes per parameter.
+2. **compute** (with ``model``): every worker host's agent starts at once (importing TensorFlow,
+   building the model and its warm-up steps overlap), then one host at a time times its training
+   step at ``batch_size`` (:func:`measure_compute`); also the parameter count and bytes per parameter.
 
 Agents (:mod:`tfdist.advise.probe_agent`) run over ssh like ``tfdist launch --hosts`` tasks (a host
 that is this machine without ssh), with the launcher's Python, working directory and environment.
@@ -49,7 +50,8 @@ SKIP_SECONDS = 0.2  # s of each transfer left out of the rate (a token bucket's 
 PINGS = 20
 COMPUTE_STEPS = 3  # per timed window (three windows)
 COMPUTE_MIN_SECONDS = 0.5  # per timed window: several cgroup CPU periods (100 ms)
-COMPUTE_TIMEOUT = 600.0  # s: importing TensorFlow and building the model on a loaded host
+COMPUTE_TIMEOUT = 600.0  # s: every host ready (TensorFlow imported, the model built, warm) on loaded hosts
+TIMING_TIMEOUT = 300.0  # s: one host's timed windows, once it was told to go
 LINK_SLACK = 60.0  # s beyond the transfer an agent of a link may take (ssh, connect, ping)
 
 
@@ -263,8 +265,9 @@ class Agent:
             self._lines.put(line)
         self._lines.put(None)
 
-    def answer(self, timeout: float) -> dict[str, Any]:
-        """The next ``TFDIST_PROBE`` answer's ``result``/port; ``ProbeError`` naming the host otherwise."""
+    def answer(self, timeout: float, waiting: str = "answer") -> dict[str, Any]:
+        """The next ``TFDIST_PROBE`` answer's ``result``/port; ``ProbeError`` naming the host otherwise
+        (``waiting``: what it did not do in time, for the message)."""
         from tfdist.advise.probe_agent import parse_answer
 
         deadline = time.monotonic() + timeout
@@ -273,7 +276,7 @@ class Agent:
             try:
                 line = self._lines.get(timeout=max(0.0, left))
             except queue.Empty:
-                raise ProbeError(with_fix(f"{self.host} did not answer within {timeout:.0f} s",
+                raise ProbeError(with_fix(f"{self.host} did not {waiting} within {timeout:.0f} s",
                                           f"check that `ssh {self.host} true` returns at once and the "
                                           "host is not overloaded")) from None
             if line is None:
@@ -292,12 +295,26 @@ class Agent:
         time.sleep(0.1)
         return describe_failure(self.host, self.process.returncode, "".join(self._stderr), sys.executable)
 
-    def close(self, grace: float = 5.0) -> None:
-        """End stdin (the agent leaves), then kill it if it lingers."""
+    def go(self) -> None:
+        """Let a ready compute agent time its steps (a ``go`` line on its stdin)."""
+        from tfdist.advise.probe_agent import GO
+
+        try:
+            self.process.stdin.write(GO.decode() + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass  # it died: answer() reports why
+
+    def end_input(self) -> None:
+        """End stdin: the agent leaves (see :meth:`close`)."""
         try:
             self.process.stdin.close()
         except OSError:
             pass
+
+    def close(self, grace: float = 5.0) -> None:
+        """End stdin (the agent leaves), then kill it if it lingers."""
+        self.end_input()
         try:
             self.process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -333,6 +350,82 @@ def measure_link(source: str, target: str, seconds: float,
             agent.close()
     return LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]),
                        HostMemory.from_dict(received.get("memory")))
+
+
+def _close_all(agents: Sequence[Agent]) -> None:
+    """End every agent's stdin first (they all leave at once), then wait for (or kill) each."""
+    for agent in agents:
+        agent.end_input()
+    for agent in agents:
+        agent.close()
+
+
+def _await_ready(agents: Mapping[str, Agent], timeout: float) -> None:
+    """Return once every agent said it is ready; the first to fail (an error, an exit, not ready within
+    ``timeout`` s of now) raises its :class:`ProbeError` at once, naming its host."""
+    done: queue.Queue[tuple[str, ProbeError | None]] = queue.Queue()
+    waiting = "get ready (import TensorFlow, build the model, train its warm-up steps)"
+
+    def wait(host: str, agent: Agent) -> None:
+        try:
+            found = agent.answer(timeout, waiting)
+            if found.get("ready") is not True:
+                raise ProbeError(with_fix(f"{host} answered {found!r} instead of getting ready",
+                                          "use the same tfdist version on every host"))
+            done.put((host, None))
+        except ProbeError as exc:
+            done.put((host, exc))
+        except Exception as exc:  # noqa: BLE001  (never leave the prober waiting on a dead thread)
+            done.put((host, ProbeError(with_fix(f"{host}: {type(exc).__name__}: {exc}",
+                                                "run the probe again; report it if it persists"))))
+
+    for host, agent in agents.items():
+        threading.Thread(target=wait, args=(host, agent), name=f"tfdist-probe-{host}", daemon=True).start()
+    pending = set(agents)
+    deadline = time.monotonic() + timeout + 30  # each waiter answers within timeout (+ a dead agent's wait)
+    while pending:
+        try:
+            host, error = done.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            late = ", ".join(sorted(pending))
+            raise ProbeError(with_fix(f"{late} did not get ready within {timeout:.0f} s",
+                                      "check that the hosts are not overloaded")) from None
+        if error is not None:
+            raise error
+        pending.discard(host)
+
+
+def measure_compute(hosts: Sequence[str], spec: Mapping[str, Any], start: Callable[[str, dict], Agent],
+                    log: Callable[[str], None] = lambda message: None, ready_timeout: float = COMPUTE_TIMEOUT,
+                    timing_timeout: float = TIMING_TIMEOUT) -> dict[str, dict[str, Any]]:
+    """Each host's compute answer (``step_ms``, ``params``, ...) for the ``compute`` ``spec``.
+
+    Every host's agent starts at once and says when it is ready (TensorFlow imported, the model built,
+    its warm-up steps done) within ``ready_timeout`` s; then one host at a time, in ``hosts`` order, is
+    told to go and answers within ``timing_timeout`` s, so no two hosts time their steps at once (the
+    measurement a serial probe made) while the start-ups overlap. A host that fails, or is not ready in
+    time, raises :class:`ProbeError` naming it at once; every agent started is closed on every path.
+    The agents' hard timeout covers the start-up and every host's turn."""
+    spec = dict(spec, timeout=ready_timeout + timing_timeout * len(hosts))
+    agents: dict[str, Agent] = {}
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        for host in hosts:
+            agents[host] = start(host, spec)
+        _await_ready(agents, ready_timeout)
+        for host in hosts:
+            log(f"timing {spec['model']} on {host} (batch {spec['batch_size']})")
+            agents[host].go()
+            answer = agents[host].answer(timing_timeout, "time its steps")
+            missing = [key for key in ("step_ms", "params", "dtype_bytes") if key not in answer]
+            if missing:
+                raise ProbeError(with_fix(f"{host} answered without {', '.join(missing)}",
+                                          "use the same tfdist version on every host"))
+            found[host] = answer
+            agents[host].close()  # done: it leaves now, not at the end
+    finally:
+        _close_all(list(agents.values()))
+    return found
 
 
 def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str | None = None,
@@ -375,15 +468,9 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
     embeddings: list = []
     if model is not None:
         spec = {"role": "compute", "model": model, "batch_size": batch_size, "cwd": cwd,
-                "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS,
-                "timeout": COMPUTE_TIMEOUT}
-        for host in working:
-            log(f"timing {model} on {host} (batch {batch_size})")
-            agent = start(host, spec)
-            try:
-                found = agent.answer(COMPUTE_TIMEOUT)
-            finally:
-                agent.close()
+                "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS}
+        log(f"starting the compute agents on {', '.join(working)} at once (TensorFlow, {model}, warm-up)")
+        for host, found in measure_compute(working, spec, start, log).items():
             steps[host] = float(found["step_ms"])
             params, dtype_bytes = int(found["params"]), int(found["dtype_bytes"])
             variables = found.get("variables")
@@ -402,4 +489,4 @@ def default_workers(slots: Sequence[HostSlots], ps: int) -> int:
 
 
 __all__ = ["HostMeasure", "LinkMeasure", "Placement", "ProbeError", "ProbeResult", "aggregate",
-           "default_workers", "measure_link", "measured_hosts", "probe_hosts", "ring"]
+           "default_workers", "measure_compute", "measure_link", "measured_hosts", "probe_hosts", "ring"]

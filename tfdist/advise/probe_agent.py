@@ -11,17 +11,19 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   a token bucket's initial burst does not inflate it;
 * ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
   (latency = median RTT / 2), then send for ``seconds`` and close;
-* ``compute``: build ``model`` (``module:build_fn``), train steps at ``batch_size`` on random data
-  shaped like ``model.input_shape`` and report the time per step after a warm-up (the fastest of
-  three timed windows), the parameter count, the bytes per parameter and every variable's shape
-  and dtype size (for the memory check).
+* ``compute``: build ``model`` (``module:build_fn``), train warm-up steps at ``batch_size`` on random
+  data shaped like ``model.input_shape``, print ``{"ready": true}`` and wait for a ``go`` line on stdin
+  (the prober starts every host's agent at once and lets one host at a time time its steps); then
+  report the time per step (the fastest of three timed windows), the parameter count, the bytes per
+  parameter and every variable's shape and dtype size (for the memory check).
 
 The receiver also reports its host's memory (:mod:`tfdist.advise.host_memory`: the cgroup limit,
 MemTotal, MemAvailable): every probed host receives once.
 
 Every answer is one stdout line ``TFDIST_PROBE {json}`` (``{"error": ...}`` on failure, exit code
 2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
-after ``timeout`` seconds whatever happens, so an interrupted probe leaves nothing running.
+after ``timeout`` seconds whatever happens (a compute agent waiting for ``go`` too), so an
+interrupted probe leaves nothing running.
 Only the ``compute`` role imports TensorFlow.
 """
 from __future__ import annotations
@@ -43,6 +45,8 @@ MARKER = "TFDIST_PROBE "
 ROLES = ("receive", "send", "compute")
 EXIT_FAILED = 2
 EXIT_ABANDONED = 3  # stdin ended or the hard timeout passed before the measurement finished
+MAX_TIMEOUT = 86400.0  # s: a day, the bound of a specification's timeout (a sanity check)
+GO = b"go"  # the stdin line that lets a ready compute agent time its steps
 CHUNK = 256 * 1024
 PING = b"P"
 DATA = b"D"
@@ -71,9 +75,9 @@ def decode_spec(line: bytes | str) -> dict[str, Any]:
     if missing:
         raise ProbeAgentError(with_fix(f"the {spec['role']} specification lacks {', '.join(missing)}", fix))
     timeout = spec["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
-        raise ProbeAgentError(with_fix(f"the specification's timeout must be 0 to 3600 s, got {timeout!r}",
-                                       fix))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ProbeAgentError(with_fix(f"the specification's timeout must be 0 to {MAX_TIMEOUT:.0f} s, got "
+                                       f"{timeout!r}", fix))
     return spec
 
 
@@ -256,10 +260,11 @@ def embeddings_of(model: Any) -> list[list[float]]:
 
 
 def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup: int = 3,
-            windows: int = 3) -> dict[str, Any]:
-    """Build the model, train ``warmup`` steps, then ``windows`` windows of at least ``steps`` steps
-    and ``min_seconds`` each; the mean time per step (ms) of the fastest window (another process's
-    burst of load slows one window, not all), the parameter count and bytes per parameter."""
+            windows: int = 3, ready: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Build the model, train ``warmup`` steps, call ``ready`` (it returns when this host may time its
+    steps), then ``windows`` windows of at least ``steps`` steps and ``min_seconds`` each; the mean time
+    per step (ms) of the fastest window (another process's burst of load slows one window, not all),
+    the parameter count and bytes per parameter."""
     import tfdist  # noqa: F401  (first: keeps tf.keras on tf-keras)
 
     import numpy as np
@@ -289,6 +294,8 @@ def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup:
     net.compile(optimizer="adam", loss=loss)
     for _ in range(warmup):
         net.train_on_batch(x, y)
+    if ready is not None:
+        ready()
     means, done = [], 0
     for _ in range(windows):
         count, start = 0, time.perf_counter()
@@ -333,20 +340,61 @@ def _enter(spec: Mapping[str, Any]) -> None:
     sys.path[:0] = [os.getcwd(), *extra]
 
 
-def _watch_stdin(fd: int, on_eof: Callable[[], None]) -> None:
-    def read() -> None:
+def _read_spec(stdin: IO[bytes]) -> tuple[bytes, Callable[[], bytes], bytes]:
+    """The first stdin line, a function reading what follows and the bytes already read past the line.
+    A real stdin is read from its file descriptor, never through Python's buffer: the watcher thread
+    blocks in that read until the end, and a buffered reader it holds aborts the interpreter's exit."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stream (tests)
+        return stdin.readline(), lambda: stdin.read(4096), b""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return data, lambda: b"", b""
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line + b"\n", lambda: os.read(fd, 4096), rest
+
+
+def _watch_stdin(read: Callable[[], bytes], pending: bytes, on_eof: Callable[[], None],
+                 go: threading.Event) -> None:
+    """Read stdin after the specification line (``pending``: what was read past it) in a thread: a
+    ``go`` line sets ``go``; the end of stdin calls ``on_eof``."""
+    def watch() -> None:
+        buffer, chunk = b"", pending
         try:
-            while os.read(fd, 4096):
-                pass
-        except OSError:
+            while True:
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                buffer = buffer[-64:]  # the prober sends short lines only
+                if any(line.strip() == GO for line in lines):
+                    go.set()
+                chunk = read()
+                if not chunk:
+                    break
+        except (OSError, ValueError):
             pass
         on_eof()
 
-    threading.Thread(target=read, name="tfdist-probe-stdin", daemon=True).start()
+    threading.Thread(target=watch, name="tfdist-probe-stdin", daemon=True).start()
 
 
-def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout) -> dict[str, Any]:
-    """Carry out one specification; the result to print."""
+def _gate(go: threading.Event, out: IO[str]) -> Callable[[], None]:
+    """What a compute agent calls when it is built and warm: say so, wait for ``go`` (the stdin
+    watcher and the hard timeout end the process meanwhile if the prober goes away)."""
+    def ready() -> None:
+        answer({"ready": True}, out)
+        while not go.wait(0.5):
+            pass
+
+    return ready
+
+
+def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
+        go: threading.Event | None = None) -> dict[str, Any]:
+    """Carry out one specification; the result to print. A compute agent given ``go`` says it is ready
+    after its warm-up and times its steps once ``go`` is set; without it, at once."""
     role = spec["role"]
     if role == "receive":
         return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out)
@@ -354,13 +402,13 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout) -> dict[str, Any]:
         return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]))
     _enter(spec)
     return compute(str(spec["model"]), int(spec["batch_size"]), int(spec["steps"]),
-                   float(spec["min_seconds"]))
+                   float(spec["min_seconds"]), ready=None if go is None else _gate(go, out))
 
 
 def main(stdin: IO[bytes] | None = None, out: IO[str] = sys.stdout) -> int:
-    stdin = stdin or sys.stdin.buffer
+    line, read, pending = _read_spec(stdin or sys.stdin.buffer)
     try:
-        spec = decode_spec(stdin.readline())
+        spec = decode_spec(line)
     except TfdistError as exc:
         answer({"error": str(exc)}, out)
         return EXIT_FAILED
@@ -370,9 +418,10 @@ def main(stdin: IO[bytes] | None = None, out: IO[str] = sys.stdout) -> int:
 
     signal.signal(signal.SIGALRM, abandon)
     signal.alarm(max(1, int(spec["timeout"] + 0.999)))
-    _watch_stdin(stdin.fileno(), abandon)
+    go = threading.Event()
+    _watch_stdin(read, pending, abandon, go)
     try:
-        result = run(spec, out)
+        result = run(spec, out, go)
     except TfdistError as exc:
         answer({"error": str(exc)}, out)
         return EXIT_FAILED
