@@ -28,6 +28,10 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: ms between Horovod's background cycles in the suite's own Horovod jobs (see ``horovodrun``)
+HOROVOD_TEST_CYCLE_MS = "5"
+
+
 def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
                env: dict[str, str] | None = None, binary: bool = False) -> subprocess.CompletedProcess:
     """Run ``tests/scripts/<script>`` as a real ``horovodrun -np N -H localhost:N --gloo`` job.
@@ -60,9 +64,6 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           env=subprocess_env(**{**cycle, **(env or {})}), cwd=REPO)
 
-
-#: ms between Horovod's background cycles in the suite's own Horovod jobs (see ``horovodrun``)
-HOROVOD_TEST_CYCLE_MS = "5"
 
 
 def readme_launch_options(containing: str) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import tensorflow as tf
 from support import REPO, SCRIPTS, subprocess_env
 
 from tfdist.errors import TfdistError
+from tfdist.launch.plan import find_horovodrun
 from tfdist.strategies.elastic import (
     CommitState,
     ElasticFitError,
@@ -333,7 +333,7 @@ def _elastic_job(tmp_path: Path, *script_args: str, cooldown: tuple[int, int] = 
     discover.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    launcher = shutil.which("horovodrun", path=str(Path(sys.executable).parent)) or "horovodrun"
+    launcher = find_horovodrun() or "horovodrun"  # by hand, as docs/several-hosts.md shows it
     nic = ["--network-interface", "lo"] if start == 1 else []  # else Horovod waits for 2 hosts to start
     command = [launcher, "--gloo", "-np", str(start), "--min-np", "1", "--max-np", "2", *nic,
                "--host-discovery-script", str(discover), "--blacklist-cooldown-range", *map(str, cooldown),
