@@ -84,3 +84,23 @@ def test_job_state_from_scontrol():
     shown = "JobId=7 JobName=tfdist\n   UserId=root(0) GroupId=root(0)\n   JobState=CANCELLED Reason=None\n"
     assert parse_job_state(shown) == "CANCELLED"
     assert parse_job_state("slurm_load_jobs error: Invalid job id specified") is None
+
+
+def test_a_node_that_stays_out_names_the_daemons_and_carries_their_logs(tmp_path, monkeypatch):
+    """The lab's directory (logs included) goes when the cluster closes, so a failed resume must carry
+    the logs in its message rather than point at files that will be gone."""
+    from dataclasses import replace
+
+    from tfdist.testing.slurmlab import SlurmLab
+
+    directory = tmp_path / "slurm"
+    directory.mkdir()
+    (directory / "slurmd-h2.log").write_text("error: Unable to register: Connection timed out\n")
+    cluster = SlurmLab.__new__(SlurmLab)  # no daemons: only what resume reads
+    cluster.config, cluster._daemons = replace(CONFIG, directory=directory), {}
+    monkeypatch.setattr(cluster, "node_states", lambda: {"h1": "idle", "h2": "down*"})
+    with pytest.raises(SlurmLabError) as failure:
+        cluster.resume(["h2"], timeout=0)
+    message = str(failure.value)
+    assert "{'h2': 'down*'}" in message and "daemons running: []" in message
+    assert "slurmd-h2.log: error: Unable to register" in message

@@ -294,8 +294,11 @@ class SlurmLab:
             if not left:
                 return
             if time.monotonic() > deadline:
+                # the directory goes at close: the message carries the daemons and their logs itself
+                alive = sorted(self.daemon_pids())
                 raise SlurmLabError(with_fix(f"nodes not idle {timeout:g} s after resuming {list(nodes)}: "
-                                             f"{left}", f"read the slurmd logs in {self.config.directory}"))
+                                             f"{left}; daemons running: {alive}",
+                                             f"read the daemons' logs below\n{self.logs()}"))
             time.sleep(0.5)
 
     def daemon_pids(self) -> dict[str, int]:
