@@ -89,6 +89,7 @@ def test_job_state_from_scontrol():
 def test_a_node_that_stays_out_names_the_daemons_and_carries_their_logs(tmp_path, monkeypatch):
     """The lab's directory (logs included) goes when the cluster closes, so a failed resume must carry
     the logs in its message rather than point at files that will be gone."""
+    import subprocess
     from dataclasses import replace
 
     from tfdist.testing.slurmlab import SlurmLab
@@ -96,11 +97,13 @@ def test_a_node_that_stays_out_names_the_daemons_and_carries_their_logs(tmp_path
     directory = tmp_path / "slurm"
     directory.mkdir()
     (directory / "slurmd-h2.log").write_text("error: Unable to register: Connection timed out\n")
-    cluster = SlurmLab.__new__(SlurmLab)  # no daemons: only what resume reads
-    cluster.config, cluster._daemons = replace(CONFIG, directory=directory), {}
+    ended = subprocess.Popen(["false"])  # a daemon that exited with 1
+    ended.wait()
+    cluster = SlurmLab.__new__(SlurmLab)  # only what resume reads
+    cluster.config, cluster._daemons = replace(CONFIG, directory=directory), {"slurmd@h2": ended}
     monkeypatch.setattr(cluster, "node_states", lambda: {"h1": "idle", "h2": "down*"})
     with pytest.raises(SlurmLabError) as failure:
         cluster.resume(["h2"], timeout=0)
     message = str(failure.value)
-    assert "{'h2': 'down*'}" in message and "daemons running: []" in message
+    assert "{'h2': 'down*'} (slurmd@h2 exited with 1)" in message
     assert "slurmd-h2.log: error: Unable to register" in message

@@ -294,11 +294,10 @@ class SlurmLab:
             if not left:
                 return
             if time.monotonic() > deadline:
-                # the directory goes at close: the message carries the daemons and their logs itself
-                alive = sorted(self.daemon_pids())
+                # the directory goes at close: the message carries the daemons' ends and logs itself
+                ended = self._exited() or "every daemon runs"
                 raise SlurmLabError(with_fix(f"nodes not idle {timeout:g} s after resuming {list(nodes)}: "
-                                             f"{left}; daemons running: {alive}",
-                                             f"read the daemons' logs below\n{self.logs()}"))
+                                             f"{left} ({ended})\n{self.logs()}\n", "read the logs above"))
             time.sleep(0.5)
 
     def daemon_pids(self) -> dict[str, int]:
@@ -393,15 +392,19 @@ class SlurmLab:
     def _await(self, ready: Any, what: str, condition: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
-            dead = {name: p.returncode for name, p in self._daemons.items() if p.poll() is not None}
+            dead = self._exited()
             if dead or time.monotonic() > deadline:
-                problem = (f"{', '.join(f'{n} exited with {c}' for n, c in dead.items())}" if dead
-                           else f"{what}: no {condition} after {timeout:g} s")
+                problem = dead or f"{what}: no {condition} after {timeout:g} s"
                 states = self._last_states
                 seen = f" (sinfo: {not_idle(states, self.nodes)})" if states is not None and not dead else ""
                 raise SlurmLabError(with_fix(f"the lab's SLURM cluster did not start: {problem}{seen}\n"
                                              f"{self.logs()}\n", f"read the logs above; {_SETUP}"))
             time.sleep(0.2)
+
+    def _exited(self) -> str:
+        """``<daemon> exited with <code>`` for each daemon that ended, comma-separated; "" while all run."""
+        return ", ".join(f"{name} exited with {process.returncode}"
+                         for name, process in self._daemons.items() if process.poll() is not None)
 
     def _check_open(self) -> None:
         if self._closed:
