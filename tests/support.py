@@ -66,6 +66,30 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
 
 
 
+def nested_signal(handler: str, deadlock_after: float) -> str:
+    """Run ``tests/scripts/nested_signal.py HANDLER`` (SIGTERM, and a second one inside the first handler's
+    ``Event.set``): ``"set"`` when the handler came through (the Event set, exit 0), ``"deadlocked"``
+    when the process still runs ``deadlock_after`` seconds after it armed (it is then killed), else its
+    output. Armed, a handler that comes through needs microseconds: a bound for a test that expects
+    that may be generous at no cost, one for a test that expects the deadlock is waited out whole."""
+    process = subprocess.Popen([sys.executable, str(SCRIPTS / "nested_signal.py"), handler], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=subprocess_env())
+    try:
+        armed = process.stdout.readline()
+        if armed == "armed\n":
+            try:
+                process.wait(timeout=deadlock_after)
+            except subprocess.TimeoutExpired:
+                return "deadlocked"
+        rest = process.stdout.read()
+        process.wait()
+        return "set" if process.returncode == 0 and rest == "set\n" else armed + rest
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
 def readme_launch_options(containing: str) -> tuple[str, ...]:
     """The options of the one ``tfdist launch`` line in the "Several hosts" block (the first console
     block of docs/several-hosts.md, once the README's) that contains ``containing``: what comes

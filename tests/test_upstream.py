@@ -5,6 +5,7 @@ import types
 
 import pytest
 
+from support import nested_signal
 from tfdist import upstream
 from tfdist.errors import TfdistError
 
@@ -271,3 +272,53 @@ def test_horovodruns_build_checks_fail_closed_leaving_horovod_untouched(monkeypa
     gloo_built = getattr(launch, "gloo_built", None)
     assert upstream.answer_horovod_build_checks(lambda *args: pytest.fail("must not be called")) is None
     assert launch.mpi_built is mpi_built and getattr(launch, "gloo_built", None) is gloo_built
+
+
+def test_horovods_shutdown_handler_comes_through_a_second_signal_once_guarded():
+    """Horovod's launcher (tfdist.launch.horovod_launcher) with a second SIGTERM inside its handler's
+    Event.set: the Event is set and the process goes on."""
+    pytest.importorskip("horovod.runner.gloo_run")
+    assert nested_signal("horovod_guarded", deadlock_after=60) == "set"
+
+
+def test_horovods_own_shutdown_handler_deadlocks_on_a_second_signal_inside_it():
+    """Pins the Horovod 0.28.1 bug the guard is for (horovodrun and its ranks outlived a SIGKILLed `tfdist
+    launch`, its main thread waiting for its own lock): when this fails, Horovod fixed it."""
+    pytest.importorskip("horovod.runner.gloo_run")
+    assert nested_signal("horovod", deadlock_after=3) == "deadlocked"
+
+
+def test_the_shutdown_guard_installs_one_guarded_handler_for_both_signals_and_is_undone(monkeypatch):
+    gloo_run = pytest.importorskip("horovod.runner.gloo_run")
+    import signal
+
+    original = gloo_run.register_shutdown_event
+    monkeypatch.setattr(gloo_run, "register_shutdown_event", original)  # restored whatever happens
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    guarded = []
+    undo = upstream.guard_horovod_shutdown_signals(lambda body: guarded.append(body) or body)
+    assert undo is not None
+    try:
+        event = gloo_run.register_shutdown_event()
+        assert len(guarded) == 1
+        assert signal.getsignal(signal.SIGINT) is signal.getsignal(signal.SIGTERM) is guarded[0]
+        guarded[0](signal.SIGTERM, None)
+        assert event.is_set()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    undo()
+    assert gloo_run.register_shutdown_event is original
+
+
+@pytest.mark.parametrize("change", ["missing", "replaced"])
+def test_the_shutdown_guard_fails_closed_leaving_horovod_untouched(monkeypatch, change):
+    """A register_shutdown_event that is gone or is not gloo_run's own (another release, another patch)."""
+    gloo_run = pytest.importorskip("horovod.runner.gloo_run")
+    if change == "missing":
+        monkeypatch.delattr(gloo_run, "register_shutdown_event")
+    else:
+        monkeypatch.setattr(gloo_run, "register_shutdown_event", lambda: None)
+    before = getattr(gloo_run, "register_shutdown_event", None)
+    assert upstream.guard_horovod_shutdown_signals(lambda body: pytest.fail("must not be called")) is None
+    assert getattr(gloo_run, "register_shutdown_event", None) is before

@@ -1,4 +1,4 @@
-"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches (and Horovod's two), behind one door.
+"""Every private TensorFlow / tf-keras / Keras 3 attribute tfdist touches (and Horovod's three), behind one door.
 
 tfdist needs a few things that TensorFlow 2.21 and tf-keras 2.21 keep private (the pinned versions
 in ``constraints.txt``). Each accessor here reads or calls exactly one of them and *fails closed*:
@@ -342,5 +342,47 @@ def answer_horovod_build_checks(answer: Callable[[str, Callable[..., Any], bool]
     def undo() -> None:
         for name, original in originals.items():
             setattr(launch, name, original)
+
+    return undo
+
+
+# --- horovodrun's shutdown signals (tfdist.launch.horovod_launcher) ----------------------------------
+#: The signals ``horovod.runner.gloo_run.register_shutdown_event`` sets its Event on.
+HOROVOD_SHUTDOWN_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def guard_horovod_shutdown_signals(once: Callable[[Callable[[int, Any], None]], Callable[[int, Any], None]],
+                                   ) -> Callable[[], None] | None:
+    """Make ``horovod.runner.gloo_run.register_shutdown_event`` (which ``launch_gloo`` and
+    ``launch_gloo_elastic`` call before they start the ranks) install ``once(handler)`` instead of its bare
+    handler: the same Event, set on SIGINT or SIGTERM, by a handler that a second signal cannot re-enter.
+
+    Horovod 0.28.1's handler calls ``threading.Event.set``; a second SIGTERM arriving while the first
+    handler held the Event's lock (a parent-death signal sent twice: ``tfdist.launch.processes``) ran the
+    handler again inside it, and horovodrun's main thread waited for its own lock: horovodrun and its
+    ranks outlived the launcher. Returns a function that undoes it, or ``None`` when Horovod was left
+    untouched: fails closed unless ``register_shutdown_event`` is still ``gloo_run``'s own function."""
+    import signal
+    import threading
+
+    try:
+        import horovod.runner.gloo_run as gloo_run
+    except ImportError:
+        return None
+    original = getattr(gloo_run, "register_shutdown_event", None)
+    if not callable(original) or getattr(original, "__module__", None) != gloo_run.__name__:
+        return None
+
+    def register_shutdown_event() -> threading.Event:
+        event = threading.Event()
+        handler = once(lambda signum, frame: event.set())
+        for name in HOROVOD_SHUTDOWN_SIGNALS:
+            signal.signal(getattr(signal, name), handler)
+        return event
+
+    gloo_run.register_shutdown_event = register_shutdown_event
+
+    def undo() -> None:
+        gloo_run.register_shutdown_event = original
 
     return undo

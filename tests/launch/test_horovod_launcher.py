@@ -18,6 +18,7 @@ from tfdist.launch import horovod_launcher as hl
 pytest.importorskip("horovod.runner.launch")
 import horovod  # noqa: E402
 import horovod.common.util as hvd_util  # noqa: E402
+import horovod.runner.gloo_run as hvd_gloo_run  # noqa: E402
 import horovod.runner.launch as hvd_launch  # noqa: E402
 
 HOROVOD_DIR = Path(horovod.__file__).parent
@@ -172,9 +173,22 @@ def test_a_cached_false_gives_horovods_own_refusal(tmp_path, monkeypatch):
     monkeypatch.setattr(hvd_util, "gloo_built", check)
     monkeypatch.setattr(hvd_launch, "gloo_built", check)
     monkeypatch.setattr(hvd_launch, "mpi_built", hvd_launch.mpi_built)  # undone after the test
+    monkeypatch.setattr(hvd_gloo_run, "register_shutdown_event", hvd_gloo_run.register_shutdown_event)  # likewise
     with pytest.raises(ValueError, match="Gloo support has not been built.  If this is not expected"):
         hl.main(["-np", "1", "-H", "localhost:1", "--gloo", "/bin/true"])
     assert check.calls == []
+
+
+def test_main_guards_horovods_shutdown_signals_before_horovod_starts_the_job(monkeypatch):
+    """A parent-death SIGTERM can come twice; Horovod's bare handler then deadlocked (test_upstream)."""
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(hl, "install_cache", lambda: None)
+    monkeypatch.setattr(hvd_gloo_run, "register_shutdown_event", hvd_gloo_run.register_shutdown_event)
+    installed = []
+    monkeypatch.setattr(hvd_launch, "run_commandline",
+                        lambda: installed.append(hvd_gloo_run.register_shutdown_event.__module__) or 0)
+    assert hl.main(["-np", "1", "-H", "localhost:1", "--gloo", "/bin/true"]) == 0
+    assert installed == ["tfdist.upstream"]
 
 
 # A launcher run as `python -m tfdist.launch.horovod_launcher` with Horovod's check replaced by one that

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from support import process_gone, subprocess_env
+from support import nested_signal, process_gone, subprocess_env
 from tfdist.launch.processes import (
     HEARTBEAT,
     Heartbeat,
@@ -200,6 +200,19 @@ def test_stop_signals_only_set_the_flag_and_restore_the_handlers():
         guard.quiet()
         os.kill(os.getpid(), signal.SIGHUP)  # ignored during teardown
     assert {sig: signal.getsignal(sig) for sig in processes.STOP_SIGNALS} == before
+
+
+@pytest.mark.parametrize("handler", ["once", "stop_signals"])
+def test_a_second_signal_inside_the_first_handler_changes_nothing(handler):
+    """A parent-death SIGTERM sent twice (a SIGKILLed multi-threaded launcher) reached a handler that was
+    still inside Event.set: with handler_once the nested call returns and the Event is set."""
+    assert nested_signal(handler, deadlock_after=60) == "set"
+
+
+def test_a_bare_event_handler_deadlocks_on_a_second_signal_inside_it():
+    """Why handler_once exists, and proof that the scenario above is the deadlock: the same handler
+    without it waits forever for the lock its outer call holds."""
+    assert nested_signal("bare", deadlock_after=3) == "deadlocked"
 
 
 def test_close_stdins_ends_a_supervisor_that_waits_on_its_stdin():

@@ -1,5 +1,5 @@
 """``python -m tfdist.launch.horovod_launcher ARGS``: ``horovodrun ARGS`` without its TensorFlow-importing
-build check.
+build check, and with a shutdown handler that a second signal cannot deadlock (``guard_shutdown_signals``).
 
 Before it starts a job, horovodrun's ``run_controller`` (and ``_run_elastic``) asks
 ``horovod.common.util.gloo_built()`` (``mpi_built()`` without ``--gloo``) whether Horovod was built with
@@ -146,13 +146,29 @@ def install_cache(environ: Mapping[str, str] | None = None) -> Callable[[], None
     return undo
 
 
+def guard_shutdown_signals() -> Callable[[], None] | None:
+    """Horovod's SIGINT/SIGTERM handler made safe against a second signal arriving inside it
+    (``tfdist.upstream.guard_horovod_shutdown_signals`` with ``processes.handler_once``): the launcher's
+    parent-death signal can come twice, and Horovod's bare handler then deadlocked, leaving horovodrun
+    and its ranks running after the launcher died. The undo function, or ``None`` (Horovod untouched)."""
+    from tfdist import upstream
+    from tfdist.launch.processes import handler_once
+
+    undo = upstream.guard_horovod_shutdown_signals(handler_once)
+    if undo is None:
+        log.debug("horovod.runner.gloo_run has no register_shutdown_event of its own: Horovod's handler runs")
+    return undo
+
+
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``horovodrun ARGV`` (default: this process's arguments) through Horovod's own
-    ``run_commandline``, the build checks answered by ``install_cache``."""
+    ``run_commandline``, the build checks answered by ``install_cache``, its shutdown signals guarded by
+    ``guard_shutdown_signals``."""
     from horovod.runner.launch import run_commandline
 
     sys.argv = ["horovodrun", *(sys.argv[1:] if argv is None else argv)]  # horovodrun's usage and errors
     install_cache()
+    guard_shutdown_signals()
     return run_commandline()
 
 

@@ -7,7 +7,10 @@ Each process starts in a new session (its own process group, so signals reach wh
 well) with the parent-death signal SIGTERM on Linux (``prctl(PR_SET_PDEATHSIG)``). The kernel
 sends that signal when the *thread* that forked the child exits, so callers fork from a thread
 that lives as long as the child (the main thread). It reaches the child itself, not processes the
-child starts.
+child starts, and it can reach it twice: the kernel sends it at each reparenting, and the children of
+a SIGKILLed multi-threaded launcher may pass to one of its dying threads before init. A Python child
+must survive a second signal inside its first handler (``handler_once``; Horovod's own launcher did
+not: ``tfdist.upstream.guard_horovod_shutdown_signals``).
 
 Heartbeats: a launcher that holds a supervisor's stdin writes ``HEARTBEAT`` to it every
 ``HEARTBEAT_SECONDS`` (``Heartbeat``), with non-blocking writes: a full pipe (a cut link) or a
@@ -41,23 +44,43 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 __all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "STOP_SIGNALS", "Heartbeat",
-           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "kill_marked", "marked_pids",
-           "start_group", "stop_group", "stop_process", "terminate"]
+           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "handler_once", "kill_marked",
+           "marked_pids", "start_group", "stop_group", "stop_process", "terminate"]
+
+
+def handler_once(body: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+    """A signal handler that runs ``body`` for the first signal only; later ones return at once.
+
+    Python runs a handler between two bytecodes of the main thread, also inside a handler that is still
+    running. A body that sets a ``threading.Event`` holds the Event's lock while it notifies, so a second
+    signal arriving there ran a second body that waited for that lock forever: the main thread deadlocked
+    on itself. Two signals come close together whenever a child's parent-death signal fires twice (the
+    kernel sends it at each reparenting: a multi-threaded launcher that is SIGKILLed hands its children
+    to one of its dying threads, then to init). A nested call that starts before the first has marked
+    itself runs whole before the first goes on, so the lock is free again either way."""
+    fired = False
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal fired
+        if fired:
+            return
+        fired = True
+        body(signum, frame)
+
+    return handler
 
 
 class StopSignals:
     """Inside ``with``: SIGINT, SIGTERM or SIGHUP only sets ``stopped`` (an Event: a loop polls or waits on
     it), so a stop is handled where the caller chooses; ``quiet()`` ignores them (for a teardown that must
     finish); leaving the block restores the previous handlers. Main thread only (Python's rule for
-    signal handlers)."""
+    signal handlers). The handler runs once (``handler_once``): a second signal changes nothing."""
 
     def __enter__(self) -> StopSignals:
         self.stopped = threading.Event()
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        on_signal = handler_once(lambda signum, frame: self.stopped.set())
+        self._previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
         return self
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        self.stopped.set()
 
     def quiet(self) -> None:
         """Ignore further stop signals until the block ends."""
