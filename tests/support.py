@@ -1,6 +1,7 @@
 """Helpers shared by tests (importable as ``support`` through pytest's ``pythonpath``)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -66,23 +67,29 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
 
 
 
-def nested_signal(handler: str, deadlock_after: float) -> str:
-    """Run ``tests/scripts/nested_signal.py HANDLER`` (SIGTERM, and a second one inside the first handler's
-    ``Event.set``): ``"set"`` when the handler came through (the Event set, exit 0), ``"deadlocked"``
-    when the process still runs ``deadlock_after`` seconds after it armed (it is then killed), else its
-    output. Armed, a handler that comes through needs microseconds: a bound for a test that expects
-    that may be generous at no cost, one for a test that expects the deadlock is waited out whole."""
-    process = subprocess.Popen([sys.executable, str(SCRIPTS / "nested_signal.py"), handler], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=subprocess_env())
+def nested_signal(handler: str, where: str, deadlock_after: float) -> str:
+    """Run ``tests/scripts/nested_signal.py HANDLER WHERE`` (a signal landing inside the stop handler's
+    ``Event.set``, or inside the main thread's wait on the stop): ``"set"`` when the handler came through
+    (the stop set, exit 0), ``"deadlocked"`` when the process still runs ``deadlock_after`` seconds after
+    it armed (it is then killed), else its output. Armed, a handler that comes through needs
+    milliseconds: a bound for a test that expects that may be generous at no cost, one for a test that
+    expects the deadlock is waited out whole. A process that has not armed within 120 s is killed."""
+    import select
+
+    process = subprocess.Popen([sys.executable, str(SCRIPTS / "nested_signal.py"), handler, where],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env())
     try:
-        armed = process.stdout.readline()
-        if armed == "armed\n":
-            try:
-                process.wait(timeout=deadlock_after)
-            except subprocess.TimeoutExpired:
-                return "deadlocked"
+        armed = process.stdout.readline() if select.select([process.stdout], [], [], 120)[0] else ""
+        if armed != "armed\n":
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=30)
+            process.kill()
+            return armed + process.stdout.read()
+        try:
+            process.wait(timeout=deadlock_after)
+        except subprocess.TimeoutExpired:
+            return "deadlocked"
         rest = process.stdout.read()
-        process.wait()
         return "set" if process.returncode == 0 and rest == "set\n" else armed + rest
     finally:
         process.kill()

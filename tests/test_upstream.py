@@ -278,14 +278,14 @@ def test_horovods_shutdown_handler_comes_through_a_second_signal_once_guarded():
     """Horovod's launcher (tfdist.launch.horovod_launcher) with a second SIGTERM inside its handler's
     Event.set: the Event is set and the process goes on."""
     pytest.importorskip("horovod.runner.gloo_run")
-    assert nested_signal("horovod_guarded", deadlock_after=60) == "set"
+    assert nested_signal("horovod_guarded", "in-handler", deadlock_after=60) == "set"
 
 
 def test_horovods_own_shutdown_handler_deadlocks_on_a_second_signal_inside_it():
     """Pins the Horovod 0.28.1 bug the guard is for (horovodrun and its ranks outlived a SIGKILLed `tfdist
     launch`, its main thread waiting for its own lock): when this fails, Horovod fixed it."""
     pytest.importorskip("horovod.runner.gloo_run")
-    assert nested_signal("horovod", deadlock_after=3) == "deadlocked"
+    assert nested_signal("horovod", "in-handler", deadlock_after=3) == "deadlocked"
 
 
 def test_the_shutdown_guard_installs_one_guarded_handler_for_both_signals_and_is_undone(monkeypatch):
@@ -311,14 +311,28 @@ def test_the_shutdown_guard_installs_one_guarded_handler_for_both_signals_and_is
     assert gloo_run.register_shutdown_event is original
 
 
-@pytest.mark.parametrize("change", ["missing", "replaced"])
+def _handles_sighup_too():
+    import signal
+    import threading
+
+    event = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: event.set())
+    return event
+
+
+@pytest.mark.parametrize("change", ["missing", "replaced", "other signals"])
 def test_the_shutdown_guard_fails_closed_leaving_horovod_untouched(monkeypatch, change):
-    """A register_shutdown_event that is gone or is not gloo_run's own (another release, another patch)."""
+    """A register_shutdown_event that is gone, is not gloo_run's own (another patch), or handles other
+    signals (another release: its own handler is kept, not narrowed to SIGINT and SIGTERM)."""
     gloo_run = pytest.importorskip("horovod.runner.gloo_run")
     if change == "missing":
         monkeypatch.delattr(gloo_run, "register_shutdown_event")
-    else:
+    elif change == "replaced":
         monkeypatch.setattr(gloo_run, "register_shutdown_event", lambda: None)
+    else:
+        monkeypatch.setattr(_handles_sighup_too, "__module__", gloo_run.__name__)
+        monkeypatch.setattr(gloo_run, "register_shutdown_event", _handles_sighup_too)
     before = getattr(gloo_run, "register_shutdown_event", None)
     assert upstream.guard_horovod_shutdown_signals(lambda body: pytest.fail("must not be called")) is None
     assert getattr(gloo_run, "register_shutdown_event", None) is before

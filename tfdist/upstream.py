@@ -6,7 +6,10 @@ if the attribute moved or changed type in another release, it raises ``UpstreamC
 naming the attribute, instead of silently doing nothing. ``tests/test_upstream.py`` pins every
 accessor against the installed versions, so an upgrade that breaks one shows up as one red test.
 
-Importing this module imports neither TensorFlow nor Keras; the accessors take the objects.
+Importing this module imports neither TensorFlow nor Keras; the accessors take the objects. The two
+patches of Horovod's launcher (its build checks, its shutdown signals) fail closed the other way: when
+Horovod changed, they leave it untouched and return ``None``, since Horovod's own code is then the safe
+behaviour.
 """
 from __future__ import annotations
 
@@ -351,17 +354,20 @@ def answer_horovod_build_checks(answer: Callable[[str, Callable[..., Any], bool]
 HOROVOD_SHUTDOWN_SIGNALS = ("SIGINT", "SIGTERM")
 
 
-def guard_horovod_shutdown_signals(once: Callable[[Callable[[int, Any], None]], Callable[[int, Any], None]],
-                                   ) -> Callable[[], None] | None:
+SignalHandler = Callable[[int, Any], None]
+
+
+def guard_horovod_shutdown_signals(once: Callable[[SignalHandler], SignalHandler]) -> Callable[[], None] | None:
     """Make ``horovod.runner.gloo_run.register_shutdown_event`` (which ``launch_gloo`` and
     ``launch_gloo_elastic`` call before they start the ranks) install ``once(handler)`` instead of its bare
     handler: the same Event, set on SIGINT or SIGTERM, by a handler that a second signal cannot re-enter.
 
     Horovod 0.28.1's handler calls ``threading.Event.set``; a second SIGTERM arriving while the first
-    handler held the Event's lock (a parent-death signal sent twice: ``tfdist.launch.processes``) ran the
-    handler again inside it, and horovodrun's main thread waited for its own lock: horovodrun and its
-    ranks outlived the launcher. Returns a function that undoes it, or ``None`` when Horovod was left
-    untouched: fails closed unless ``register_shutdown_event`` is still ``gloo_run``'s own function."""
+    handler held the Event's lock (a parent-death signal sent more than once: ``tfdist.launch.processes``)
+    ran the handler again inside it, and horovodrun's main thread waited for its own lock: horovodrun and
+    its ranks outlived the launcher. Returns a function that undoes it, or ``None`` when Horovod was left
+    untouched: fails closed unless ``register_shutdown_event`` is still ``gloo_run``'s own function and
+    names exactly the signals of ``HOROVOD_SHUTDOWN_SIGNALS``."""
     import signal
     import threading
 
@@ -371,6 +377,10 @@ def guard_horovod_shutdown_signals(once: Callable[[Callable[[int, Any], None]], 
         return None
     original = getattr(gloo_run, "register_shutdown_event", None)
     if not callable(original) or getattr(original, "__module__", None) != gloo_run.__name__:
+        return None
+    code = getattr(original, "__code__", None)
+    named = {name for name in getattr(code, "co_names", ()) if name.startswith("SIG")}
+    if named != set(HOROVOD_SHUTDOWN_SIGNALS):  # another release handles other signals: keep its own
         return None
 
     def register_shutdown_event() -> threading.Event:

@@ -180,7 +180,8 @@ def test_a_cached_false_gives_horovods_own_refusal(tmp_path, monkeypatch):
 
 
 def test_main_guards_horovods_shutdown_signals_before_horovod_starts_the_job(monkeypatch):
-    """A parent-death SIGTERM can come twice; Horovod's bare handler then deadlocked (test_upstream)."""
+    """A parent-death SIGTERM can come more than once; Horovod's bare handler then deadlocked
+    (test_upstream)."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(hl, "install_cache", lambda: None)
     monkeypatch.setattr(hvd_gloo_run, "register_shutdown_event", hvd_gloo_run.register_shutdown_event)

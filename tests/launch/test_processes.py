@@ -202,17 +202,22 @@ def test_stop_signals_only_set_the_flag_and_restore_the_handlers():
     assert {sig: signal.getsignal(sig) for sig in processes.STOP_SIGNALS} == before
 
 
-@pytest.mark.parametrize("handler", ["once", "stop_signals"])
-def test_a_second_signal_inside_the_first_handler_changes_nothing(handler):
-    """A parent-death SIGTERM sent twice (a SIGKILLed multi-threaded launcher) reached a handler that was
-    still inside Event.set: with handler_once the nested call returns and the Event is set."""
-    assert nested_signal(handler, deadlock_after=60) == "set"
+@pytest.mark.parametrize("handler, where", [("once", "in-handler"), ("stop_signals", "in-handler"),
+                                            ("stop_signals", "in-wait")])
+def test_a_signal_inside_the_stop_handler_or_the_wait_on_it_still_stops(handler, where):
+    """A parent-death SIGTERM comes once per reparenting (a SIGKILLed multi-threaded launcher): a second
+    one reached a handler still inside Event.set, and a first one could land while the supervisor's main
+    thread sat in Event.wait; both deadlocked on the Event's lock. handler_once returns from the nested
+    call; StopSignals' flag takes no lock at all."""
+    assert nested_signal(handler, where, deadlock_after=60) == "set"
 
 
-def test_a_bare_event_handler_deadlocks_on_a_second_signal_inside_it():
-    """Why handler_once exists, and proof that the scenario above is the deadlock: the same handler
-    without it waits forever for the lock its outer call holds."""
-    assert nested_signal("bare", deadlock_after=3) == "deadlocked"
+@pytest.mark.parametrize("handler, where", [("bare", "in-handler"), ("once", "in-wait")])
+def test_an_event_set_from_a_handler_deadlocks_where_the_tests_above_land_the_signal(handler, where):
+    """Why handler_once and StopFlag exist, and proof that the scenarios above are the deadlock: a bare
+    Event handler re-entered inside Event.set, and an Event the main thread waits on, even with
+    handler_once, wait forever for the lock their own thread holds."""
+    assert nested_signal(handler, where, deadlock_after=3) == "deadlocked"
 
 
 def test_close_stdins_ends_a_supervisor_that_waits_on_its_stdin():

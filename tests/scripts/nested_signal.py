@@ -1,7 +1,14 @@
-"""``python nested_signal.py HANDLER``: SIGTERM, and a second SIGTERM inside the first handler, while that
-handler's ``threading.Event.set`` holds the Event's lock (where a parent-death signal sent twice caught
-Horovod's launcher). Prints ``armed`` first, then ``set`` if the Event was set; a handler that deadlocks
-on its own lock never prints it and never exits.
+"""``python nested_signal.py HANDLER WHERE``: a SIGTERM handler that sets a stop, with a signal landing where
+a lock-taking handler deadlocks the main thread on its own lock. Prints ``armed`` first, then ``set`` if the
+stop was set; a handler that deadlocks never prints it and never exits.
+
+WHERE:
+* ``in-handler``: SIGTERM, and a second SIGTERM inside the first handler while its ``Event.set`` holds the
+  Event's lock (raised from ``Condition.notify_all``): where a parent-death signal sent more than once
+  caught Horovod's launcher;
+* ``in-wait``: the main thread waits on the stop, and the first SIGTERM lands inside that wait (raised
+  from the first ``Condition.wait`` or ``time.sleep`` it blocks in; an ``Event.wait`` holds the Event's
+  lock around its ``Condition.wait``).
 
 HANDLER: ``bare`` (a handler that sets an Event), ``once`` (the same through
 ``tfdist.launch.processes.handler_once``), ``stop_signals`` (``StopSignals``), ``horovod`` (Horovod's
@@ -14,22 +21,23 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 
 
-def second_signal_inside_notify() -> None:
-    """The next ``Condition.notify_all`` (inside ``Event.set``, the Event's lock held) raises SIGTERM
-    first; Python runs its handler there, before ``notify_all`` goes on."""
-    notify_all = threading.Condition.notify_all
+def raise_sigterm_on_first_call(owner: object, name: str) -> None:
+    """The next call of ``owner.name`` raises SIGTERM first: Python runs the handler there, before the
+    call goes on."""
+    original = getattr(owner, name)
 
-    def nested(self: threading.Condition) -> None:
-        threading.Condition.notify_all = notify_all
+    def first(*args: object, **kwargs: object) -> object:
+        setattr(owner, name, original)
         signal.raise_signal(signal.SIGTERM)
-        notify_all(self)
+        return original(*args, **kwargs)
 
-    threading.Condition.notify_all = nested
+    setattr(owner, name, first)
 
 
-def main(handler: str) -> None:
+def main(handler: str, where: str) -> None:
     from tfdist.launch import processes
 
     stack = contextlib.ExitStack()
@@ -51,10 +59,17 @@ def main(handler: str) -> None:
         sys.exit(f"unknown handler {handler!r}")
     with stack:
         print("armed", flush=True)
-        second_signal_inside_notify()
-        signal.raise_signal(signal.SIGTERM)
+        if where == "in-handler":
+            raise_sigterm_on_first_call(threading.Condition, "notify_all")
+            signal.raise_signal(signal.SIGTERM)
+        elif where == "in-wait":
+            raise_sigterm_on_first_call(threading.Condition, "wait")
+            raise_sigterm_on_first_call(time, "sleep")
+            event.wait(5)
+        else:
+            sys.exit(f"unknown place {where!r}")
         print("set" if event.is_set() else "not set", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

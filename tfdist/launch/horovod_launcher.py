@@ -149,8 +149,9 @@ def install_cache(environ: Mapping[str, str] | None = None) -> Callable[[], None
 def guard_shutdown_signals() -> Callable[[], None] | None:
     """Horovod's SIGINT/SIGTERM handler made safe against a second signal arriving inside it
     (``tfdist.upstream.guard_horovod_shutdown_signals`` with ``processes.handler_once``): the launcher's
-    parent-death signal can come twice, and Horovod's bare handler then deadlocked, leaving horovodrun
-    and its ranks running after the launcher died. The undo function, or ``None`` (Horovod untouched)."""
+    parent-death signal can come more than once, and Horovod's bare handler then deadlocked, leaving
+    horovodrun and its ranks running after the launcher died. The undo function, or ``None`` (Horovod
+    untouched)."""
     from tfdist import upstream
     from tfdist.launch.processes import handler_once
 

@@ -7,10 +7,11 @@ Each process starts in a new session (its own process group, so signals reach wh
 well) with the parent-death signal SIGTERM on Linux (``prctl(PR_SET_PDEATHSIG)``). The kernel
 sends that signal when the *thread* that forked the child exits, so callers fork from a thread
 that lives as long as the child (the main thread). It reaches the child itself, not processes the
-child starts, and it can reach it twice: the kernel sends it at each reparenting, and the children of
-a SIGKILLed multi-threaded launcher may pass to one of its dying threads before init. A Python child
-must survive a second signal inside its first handler (``handler_once``; Horovod's own launcher did
-not: ``tfdist.upstream.guard_horovod_shutdown_signals``).
+child starts, and it can reach it more than once: the kernel sends it at each reparenting, and the
+children of a SIGKILLed multi-threaded launcher may pass through its other, still dying, threads before
+init. A Python child must survive a signal inside its own handler: ``StopSignals`` takes no lock, and
+Horovod's own launcher, whose handler does, gets ``handler_once``
+(``tfdist.upstream.guard_horovod_shutdown_signals``).
 
 Heartbeats: a launcher that holds a supervisor's stdin writes ``HEARTBEAT`` to it every
 ``HEARTBEAT_SECONDS`` (``Heartbeat``), with non-blocking writes: a full pipe (a cut link) or a
@@ -32,7 +33,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import IO, Any, Callable, Iterable, Sequence
 
@@ -44,8 +44,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 __all__ = ["HEARTBEAT", "HEARTBEAT_SECONDS", "MISSED_HEARTBEATS", "SSH_EXIT_FAILED", "STOP_SIGNALS", "Heartbeat",
-           "StopSignals", "close_stdins", "die_with_parent", "group_alive", "handler_once", "kill_marked",
-           "marked_pids", "start_group", "stop_group", "stop_process", "terminate"]
+           "StopFlag", "StopSignals", "close_stdins", "die_with_parent", "group_alive", "handler_once",
+           "kill_marked", "marked_pids", "start_group", "stop_group", "stop_process", "terminate"]
 
 
 def handler_once(body: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
@@ -54,10 +54,12 @@ def handler_once(body: Callable[[int, Any], None]) -> Callable[[int, Any], None]
     Python runs a handler between two bytecodes of the main thread, also inside a handler that is still
     running. A body that sets a ``threading.Event`` holds the Event's lock while it notifies, so a second
     signal arriving there ran a second body that waited for that lock forever: the main thread deadlocked
-    on itself. Two signals come close together whenever a child's parent-death signal fires twice (the
-    kernel sends it at each reparenting: a multi-threaded launcher that is SIGKILLed hands its children
-    to one of its dying threads, then to init). A nested call that starts before the first has marked
-    itself runs whole before the first goes on, so the lock is free again either way."""
+    on itself. Signals come close together whenever a child's parent-death signal fires more than once
+    (the kernel sends it at each reparenting: a SIGKILLed multi-threaded launcher hands its children to
+    its other, still dying, threads, then to init or a subreaper). A nested call that starts before the
+    first has marked itself runs whole before the first goes on, so the lock is free again either way.
+    (The main thread must not wait on that Event itself: a first signal landing inside ``Event.wait``'s
+    locked moments deadlocks the same way; ``StopFlag`` is for a stop the main thread waits on.)"""
     fired = False
 
     def handler(signum: int, frame: Any) -> None:
@@ -70,17 +72,47 @@ def handler_once(body: Callable[[int, Any], None]) -> Callable[[int, Any], None]
     return handler
 
 
+class StopFlag:
+    """A stop that a signal handler sets and the main thread polls or waits on, without a lock: a
+    ``threading.Event`` set from a handler deadlocked when the signal landed while the main thread held
+    the Event's lock (inside ``Event.wait`` or ``Event.set``). ``wait`` sleeps in slices of at most
+    ``POLL_SECONDS``, so a stop is seen within one slice."""
+
+    POLL_SECONDS = 0.05
+
+    def __init__(self) -> None:
+        self._stopped = False
+
+    def set(self) -> None:
+        self._stopped = True
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until the flag is set or ``timeout`` seconds passed; whether it is set."""
+        deadline = time.monotonic() + timeout
+        while not self._stopped:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, self.POLL_SECONDS))
+        return self._stopped
+
+
 class StopSignals:
-    """Inside ``with``: SIGINT, SIGTERM or SIGHUP only sets ``stopped`` (an Event: a loop polls or waits on
-    it), so a stop is handled where the caller chooses; ``quiet()`` ignores them (for a teardown that must
-    finish); leaving the block restores the previous handlers. Main thread only (Python's rule for
-    signal handlers). The handler runs once (``handler_once``): a second signal changes nothing."""
+    """Inside ``with``: SIGINT, SIGTERM or SIGHUP only sets ``stopped`` (a ``StopFlag``: a loop polls or
+    waits on it), so a stop is handled where the caller chooses; ``quiet()`` ignores them (for a teardown
+    that must finish); leaving the block restores the previous handlers. Main thread only (Python's rule
+    for signal handlers). The handler takes no lock, so a signal can land anywhere, also inside itself."""
 
     def __enter__(self) -> StopSignals:
-        self.stopped = threading.Event()
-        on_signal = handler_once(lambda signum, frame: self.stopped.set())
-        self._previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+        self.stopped = StopFlag()
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         return self
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopped.set()
 
     def quiet(self) -> None:
         """Ignore further stop signals until the block ends."""
