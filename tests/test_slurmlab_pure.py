@@ -107,3 +107,43 @@ def test_a_node_that_stays_out_names_the_daemons_and_carries_their_logs(tmp_path
     message = str(failure.value)
     assert "{'h2': 'down*'} (slurmd@h2 exited with 1)" in message
     assert "slurmd-h2.log: error: Unable to register" in message
+
+
+def test_a_node_not_responding_past_restart_after_gets_its_slurmd_restarted_once(monkeypatch):
+    """After a cut and restore, SLURM 22.05 now and then never heard from the node's running slurmd again
+    (h3 `down*` for 120 s, every daemon running): resume restarts that slurmd, once, and the node comes
+    back; a node that answers is only resumed."""
+    from tfdist.testing.slurmlab import SlurmLab
+
+    cluster = SlurmLab.__new__(SlurmLab)  # only what resume reads
+    cluster.config = CONFIG
+    seen = iter([{"h1": "idle", "h2": "down*"}] * 3 + [{"h1": "idle", "h2": "down"}, {"h1": "idle", "h2": "idle"}])
+    monkeypatch.setattr(cluster, "node_states", lambda: next(seen))
+    restarted, ran = [], []
+    monkeypatch.setattr(cluster, "restart_slurmd", restarted.append)
+    monkeypatch.setattr(cluster, "run", lambda argv, **kwargs: ran.append(argv))
+    monkeypatch.setattr("tfdist.testing.slurmlab.time.sleep", lambda seconds: None)
+    cluster.resume(["h2"], timeout=60, restart_after=0)
+    assert restarted == ["h2"]
+    assert ran == [["scontrol", "update", "nodename=h2", "state=resume"]]
+
+
+def test_a_failed_resume_says_which_slurmd_it_restarted(monkeypatch):
+    import subprocess
+
+    from tfdist.testing.slurmlab import SlurmLab
+
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        cluster = SlurmLab.__new__(SlurmLab)
+        cluster.config, cluster._daemons = CONFIG, {"slurmd@h2": running}
+        monkeypatch.setattr(cluster, "node_states", lambda: {"h1": "idle", "h2": "down*"})
+        monkeypatch.setattr(cluster, "restart_slurmd", lambda node: None)
+        monkeypatch.setattr(cluster, "logs", lambda: "")
+        monkeypatch.setattr("tfdist.testing.slurmlab.time.sleep", lambda seconds: None)
+        with pytest.raises(SlurmLabError) as failure:
+            cluster.resume(["h2"], timeout=0.2, restart_after=0)
+        assert "{'h2': 'down*'} (every daemon runs; slurmd restarted on h2 after 0 s)" in str(failure.value)
+    finally:
+        running.kill()
+        running.wait()
