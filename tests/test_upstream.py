@@ -241,6 +241,28 @@ def test_horovods_tf_keras_wrapper_fails_closed_when_its_maker_moved(monkeypatch
         upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), op=None)
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_horovods_tf_keras_wrapper_allreduces_on_every_path_and_fails_closed(legacy):
+    """Horovod's wrapper keeps the two privates the custom-loop guard reads (issue 34); the guard holds
+    apply_gradients and the aggregation hook a LossScaleOptimizer calls (the legacy one's is private)."""
+    hvd = pytest.importorskip("horovod.tensorflow")
+    import tf_keras
+
+    optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
+    options = {"op": hvd.Average, "name": None, "device_dense": "", "device_sparse": "",
+               "compression": hvd.Compression.none, "sparse_as_dense": False}
+    wrapped = upstream.horovod_tf_keras_optimizer(optimizers.SGD(0.1), **options)
+    hook = "_aggregate_gradients" if legacy else "aggregate_gradients"
+    assert {"apply_gradients", hook} <= set(vars(wrapped))
+    assert getattr(wrapped, upstream.ALLREDUCED_FLAG) is False
+    bare = upstream.horovod_tf_keras_optimizer(optimizers.SGD(0.1), **options)
+    del bare._aggregated_gradients
+    with pytest.raises(upstream.UpstreamChangedError, match="_aggregated_gradients"):
+        upstream.allreduce_on_every_path(bare)
+    with pytest.raises(upstream.UpstreamChangedError, match="_allreduce"):
+        upstream.allreduce_on_every_path(types.SimpleNamespace(_aggregated_gradients=False))
+
+
 def test_horovodruns_build_checks_are_answered_by_the_given_function_and_undone(monkeypatch):
     """run_controller / _run_elastic call the names horovod.runner.launch imported; those are replaced."""
     launch = pytest.importorskip("horovod.runner.launch")

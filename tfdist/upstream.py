@@ -208,8 +208,53 @@ def horovod_tf_keras_optimizer(optimizer: Any, *, op: Any, gradient_predivide_fa
     if groups is not None and not (isinstance(groups, list) or groups > 0):
         raise ArgumentValueError(with_fix(f"`groups` must be an integer > 0 or a list of lists of variables, "
                                           f"got {groups!r}", "pass e.g. groups=2, or leave groups=None"))
-    return create(keras=tf_keras, optimizer=optimizer, op=op, gradient_predivide_factor=gradient_predivide_factor,
-                  groups=groups, **options)
+    wrapped = create(keras=tf_keras, optimizer=optimizer, op=op, gradient_predivide_factor=gradient_predivide_factor,
+                     groups=groups, **options)
+    return allreduce_on_every_path(wrapped)
+
+
+#: Horovod's tf-keras wrapper sets this flag in ``_allreduce``, the method that averages the gradients.
+ALLREDUCED_FLAG = "_aggregated_gradients"
+
+
+def allreduce_on_every_path(wrapped: Any) -> Any:
+    """Make Horovod's tf-keras ``wrapped`` optimizer allreduce gradients however they reach it.
+
+    Horovod allreduces in ``compute_gradients`` only (what ``fit`` and ``minimize`` call): a custom
+    loop that takes ``tape.gradient`` and calls ``apply_gradients`` updated each rank with its own
+    gradients, and the ranks drifted apart without a word (horovod#2001, #3058). Here
+    ``apply_gradients``, and the aggregation hook a ``LossScaleOptimizer`` calls before its finite
+    test (``aggregate_gradients``; ``_aggregate_gradients`` on legacy optimizers), allreduce the
+    gradients unless ``compute_gradients`` already did since the last update (Horovod's
+    ``_aggregated_gradients`` flag, which its ``_allreduce`` sets and ``apply_gradients`` here clears).
+    The flag is read when the step is traced or run eagerly, the order in which both calls happen.
+    """
+    allreduce = _get(wrapped, "_allreduce")
+    if not callable(allreduce) or not isinstance(getattr(wrapped, ALLREDUCED_FLAG, None), bool):
+        raise _missing(wrapped, f"_allreduce / {ALLREDUCED_FLAG}")
+    hook = "aggregate_gradients" if callable(getattr(wrapped, "aggregate_gradients", None)) else "_aggregate_gradients"
+    aggregate = _get(wrapped, hook)
+    apply = _get(wrapped, "apply_gradients")
+
+    def allreduced(grads_and_vars: Any) -> list:
+        pairs = list(grads_and_vars)
+        if getattr(wrapped, ALLREDUCED_FLAG) or not pairs:
+            return pairs
+        grads, variables = zip(*pairs)
+        return list(zip(allreduce(grads, variables), variables))
+
+    def aggregate_gradients(grads_and_vars: Any) -> Any:
+        return aggregate(allreduced(grads_and_vars))
+
+    def apply_gradients(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return apply(allreduced(grads_and_vars), *args, **kwargs)
+        finally:
+            setattr(wrapped, ALLREDUCED_FLAG, False)
+
+    setattr(wrapped, hook, aggregate_gradients)
+    wrapped.apply_gradients = apply_gradients
+    return wrapped
 
 
 # --- tensorflow's lazy tf.keras loader --------------------------------------------------------------

@@ -151,7 +151,27 @@ def test_horovods_optimizer_leaves_keras_3_ranks_apart_and_tfdists_does_not(scen
         assert _same(rank0["trap"]["horovod"], rank1["trap"]["horovod"])
 
 
-# (f) refusals and checks without horovodrun (Horovod not initialised).
+# (f) a GradientTape loop that calls apply_gradients (issue 34): tf-keras ranks drifted apart, exit 0.
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+@pytest.mark.parametrize("mode", ["eager", "function", "loss_scale"])
+def test_a_custom_loop_applying_gradients_keeps_ranks_identical_and_equal_one_process(scenarios, mode):
+    _, (rank0, rank1) = scenarios
+    assert _same(rank0["loop"][mode], rank1["loop"][mode])
+    assert relative_error(rank0["loop"][mode], rank0["loop"]["reference"]) <= 1e-5
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_horovods_own_optimizer_leaves_a_custom_loops_ranks_apart(scenarios):
+    """The hole is Horovod's (horovod#2001, #3058: it allreduces in compute_gradients only); this pin says
+    when Horovod closes it."""
+    _, (rank0, rank1) = scenarios
+    assert not _same(rank0["loop"]["horovod"], rank1["loop"]["horovod"]), "Horovod fixed its custom-loop hole?"
+
+
+# (g) refusals and checks without horovodrun (Horovod not initialised).
 
 def test_keras_3_refuses_groups_as_variable_lists_naming_the_fix():
     import keras

@@ -13,6 +13,9 @@ Writes OUTDIR/rank<r>.json with, per scenario:
 * warmup: the learning rate each batch starts with under LearningRateWarmupCallback;
 * trap: identical starting weights, different shards; final weights with Horovod's own
   horovod.tensorflow.keras.DistributedOptimizer and with tfdist.horovod's.
+* loop: the same under a GradientTape loop that calls ``apply_gradients`` (issue 34): eagerly, inside
+  tf.function and through a LossScaleOptimizer with tfdist.horovod's optimizer, inside tf.function with
+  Horovod's own; and one process's weights on the doubled batch.
 
 ``--then-mnist MNIST_OUTDIR`` then runs horovod_keras_mnist.py on MNIST_OUTDIR in the same job,
 unchanged, as its own ``__main__`` (one horovodrun start-up for both).
@@ -117,6 +120,44 @@ def trap(rank: int) -> dict:
     return out
 
 
+def loop(rank: int) -> dict:
+    import horovod.tensorflow.keras as horovod_keras
+
+    x, y = data()
+    xs, ys = shard(x, rank), shard(y, rank)
+
+    def train(wrap, mode: str) -> list:
+        model = functional_model(seed=5)  # identical starting weights on every rank
+        inner = K.optimizers.SGD(0.05)
+        scaled = mode == "loss_scale"
+        optimizer = wrap(K.mixed_precision.LossScaleOptimizer(inner) if scaled else inner)
+        legacy_scaling = scaled and flavour_of(optimizer) == "tf_keras"  # Keras 3 unscales in apply
+
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+                if scaled:
+                    loss = optimizer.get_scaled_loss(loss) if legacy_scaling else optimizer.scale_loss(loss)
+            grads = tape.gradient(loss, model.trainable_variables)
+            if legacy_scaling:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        run = step if mode == "eager" else tf.function(step)
+        for _ in range(EPOCHS):
+            for i in range(STEPS):
+                run(xs[i * BATCH:(i + 1) * BATCH], ys[i * BATCH:(i + 1) * BATCH])
+        return weights(model)
+
+    reference = functional_model(seed=5)
+    reference.compile(optimizer=K.optimizers.SGD(0.05), loss="mse")
+    reference.fit(x, y, batch_size=2 * BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+    out = {mode: train(hvd.DistributedOptimizer, mode) for mode in ("eager", "function", "loss_scale")}
+    out["horovod"] = train(horovod_keras.DistributedOptimizer, "function")
+    out["reference"] = weights(reference)
+    return out
+
+
 def main() -> None:
     outdir = Path(sys.argv[1])
     hvd.init()
@@ -124,6 +165,7 @@ def main() -> None:
     result = {"rank": rank, "size": hvd.size(), "flavour": flavour_of(K.optimizers.SGD()),
               "equivalence": equivalence(rank),
               "sequential": equivalence(rank, sequential_model), "warmup": warmup(rank), "trap": trap(rank),
+              "loop": loop(rank),
               "allreduce": np.asarray(hvd.allreduce(np.array([rank + 1.0]), op=hvd.Sum)).tolist()}
     (outdir / f"rank{rank}.json").write_text(json.dumps(result))
 
