@@ -386,7 +386,11 @@ def test_fuzzed_addresses_exit_2_with_one_line_or_succeed(flag, text):
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)
     message = error_line(result)
-    assert message == f"Error: Invalid value for '{flag}': {detail}\n"
+    if text.strip().isascii() and text.strip().isdigit():  # a count given to an address option (issue 34)
+        assert message.startswith(f"Error: Invalid value for '{flag}': {text!r} is a number, but {flag} takes a "
+                                  "task's address, HOST:PORT; fix: for ")
+    else:
+        assert message == f"Error: Invalid value for '{flag}': {detail}\n"
     assert message.count("\n") == 1
 
 
@@ -655,3 +659,72 @@ def test_warnings_say_fix_never_hint():
     assert result.exit_code == 0
     warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning: ")]
     assert len(warnings) == 2 and all("; fix: " in w and "hint" not in w for w in warnings), warnings
+
+
+# --- issue 34: counts given to address options, numbers outside ASCII ----------------------------------------
+
+@pytest.mark.parametrize("args, option, fix", [
+    (["--workers", "2", "--ps", "1"], "--ps", "for 1 ps task(s) use --ps-count 1 with the shorthand --workers N "
+     "--hosts h1,h2 (and --with-chief), or give each ps's address: --ps node1:2222"),
+    (["--worker", "3"], "--worker", "for 3 worker(s) use --workers 3 --hosts h1,h2, or give each worker's "
+     "address: --worker node1:2222"),
+    (["--chief", "1"], "--chief", "for a chief use --with-chief with the shorthand --workers N --hosts h1,h2, or "
+     "give its address: --chief node1:2222"),
+    (["--worker", "a:1", "--evaluator", " 0"], "--evaluator", "for an evaluator use --with-evaluator with the "
+     "shorthand --workers N --hosts h1,h2, or give its address: --evaluator node1:2222"),
+    (["--ps", "9" * 5000], "--ps", "for N ps task(s) use --ps-count N"),
+])
+def test_a_count_given_to_an_address_option_names_the_count_option(args, option, fix):
+    """`tf-config --workers 2 --ps 1` suggested '1:2222': --ps is a count in launch and advise but an address
+    here. The flags stay; the error says which option takes the count."""
+    result = run(*args)
+    assert result.exit_code == 2
+    text = error_line(result)
+    assert text.startswith(f"Error: Invalid value for '{option}': ") and text.count("\n") == 1
+    assert f"is a number, but {option} takes a task's address, HOST:PORT; fix: {fix}" in text
+    assert ":2222'" not in text and len(text) < 400
+
+
+@pytest.mark.parametrize("args, option, message", [
+    (["--workers", "1", "--hosts", "a", "--port", "٢٢٢٢"], "--port",
+     "'٢٢٢٢' holds '٢' (U+0662 ARABIC-INDIC DIGIT TWO), which is not ASCII; numbers are read in ASCII only; "
+     "fix: type it as '2222'"),
+    (["--worker", "h:２２２２"], "--worker",
+     "'h:２２２２' has port '２２２２', which is not a number: it holds '２' (U+FF12 FULLWIDTH DIGIT TWO), which is not "
+     "ASCII; numbers are read in ASCII only; fix: type it as 'h:2222'"),
+    (["--workers", "1", "--hosts", "a", "--task", "worker:٠"], "--task",
+     "'worker:٠' has index '٠', which is not a whole number: it holds '٠' (U+0660 ARABIC-INDIC DIGIT ZERO), which "
+     "is not ASCII; numbers are read in ASCII only; fix: type it as 'worker:0'"),
+    (["--workers", "١", "--hosts", "a"], "--workers", "'١' holds '١' (U+0661 ARABIC-INDIC DIGIT ONE)"),
+    (["--workers", "2", "--hosts", "a", "--ps-count", "1\u00a0", "--with-chief"], "--ps-count",
+     "holds '\\xa0' (U+00A0 NO-BREAK SPACE), which is not ASCII"),
+])
+def test_numbers_outside_ascii_are_refused_naming_the_option(args, option, message):
+    """int() reads '٢٢٢٢' as 2222: `--port ٢٢٢٢` was taken as port 2222 (click's IntRange)."""
+    text = error_line(run(*args))
+    assert text.startswith(f"Error: Invalid value for '{option}': ") and message in text, text
+
+
+@settings(database=None, max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["--port", "--workers", "--ps-count", "--task"]),
+       st.text(st.one_of(st.sampled_from("0123456789 :worke"), st.characters(categories=["Nd", "Zs"])),
+               min_size=1, max_size=6))
+def test_fuzzed_numbers_are_ascii_or_refused(option, text):
+    """Issue 34, a fuzzer over digits of every script and Unicode spaces: accepted only when ASCII."""
+    args = {"--port": ["--workers", "1", "--hosts", "a", "--port", text],
+            "--workers": ["--workers", text, "--hosts", "a"],
+            "--ps-count": ["--workers", "1", "--hosts", "a,b", "--with-chief", "--ps-count", text],
+            "--task": ["--workers", "1", "--hosts", "a", "--task", text]}[option]
+    result = run(*args)
+    assert "Traceback" not in result.output
+    if result.exit_code == 0:
+        assert text.isascii(), (option, text)
+    else:
+        assert result.exit_code == 2
+        line = error_line(result)
+        assert "; fix: " in line
+        number = text.split(":")[1] if option == "--task" and text.count(":") == 1 else text
+        if option != "--task" or text.count(":") == 1:  # a task that is not TYPE:INDEX has no number
+            assert ("which is not ASCII" in line) is not number.isascii(), line
+        if not number.isascii():
+            assert line.startswith(f"Error: Invalid value for '{option}': ")

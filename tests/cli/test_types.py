@@ -103,3 +103,40 @@ def test_task_count_is_a_bounded_int_with_tf_configs_wording():
     assert "'2.5' is not a whole number; fix: give one from 0 to 10,000" in _run(TaskCount(), "2.5").output
     assert _run(TaskCount(), "+7").output == "7\n"
     assert "--x N" in CliRunner().invoke(_command(TaskCount()), ["--help"]).output
+
+
+# --- issue 34: numbers outside ASCII ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option_type, value, message", [
+    (BoundedInt(1, 10), "٢", "'٢' holds '٢' (U+0662 ARABIC-INDIC DIGIT TWO), which is not ASCII; numbers are read in "
+                             "ASCII only; fix: type it as '2'"),
+    (BoundedInt(1, 10), "\u00a02", "holds '\\xa0' (U+00A0 NO-BREAK SPACE), which is not ASCII"),
+    (FiniteFloat(0, 100), "١٢.٥", "'١٢.٥' holds '١' (U+0661 ARABIC-INDIC DIGIT ONE), which is not ASCII; numbers are "
+                                  "read in ASCII only; fix: type it as '12.5'"),
+    (FiniteFloat(0, 100), "５", "holds '５' (U+FF15 FULLWIDTH DIGIT FIVE), which is not ASCII; numbers are read in "
+                               "ASCII only; fix: type it as '5'"),
+    (FiniteFloat(0, 100), "5\u2003", "fix: type it as '5'"),
+    (FiniteFloat(0, 100), "10²", "fix: type it with the ASCII digits 0-9"),
+])
+def test_numbers_outside_ascii_are_refused_with_their_ascii_spelling(option_type, value, message):
+    """float('١٢.٥') is 12.5: FiniteFloat accepted it; BoundedInt refused '٢' as "not a whole number",
+    which it is to a reader of Arabic, without naming the character or the ASCII spelling."""
+    result = _run(option_type, value)
+    assert result.exit_code == 2 and "Invalid value for '--x': " in result.output
+    assert message in result.output, result.output
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.sampled_from([BoundedInt(-100, 100), FiniteFloat(-100, 100)]),
+       st.text(st.one_of(st.sampled_from("0123456789.-+e "), st.characters(categories=["Nd", "Zs", "No"])),
+               min_size=1, max_size=6))
+def test_any_number_text_is_ascii_or_refused(option_type, text):
+    """A fuzzer over digits of every script, Unicode spaces and other number characters: a value comes
+    only from ASCII text; anything else is exit 2 naming the character."""
+    result = _run(option_type, text)
+    if result.exit_code == 0:
+        assert text.isascii(), text
+        assert float(result.output) == float(text)
+    else:
+        assert result.exit_code == 2 and "; fix: " in result.output and "Traceback" not in result.output
+        assert ("which is not ASCII" in result.output) is not text.isascii()

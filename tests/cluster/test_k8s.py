@@ -300,3 +300,77 @@ def test_task_resources_slots_and_requirements():
     assert TaskResources().requirements() == {} and TaskResources().slots == 1
     assert TaskResources(gpus=4).slots == 4
     assert TaskResources(cpu=" 2 ").cpu == "2"
+
+
+# --- issue 34: quantities outside ASCII, the Trainer CRD's limits ------------------------------------------
+
+@pytest.mark.parametrize("parse, text, char, spelling", [
+    (parse_cpu, "٢", "'٢' (U+0662 ARABIC-INDIC DIGIT TWO)", "'2'"),
+    (parse_cpu, "５００m", "'５' (U+FF15 FULLWIDTH DIGIT FIVE)", "'500m'"),
+    (parse_cpu, "2\u00a0", "'\\xa0' (U+00A0 NO-BREAK SPACE)", "'2'"),
+    (parse_memory, "１６Gi", "'１' (U+FF11 FULLWIDTH DIGIT ONE)", "'16Gi'"),
+    (parse_memory, "16Ｇi", "'Ｇ' (U+FF27 FULLWIDTH LATIN CAPITAL LETTER G)", "'16Gi'"),
+    (parse_memory, "४Gi", "'४' (U+096A DEVANAGARI DIGIT FOUR)", "'4Gi'"),
+])
+def test_quantities_outside_ascii_are_refused_with_their_ascii_spelling(parse, text, char, spelling):
+    """`--cpu-per-task ٢` was written into the YAML as is (the regex's \\d takes any script's digits), and
+    the API server refuses such a quantity."""
+    with pytest.raises(ArgumentValueError) as info:
+        parse(text, field="cpu")
+    assert str(info.value) == (f"cpu: {text!r} holds {char}, which is not ASCII; numbers are read in ASCII "
+                               f"only, as Kubernetes reads them; fix: type it as {spelling}")
+
+
+def test_quantities_outside_ascii_without_an_ascii_spelling_give_an_example():
+    with pytest.raises(ArgumentValueError) as info:
+        parse_memory("2²Gi", field="")
+    assert str(info.value).endswith("; fix: type it with the ASCII digits 0-9, e.g. 4Gi or 512Mi")
+    with pytest.raises(ClusterConfigError) as caught:
+        TaskResources(cpu="٢", memory="１６Gi")
+    assert [p.field for p in caught.value.problems] == ["cpu", "memory"]
+
+
+def test_a_trainjob_image_longer_than_the_crd_allows_is_refused():
+    """The vendored Trainer CRD says spec.trainer.image maxLength 500; a 501-character image was written."""
+    runtime = "horovod-distributed"
+    (job,) = k8s_manifests(WORKERS, "r/" + "a" * 498, ["python"], mode="trainjob", runtime=runtime)
+    assert len(job["spec"]["trainer"]["image"]) == 500
+    with pytest.raises(ClusterConfigError) as info:
+        k8s_manifests(WORKERS, "r/" + "a" * 499, ["python"], mode="trainjob", runtime=runtime)
+    (problem,) = info.value.problems
+    assert problem.field == "image"
+    assert problem.message.endswith("(501 characters) is longer than the 500 characters a TrainJob's image may "
+                                    "have (the Trainer CRD's spec.trainer.image maxLength)")
+    assert problem.fix == "use an image reference of at most 500 characters, e.g. 'registry.example/train:1.0'"
+    for mode in ("tfjob", "plain", "mpijob"):  # their CRDs and the Pod schema set no limit
+        assert k8s_manifests(WORKERS, "r/" + "a" * 600, ["python"], mode=mode)
+
+
+def test_a_trainjob_command_with_more_items_than_the_crd_allows_is_refused():
+    """spec.trainer.command maxItems 128, mpirun's own words included; one item at most 1 MiB."""
+    fits = ["w"] * (128 - len(mpirun_command(1, 1, [])))
+    (job,) = k8s_manifests(WORKERS, "img", fits, mode="trainjob", runtime="rt")
+    assert len(job["spec"]["trainer"]["command"]) == 128
+    with pytest.raises(ClusterConfigError) as info:
+        k8s_manifests(WORKERS, "img", [*fits, "w"], mode="trainjob", runtime="rt")
+    (problem,) = info.value.problems
+    assert (problem.field, problem.message) == ("command", "has 111 words, and with the 18 of mpirun the "
+                                                "TrainJob's command has 129, above the 128 the Trainer CRD "
+                                                "allows (spec.trainer.command maxItems)")
+    assert problem.fix.startswith("use at most 110 words: ")
+    with pytest.raises(ClusterConfigError) as info:
+        k8s_manifests(WORKERS, "img", ["python", "x" * (2**20 + 1)], mode="trainjob", runtime="rt")
+    assert "word 2 is 1,048,577 characters long, above the 1,048,576" in str(info.value)
+    assert k8s_manifests(WORKERS, "img", [*fits, "w"], mode="mpijob")  # the MPIJob CRD sets no limit
+
+
+@pytest.mark.parametrize("image", [" img:1", "img:1\n", "img:1\t"])
+def test_an_image_with_surrounding_whitespace_is_refused_in_every_mode(image):
+    """The API server refuses an image with leading or trailing whitespace (no schema says so)."""
+    for mode in k8s.K8S_MODES:
+        with pytest.raises(ClusterConfigError) as info:
+            k8s_manifests(WORKERS, image, ["python"], mode=mode,
+                          runtime="rt" if mode == "trainjob" else None)
+        (problem,) = info.value.problems
+        assert problem.field == "image" and "leading or trailing whitespace" in problem.message
+        assert problem.fix == "drop it: 'img:1'"

@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from support import examples
 
 from tfdist.cli.main import cli
 from tfdist.cluster.k8s import MPIRUN_FLAGS
@@ -81,6 +85,21 @@ def test_resources_reach_every_mode(mode, containers):
      "Error: Invalid value for '--k8s-runtime': a runtime ('rt') is only used by --k8s-mode trainjob, not tfjob"),
     ([*WORKERS, *K8S, "--k8s-mode", "helm"], "Invalid value for '--k8s-mode': 'helm' is not one of"),
     ([*WORKERS, *K8S, "--gpus-per-task", "1", "--gpus-per-task", "2"], "Option '--gpus-per-task' was given 2 times"),
+    # issue 34: non-ASCII digits were written into the YAML as is; the Trainer CRD's limits
+    ([*WORKERS, *K8S, "--cpu-per-task", "٢"], "Error: Invalid value for '--cpu-per-task': '٢' holds '٢' (U+0662 "
+     "ARABIC-INDIC DIGIT TWO), which is not ASCII; numbers are read in ASCII only, as Kubernetes reads them; fix: "
+     "type it as '2'"),
+    ([*WORKERS, *K8S, "--k8s-mode", "mpijob", "--k8s-command", "p", "--memory-per-task", "１６Gi"],
+     "Error: Invalid value for '--memory-per-task': '１６Gi' holds '１' (U+FF11 FULLWIDTH DIGIT ONE), which is not "
+     "ASCII; numbers are read in ASCII only, as Kubernetes reads them; fix: type it as '16Gi'"),
+    ([*WORKERS, *K8S, "--gpus-per-task", "٢"], "Invalid value for '--gpus-per-task': '٢' holds '٢' (U+0662"),
+    ([*WORKERS, "--format", "k8s", "--k8s-image", "r/" + "a" * 499, "--k8s-mode", "trainjob", "--k8s-runtime", "rt",
+      "--k8s-command", "p"], "Error: Invalid value for '--k8s-image': 'r/aaaaaaaa"),
+    ([*WORKERS, *K8S, "--k8s-mode", "trainjob", "--k8s-runtime", "rt", "--k8s-command", "p " * 111],
+     "Error: Invalid value for '--k8s-command': has 111 words, and with the 18 of mpirun the TrainJob's command has "
+     "129, above the 128 the Trainer CRD allows (spec.trainer.command maxItems); fix: use at most 110 words"),
+    ([*WORKERS, "--format", "k8s", "--k8s-image", "img:1 "], "Error: Invalid value for '--k8s-image': 'img:1 ' has "
+     "leading or trailing whitespace"),
 ])
 def test_refusals_name_the_option(args, message):
     text = error(run(*args))
@@ -110,3 +129,46 @@ def test_help_names_the_modes_and_resource_options():
     text = run("--help").output
     for word in ("mpijob", "trainjob", "--gpus-per-task", "--cpu-per-task", "--memory-per-task", "--k8s-runtime"):
         assert word in text, word
+
+
+#: Text that looks like a quantity: ASCII digits, units and spaces mixed with digits of every script,
+#: Unicode spaces and fullwidth forms (what `int`, `float` and the regex's \\d read as numbers).
+QUANTITY_LIKE = st.text(st.one_of(st.sampled_from("0123456789.mkMGTiE +-"),
+                                  st.characters(categories=["Nd"]), st.characters(categories=["Zs"]),
+                                  st.sampled_from("１６Ｇｉ\u3000\u00a0")), max_size=8)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.sampled_from(["tfjob", "plain", "mpijob", "trainjob"]),
+       st.sampled_from(["--cpu-per-task", "--memory-per-task", "--gpus-per-task"]), QUANTITY_LIKE)
+def test_fuzzed_quantities_are_written_in_ascii_or_refused_naming_the_option(mode, option, text):
+    """Issue 34: whatever the text, the manifest holds the quantity in ASCII as given (GPUs: a number), or
+    the command exits 2 naming the option, with the fix; a non-ASCII character is never written."""
+    extra = ["--k8s-command", "python t.py"] + (["--k8s-runtime", "rt"] if mode == "trainjob" else [])
+    result = run(*WORKERS, *K8S, "--k8s-mode", mode, *extra, option, text)
+    if result.exit_code == 0:
+        assert text.isascii(), text
+        docs = list(yaml.safe_load_all(result.stdout))
+        written = {str(v) for d in docs for v in _resource_values(d)}
+        expected = str(int(text)) if option == "--gpus-per-task" else text.strip()
+        assert written == (set() if expected == "0" else {expected}), (written, expected)
+    else:
+        assert result.exit_code == 2, result.output
+        line = error(result)
+        assert line.startswith(f"Error: Invalid value for '{option}': ") and "; fix: " in line
+        if not text.isascii():
+            assert "which is not ASCII" in line
+
+
+def _resource_values(doc):
+    """Every value under a container's resources (requests and limits) in a manifest."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("resources", "resourcesPerNode"):
+                for part in value.values():
+                    yield from part.values()
+            else:
+                yield from _resource_values(value)
+    elif isinstance(doc, list):
+        for item in doc:
+            yield from _resource_values(item)

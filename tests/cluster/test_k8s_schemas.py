@@ -23,12 +23,27 @@ import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from referencing import Registry, Resource
 
 import kubernetes_validate
+from support import examples
 from tfdist.cli.main import cli
-from tfdist.cluster.k8s import K8S_MODES, TaskResources, k8s_manifests, render_k8s
+from tfdist.cluster.errors import ClusterConfigError
+from tfdist.cluster.k8s import (
+    CRD_LIMITS,
+    DNS_1035_LABEL,
+    K8S_MODES,
+    MAX_NAME_LENGTH,
+    TaskResources,
+    k8s_manifests,
+    parse_cpu,
+    parse_memory,
+    render_k8s,
+)
 from tfdist.cluster.spec import Address, ClusterSpec
+from tfdist.errors import ArgumentValueError
 
 SCHEMAS = Path(__file__).parent / "schemas"
 #: The Kubernetes version whose schemas core objects are validated against (kubernetes-validate ships it).
@@ -61,8 +76,9 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
         lambda self: not ("startupPolicy" in self and self["startupPolicy"].get("startupPolicyOrder") == "InOrder"
                           and any("dependsOn" in job for job in self.get("replicatedJobs", ()))),
 }
-#: k8s.io/apimachinery's quantity grammar: a signed number, then a binary or decimal SI suffix or an exponent.
-_QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?\Z")
+#: k8s.io/apimachinery's quantity grammar: a signed number, then a binary or decimal SI suffix or an exponent;
+#: its digits are ASCII (Python's \\d would take any script's).
+_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?\Z")
 _NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "storage")
 
 
@@ -220,7 +236,7 @@ def _quantity_errors(doc: Any, path: str = "") -> list[str]:
                         where = f"{here}.{part}.{resource}"
                         if not _QUANTITY.match(text) or text.startswith("-"):
                             found.append(f"{where}: {amount!r} is not a non-negative quantity")
-                        elif resource not in _NATIVE_RESOURCES and not re.fullmatch(r"\d+", text):
+                        elif resource not in _NATIVE_RESOURCES and not re.fullmatch(r"[0-9]+", text):
                             found.append(f"{where}: {amount!r}: an extended resource must be a whole number")
                 for resource in requests if isinstance(requests, dict) else ():
                     if resource not in _NATIVE_RESOURCES and str(limits.get(resource)) != str(requests[resource]):
@@ -363,6 +379,12 @@ def _mutations() -> Iterator[Any]:
          "spec.trainer.resourcesPerNode: Additional properties"),
         ("trainjob", put("metadata.name", "a" * 64), "<root>: metadata.name must be no more than 63 characters"),
         ("trainjob", put("metadata.name", "9job"), "<root>: metadata.name must match RFC 1035 DNS label format"),
+        ("trainjob", put("spec.trainer.image", "a" * 501), "spec.trainer.image: 'aaaa"),
+        ("trainjob", put("spec.trainer.command", ["w"] * 129), "spec.trainer.command: ['w', 'w'"),
+        ("trainjob", put("spec.trainer.resourcesPerNode", {"requests": {"cpu": "٢"}}),
+         "spec.trainer.resourcesPerNode.requests.cpu: '٢' does not match"),
+        ("plain", put("spec.containers.0.resources", {"requests": {"memory": "１６Gi"}}),
+         "'１６Gi' is not a non-negative quantity"),
         ("plain", put("spec.containers.0.env.0.value", 5), "spec.containers.0.env.0.value: 5 is not"),
         ("plain", rename("spec", "containers", "container"), "spec: 'containers' is a required property"),
         ("plain", rename("spec.containers.0", "name", "nam"), "spec.containers.0: 'name' is a required property"),
@@ -433,6 +455,162 @@ def test_a_runtime_with_two_ml_policies_or_a_wrong_job_field_is_rejected():
     assert "spec.mlPolicy: Only one of the policy can be configured" in found, found
     assert any("replicatedJobs.0.template.spec: Additional properties are not allowed ('backoffLimits'" in line
                for line in found), found
+
+
+# --- issue 34: the renderer checks the limits the vendored schemas set, and they cannot drift -------------------
+
+#: Schema keywords that limit a string's or a list's length or form.
+LIMIT_KEYWORDS = ("maxLength", "minLength", "maxItems", "pattern")
+#: Limits on fields tfdist fills with constants, not options: the constant is checked against the limit.
+FIXED_FIELDS = {("TrainJob", "spec.runtimeRef.apiGroup"), ("TrainJob", "spec.runtimeRef.kind")}
+#: The resource quantities (requests and limits of every container and of the TrainJob's nodes), whose
+#: pattern parse_cpu / parse_memory check more strictly (the property test below), so the renderer never
+#: writes a quantity the pattern refuses.
+QUANTITY_FIELD = re.compile(r".*\.(resources|resourcesPerNode)\.(requests|limits)\.\*")
+
+
+def _schema_node(kind: str, path: str) -> dict[str, Any]:
+    """The CRD schema node of a dotted field path (``command[]``: the items of ``command``)."""
+    api_version = {"TFJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1",
+                   "TrainJob": "trainer.kubeflow.org/v1alpha1"}[kind]
+    node = crd(api_version, kind)
+    for part in path.split("."):
+        items = part.endswith("[]")
+        node = node["additionalProperties"] if part == "*" else node["properties"][part.removesuffix("[]")]
+        if items:
+            node = node["items"]
+    return node
+
+
+def _limits(schema: dict[str, Any], value: Any, path: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(field path, keyword, limit) of every length, count or pattern limit that `value` reaches in a raw
+    CRD schema; list items are ``[]`` and map values ``*`` in the path."""
+    for keyword in LIMIT_KEYWORDS:
+        if keyword in schema:
+            yield path, keyword, schema[keyword]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child, name = schema.get("properties", {}).get(key), key
+            if child is None and isinstance(schema.get("additionalProperties"), dict):
+                child, name = schema["additionalProperties"], "*"
+            if child is not None:
+                yield from _limits(child, item, f"{path}.{name}" if path else name)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            yield from _limits(schema["items"], item, path + "[]")
+
+
+def test_every_limit_the_renderer_checks_is_the_vendored_schemas():
+    """CRD_LIMITS (what k8s.py checks before writing) read back from the vendored CRDs: equal."""
+    assert CRD_LIMITS
+    for (kind, path, keyword), limit in CRD_LIMITS.items():
+        assert _schema_node(kind, path)[keyword] == limit, (kind, path, keyword)
+
+
+def test_every_limit_on_a_field_the_renderer_writes_is_checked_by_it():
+    """The other way: walk the richest manifest of each CRD mode through its schema; every length, count or
+    pattern limit it reaches is in CRD_LIMITS, on a constant that fits, or the quantity pattern. A new
+    limit in a newer vendored CRD fails here until the renderer checks it."""
+    resources = TaskResources(gpus=2, cpu="4", memory="16Gi")
+    reached = set()
+    for mode, spec in (("tfjob", PS_CLUSTER), ("mpijob", WORKERS), ("trainjob", WORKERS)):
+        (doc,) = k8s_manifests(spec, "img:1", ["python", "train.py"], name="job", mode=mode, resources=resources,
+                               runtime="horovod-distributed" if mode == "trainjob" else None)
+        for path, keyword, limit in _limits(crd(doc["apiVersion"], doc["kind"]), doc):
+            reached.add((doc["kind"], path, keyword))
+            if (doc["kind"], path) in FIXED_FIELDS:
+                (value,) = [v for p, v in _at(doc, path)]
+                assert keyword == "maxLength" and len(value) <= limit, (path, value)
+            elif QUANTITY_FIELD.fullmatch(path):
+                assert keyword == "pattern" and limit == _QUANTITY_PATTERN, path
+            else:
+                assert (doc["kind"], path, keyword) in CRD_LIMITS, f"{doc['kind']} {path} {keyword} {limit!r} is " \
+                    "not checked by the renderer: add it to CRD_LIMITS and check it in k8s.py"
+    assert set(CRD_LIMITS) <= reached  # nothing in the table that no manifest reaches
+
+
+def test_the_renderers_name_rule_is_the_trainjob_crds():
+    """metadata.name: the TrainJob CRD's CEL rules hold the pattern and the length the renderer checks."""
+    rules = [rule["rule"] for rule in crd("trainer.kubeflow.org/v1alpha1", "TrainJob")["x-kubernetes-validations"]]
+    (pattern,) = [m for r in rules for m in re.findall(r"self\.metadata\.name\.matches\('(.*)'\)", r)]
+    (size,) = [int(m) for r in rules for m in re.findall(r"size\(self\.metadata\.name\) <= (\d+)", r)]
+    assert (pattern, size) == (f"^{DNS_1035_LABEL}$", MAX_NAME_LENGTH)
+
+
+_QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
+                     r"|(\.[0-9]+))))?$")
+QUANTITY_LIKE = st.text(st.one_of(st.sampled_from("0123456789.mkMGTPEin +-"), st.characters(categories=["Nd"]),
+                                  st.characters(categories=["Zs"]), st.sampled_from("１６Ｇｉ")), max_size=8)
+
+
+def test_the_quantity_pattern_is_the_crds():
+    assert _schema_node("TrainJob", "spec.trainer.resourcesPerNode.requests.*")["pattern"] == _QUANTITY_PATTERN
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(QUANTITY_LIKE)
+def test_every_quantity_the_renderer_accepts_matches_the_crds_pattern(text):
+    """What parse_cpu / parse_memory accept, the CRD's quantity pattern accepts (ASCII digits only)."""
+    for parse in (parse_cpu, parse_memory):
+        try:
+            value = parse(text)
+        except ArgumentValueError as exc:
+            assert "; fix: " in str(exc)
+        else:
+            assert value.isascii() and re.fullmatch(_QUANTITY_PATTERN, value), (parse.__name__, text)
+
+
+def _mostly(valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """`valid` nine times in ten, so that each mode's manifests are written often enough to check (7 fields:
+    about half the cases are written); the hostile values are refused, each naming its field."""
+    return st.sampled_from([True] * 9 + [False]).flatmap(lambda keep: valid if keep else hostile)
+
+
+@st.composite
+def _renderer_arguments(draw: st.DrawFn) -> dict[str, Any]:
+    mode = draw(st.sampled_from(K8S_MODES))
+    horovod = mode in ("mpijob", "trainjob")
+    long_image = st.integers(490, 510).map(lambda n: "registry.example/" + "a" * (n - 17))
+    return {
+        "spec": draw(_mostly(st.sampled_from([WORKERS, ONE_WORKER] if horovod else [PS_CLUSTER, WORKERS]),
+                             st.sampled_from([PS_CLUSTER, WORKERS, ONE_WORKER]))),
+        "image": draw(_mostly(st.one_of(st.sampled_from(["img:1", "registry.example/train@sha256:" + "0" * 64]),
+                                        long_image),
+                              st.one_of(st.sampled_from([" img", "img\n", ""]), st.text(max_size=30)))),
+        "command": draw(_mostly(st.one_of(st.lists(st.text(max_size=12), min_size=1, max_size=6),
+                                          st.integers(100, 115).map(lambda n: ["w"] * n)),
+                                st.just([]))),
+        "name": draw(_mostly(st.from_regex(r"[a-z][a-z0-9]{0,20}", fullmatch=True),
+                             st.one_of(st.sampled_from(["Bad", "9x", "a" * 60]),
+                                       st.from_regex(r"[a-z][-a-z0-9]{0,70}", fullmatch=True)))),
+        "mode": mode,
+        "cpu": draw(_mostly(st.one_of(st.none(), st.sampled_from(["2", "500m", ".5"])), QUANTITY_LIKE)),
+        "memory": draw(_mostly(st.one_of(st.none(), st.sampled_from(["16Gi", "1.5Gi", "512M"])), QUANTITY_LIKE)),
+        "gpus": draw(st.integers(0, 3)),
+        "runtime": draw(_mostly(st.sampled_from(["horovod-distributed", "r" * 253]),
+                                st.sampled_from([None, "r" * 254, "Bad"]))
+                        if mode == "trainjob" else _mostly(st.none(), st.just("rt"))),
+    }
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_renderer_arguments())
+def test_every_manifest_the_renderer_accepts_is_valid_against_the_schemas(args):
+    """A fuzzer (issue 34): the renderer refuses (every problem naming a field with a fix), or each manifest
+    it writes is one the API server takes, the CRD and core schemas, CEL rules, names and quantities."""
+    try:
+        resources = TaskResources(gpus=args["gpus"], cpu=args["cpu"], memory=args["memory"])
+        docs = k8s_manifests(args["spec"], args["image"], args["command"], args["name"], args["mode"],
+                             resources=resources, runtime=args["runtime"])
+    except ClusterConfigError as exc:
+        event(f"refused: {' '.join(sorted({p.field for p in exc.problems}))}")
+        assert exc.problems and all(p.fix for p in exc.problems)
+        assert {p.field for p in exc.problems} <= {"image", "command", "name", "mode", "runtime", "cpu", "memory",
+                                                   "gpus"}
+        return
+    event(f"accepted {args['mode']}")
+    for doc in docs:
+        assert problems(doc) == [], (doc["kind"], problems(doc))
 
 
 # --- the vendored files are what the README says ------------------------------------------------------------------

@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from support import invoke, subprocess_env
+from support import examples, invoke, subprocess_env
 from tfdist.cluster.errors import ClusterConfigError
 from tfdist.cluster.sbatch import TASK_SHELL_NAME, BatchJob, render_sbatch, srun_argv
 
@@ -69,6 +71,7 @@ def test_fewer_nodes_than_tasks_leaves_the_placement_to_slurm():
 
 @pytest.mark.parametrize("job, field, words", [
     (BatchJob(command=(), workers=1), "command", "needs a command"),
+    (BatchJob(command=("", "train.py"), workers=1), "command", "whose first word, the program to run, is empty"),
     (BatchJob(command=("x",), workers=0), "workers", "at least one worker"),
     (BatchJob(command=("x",), workers=1, ps=1), "chief", "needs a chief"),
     (BatchJob(command=("x",), workers=2, nodes=3), "nodes", "is 3, for 2 task(s)"),
@@ -90,9 +93,31 @@ def test_the_cli_prints_the_script_the_library_writes():
     assert result.stdout == render_sbatch(PS_JOB)
 
 
+def test_an_empty_argument_is_a_valid_word_of_the_command():
+    """Issue 34: `--sbatch-command "python train.py --tag ''"` was refused with `every task needs a command`."""
+    result = invoke("tf-config", "--format", "sbatch", "--workers", "1", "--sbatch-command",
+                    "python train.py --tag ''")
+    assert result.exit_code == 0, result.output
+    assert shlex.split(result.stdout.splitlines()[-1])[-5:] == [TASK_SHELL_NAME, "python", "train.py", "--tag", ""]
+    assert result.stdout == render_sbatch(BatchJob(command=("python", "train.py", "--tag", ""), workers=1))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])), max_size=6),
+       st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), min_size=1))
+def test_any_words_after_a_program_reach_the_task_unchanged(words, program):
+    """A property: every command whose first word is not empty is written, and the script's srun line gives
+    the task exactly those words (empty ones, quotes, spaces, `$`, newlines included)."""
+    command = (program, *words)
+    script = render_sbatch(BatchJob(command=command, workers=1))
+    line = script[script.index("\nexec srun ") + 1:]
+    assert shlex.split(line)[-len(command) - 1:] == [TASK_SHELL_NAME, *command]
+
+
 @pytest.mark.parametrize("args, option, words", [
     (["--ps-count", "1", "--with-chief", "--sbatch-command", "x"], "'--workers'", "the number of workers"),
     (["--workers", "1"], "'--sbatch-command'", "needs the command"),
+    (["--workers", "1", "--sbatch-command", "'' train.py"], "'--sbatch-command'", "the program to run, is empty"),
     (["--workers", "1", "--sbatch-command", "x 'y"], "'--sbatch-command'", "balance the quotes"),
     (["--workers", "1", "--ps-count", "1", "--sbatch-command", "x"], "'--with-chief'", "needs a chief"),
     (["--workers", "2", "--sbatch-nodes", "3", "--sbatch-command", "x"], "'--sbatch-nodes'", "is 3, for 2"),
@@ -133,7 +158,7 @@ def _run_script(tmp_path, job: BatchJob, nodelist: str, tasks_per_node: str) -> 
 
 
 def test_every_task_runs_the_command_with_its_own_tf_config(tmp_path):
-    job = BatchJob(command=(sys.executable, "-c", RECORD, "--lr", "0.1 0.2", "$HOME"), workers=2, ps=1,
+    job = BatchJob(command=(sys.executable, "-c", RECORD, "--lr", "0.1 0.2", "$HOME", "--tag", ""), workers=2, ps=1,
                    chief=True, nodes=2, port=4000)
     result = _run_script(tmp_path, job, nodelist="h[1-2]", tasks_per_node="2(x2)")
     assert result.returncode == 0, result.stderr
@@ -141,7 +166,7 @@ def test_every_task_runs_the_command_with_its_own_tf_config(tmp_path):
     cluster = {"chief": ["h1:4000"], "ps": ["h1:4001"], "worker": ["h2:4000", "h2:4001"]}
     for record in records:
         assert record["tf_config"]["cluster"] == cluster
-        assert record["argv"] == ["--lr", "0.1 0.2", "$HOME"]  # words unchanged, no second expansion
+        assert record["argv"] == ["--lr", "0.1 0.2", "$HOME", "--tag", ""]  # words unchanged, no second expansion
     assert [r["tf_config"]["task"] for r in records] == [
         {"type": "chief", "index": 0}, {"type": "ps", "index": 0},
         {"type": "worker", "index": 0}, {"type": "worker", "index": 1}]

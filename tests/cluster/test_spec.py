@@ -60,6 +60,8 @@ def test_address_str_round_trips(address, text):
         ("h:22a", "has port '22a', which is not a number"),
         ("h:", "has port '', which is not a number"),
         ("h:²", "has port '²', which is not a number"),
+        ("h:٢٢٢٢", "has port '٢٢٢٢', which is not a number: it holds '٢' (U+0662 ARABIC-INDIC DIGIT TWO), which is "
+                  "not ASCII; numbers are read in ASCII only; fix: type it as 'h:2222'"),  # int() reads 2222
         ("::1:2222", "IPv6 hosts need brackets"),
         ("[::1:2222", "has '[' but no ']'"),
         ("[::1]2222", "has no ':PORT' after ']'"),

@@ -23,6 +23,7 @@ import math
 import re
 
 from tfdist.advise.errors import AdviseError
+from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.errors import with_fix
 
 #: The fastest rate accepted, in bytes/s (100 Tbit/s): above it the input is a typo.
@@ -37,12 +38,13 @@ _MAX_TEXT = 64
 _PREFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
              "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_RATE = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<base>[A-Za-z/]+)\s*")
+_RATE = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<base>[A-Za-z/]+)\s*",
+                   re.ASCII)
 _BIT_BASES = {"bit", "bits", "bit/s", "bits/s"}  # compared in lower case
 _BIT_EXACT = {"bps", "b/s"}  # a lower-case b: bits
 _BYTE_EXACT = {"Bps", "B/s"}  # a capital B: bytes
 _BYTE_BASES = {"byte/s", "bytes/s"}  # compared in lower case
-_COUNT = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMgGbBtT]?)\s*")
+_COUNT = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<suffix>[kKmMgGbBtT]?)\s*", re.ASCII)
 _COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 RATE_EXAMPLES = "50mbit, 1gbit, 25gbit, 10gbps (bits/s) or 1.5GB/s, 100MB/s (bytes/s)"
 
@@ -71,8 +73,9 @@ def parse_rate(text: str, field: str = "--bandwidth") -> float:
     if len(text) > _MAX_TEXT:
         raise AdviseError(with_fix(f"{_subject(field, text)} is too long for a rate",
                                    f"write a rate with its unit: {RATE_EXAMPLES}"), field)
+    _refuse_non_ascii(text, field, "1gbit")
     stripped = text.strip()
-    if re.fullmatch(_NUMBER, stripped) or re.fullmatch(r"[+-]" + _NUMBER, stripped):
+    if re.fullmatch(_NUMBER, stripped, re.ASCII) or re.fullmatch(r"[+-]" + _NUMBER, stripped, re.ASCII):
         raise AdviseError(with_fix(f"{_subject(field, text)} has no unit",
                                    f"add one: {stripped}mbit (megabits/s), {stripped}gbit (gigabits/s) or "
                                    f"{stripped}MB/s (megabytes/s); accepted: {RATE_EXAMPLES}"), field)
@@ -119,6 +122,7 @@ def parse_count(text: str | int, field: str = "--params", exact: bool = False) -
         if len(raw) > _MAX_TEXT:
             raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a count",
                                        "write e.g. 23.8M or 23800000"), field)
+        _refuse_non_ascii(raw, field, "23.8M")
         cleaned = raw.replace(",", "").replace("_", "")
         match = _COUNT.fullmatch(cleaned)
         if match is None:
@@ -141,16 +145,23 @@ def parse_count(text: str | int, field: str = "--params", exact: bool = False) -
 
 #: The largest memory size accepted (1 PiB): above it the input is a typo.
 MAX_MEMORY = 2**50
-_MEMORY = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<unit>[bB]?)\s*")
+#: The smallest memory of a host accepted (64 MiB): one TensorFlow process needs more (a parameter
+#: server's runtime alone is about 240 MiB), so less is a unit left out or mistyped (``512`` for 512 MiB).
+MIN_MEMORY = 64 * 2**20
+_MEMORY = re.compile(rf"\s*(?P<number>{_NUMBER})\s*(?P<prefix>(?:[kKmMgGtT][iI]?)?)(?P<unit>[bB]?)\s*",
+                     re.ASCII)
 MEMORY_EXAMPLES = "4GiB, 512M, 1.5G, 16Gi or plain bytes such as 4294967296"
 
 
 def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
-    """A memory size in bytes: ``4GiB``, ``512M``, ``16Gi``, ``1.5GB``, ``4294967296``.
+    """A host's memory in bytes: ``4GiB``, ``512M``, ``16Gi``, ``1.5GB``, ``4294967296``.
 
-    k M G T are powers of 1000 and Ki Mi Gi Ti powers of 1024 (as Kubernetes reads them), any case
-    (a thousandth of a byte means nothing, so ``512m`` is 512 MB); a trailing ``B`` is optional.
-    Zero, negative, fractional-byte and absurd sizes (above 1 PiB) are refused naming ``field``.
+    ``k M G T`` are powers of 1000 and ``Ki Mi Gi Ti`` powers of 1024 (as Kubernetes reads them); a
+    trailing ``B`` is optional, and case does not matter (``4gb``, ``2gib``) except for one letter: a
+    lower-case ``m`` without ``i`` (``512m``, ``512mb``) is refused, since Kubernetes reads it as milli
+    (0.512 bytes) and people as mega. Refused too, naming ``field``: text outside ASCII, sizes below
+    :data:`MIN_MEMORY` (64 MiB, less than one TensorFlow process needs: ``1KiB`` is a unit gone wrong)
+    and above :data:`MAX_MEMORY` (1 PiB).
 
     >>> parse_bytes("4GiB")
     4294967296
@@ -161,9 +172,17 @@ def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
     raw = str(text)
     if len(raw) > _MAX_TEXT:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a size", fix), field)
+    _refuse_non_ascii(raw, field, "4GiB")
     match = _MEMORY.fullmatch(raw)
     if match is None:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is not a size", fix), field)
+    if match["prefix"] == "m":
+        number, unit = match["number"], match["unit"].upper()
+        raise AdviseError(with_fix(
+            f"{_subject(field, raw)} is ambiguous: a lower-case m is milli in Kubernetes quantities "
+            f"({number}m is {number} thousandths of a byte) and mega to many people",
+            f"write {number}M{unit} for {number} megabytes (powers of 1000) or {number}Mi{unit or 'B'} for "
+            f"{number} mebibytes (powers of 1024)"), field)
     value = float(match["number"]) * _PREFIXES[match["prefix"].lower()]
     if not math.isfinite(value) or value > MAX_MEMORY:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is above 1 PiB",
@@ -171,7 +190,20 @@ def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
     if value < 1:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is below 1 byte",
                                    "give the memory of one task's host, e.g. 4GiB"), field)
+    if value < MIN_MEMORY:
+        raise AdviseError(with_fix(
+            f"{_subject(field, raw)} is {format_memory(value)}, below {format_memory(MIN_MEMORY)}: less than "
+            "one TensorFlow process needs, so a unit is missing or wrong",
+            "give the host's memory with its unit, e.g. 4GiB or 512MiB (a number alone is bytes)"), field)
     return int(value)
+
+
+def _refuse_non_ascii(text: str, field: str, example: str) -> None:
+    """``float()`` and ``\\d`` read any script's digits and spaces (``'١٢M'`` would be 12M): refuse
+    text outside ASCII, naming the character and the ASCII spelling."""
+    problem = ascii_problem(text, field, example)
+    if problem is not None:
+        raise AdviseError(with_fix(f"{_subject(field, text)} {problem.message}", problem.fix), field)
 
 
 def format_rate(bytes_per_second: float) -> str:

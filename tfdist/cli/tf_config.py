@@ -63,16 +63,36 @@ def _option_error(exc: ClusterOptionError) -> click.ClickException:
     return click.BadParameter(str(exc), param_hint=f"'{exc.option}'")
 
 
+#: What a bare number given to a HOST:PORT option asks for, with the shorthand's option for it (``--ps`` is
+#: a count in `launch` and `advise`, an address here; the names stay, so the error says which is which).
+_COUNT_FIXES = {
+    "--ps": "for {n} ps task(s) use --ps-count {n} with the shorthand --workers N --hosts h1,h2 (and "
+            "--with-chief), or give each ps's address: --ps node1:2222",
+    "--worker": "for {n} worker(s) use --workers {n} --hosts h1,h2, or give each worker's address: "
+                "--worker node1:2222",
+    "--chief": "for a chief use --with-chief with the shorthand --workers N --hosts h1,h2, or give its "
+               "address: --chief node1:2222",
+    "--evaluator": "for an evaluator use --with-evaluator with the shorthand --workers N --hosts h1,h2, or "
+                   "give its address: --evaluator node1:2222",
+}
+
+
 class AddressType(click.ParamType):
-    """A ``HOST:PORT`` option value, parsed into an :class:`Address`."""
+    """A ``HOST:PORT`` option value, parsed into an :class:`Address`; a bare number (a count, as
+    ``--ps 1`` is in `launch`) is refused with the count option that takes it."""
 
     name = "HOST:PORT"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Address:
         if isinstance(value, Address):
             return value
+        option = param.opts[0] if param else "address"
+        number = value.strip() if isinstance(value, str) else ""
+        if number.isascii() and number.isdigit() and option in _COUNT_FIXES:
+            self.fail(f"{shown(value)} is a number, but {option} takes a task's address, HOST:PORT; fix: "
+                      + _COUNT_FIXES[option].format(n=number if len(number) <= 6 else "N"), param, ctx)
         try:
-            return Address.parse(value, field=param.opts[0] if param else "address")
+            return Address.parse(value, field=option)
         except ClusterConfigError as exc:
             self.fail(exc.details, param, ctx)
 
@@ -110,7 +130,7 @@ def _given(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
               help="Shorthand and slurm: number of ps tasks.")
 @click.option("--with-chief", is_flag=True, help="Shorthand and slurm: add a chief as the first task.")
 @click.option("--with-evaluator", is_flag=True, help="Shorthand: add an evaluator as the last task.")
-@click.option("--port", type=click.IntRange(1, 65535), default=2222, show_default=True,
+@click.option("--port", type=BoundedInt(1, 65535), default=2222, show_default=True,
               help="Shorthand and slurm: first port; the k-th task on a host gets PORT+k.")
 @click.option("--task", metavar="TYPE:INDEX", shell_complete=_complete_task,
               help="Print only this task's TF_CONFIG, e.g. worker:1.")

@@ -1,8 +1,9 @@
 """Option types shared by the commands: bounded whole numbers, finite floats, and library parsers.
 
-click's own ``IntRange`` / ``FloatRange`` have two gaps for hostile input: ``FloatRange`` lets
-``nan`` (and, without a max, ``inf``) through, and both echo the whole value in their message (a
-5,000-digit ``--workers`` gives a 5,000-character error). These types read the text first, refuse
+click's own ``IntRange`` / ``FloatRange`` have three gaps for hostile input: ``FloatRange`` lets
+``nan`` (and, without a max, ``inf``) through, both read any script's digits (``int("٢")`` is 2), and
+both echo the whole value in their message (a 5,000-digit ``--workers`` gives a 5,000-character
+error). These types read the text first, refuse non-ASCII text (:mod:`tfdist.cluster.ascii_input`) and
 non-finite numbers, and keep every message one short line that names the accepted range and ends
 with ``; fix: ...``; click adds ``Invalid value for '--option':`` in front.
 
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 import click
 
+from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.errors import ArgumentValueError, TfdistError
 
@@ -62,6 +64,7 @@ class BoundedInt(click.IntRange):
         else:
             text = str(value).strip()
         digits = text[1:] if text[:1] in "+-" else text
+        self._refuse_non_ascii(str(value), param, ctx)
         if not (digits.isascii() and digits.isdigit()):
             self.fail(f"{shown(value)} is not a whole number; fix: give one from {_g(self.low)} to "
                       f"{_g(self.high)}", param, ctx)
@@ -71,6 +74,12 @@ class BoundedInt(click.IntRange):
             self.fail(f"{self._echo(text, digits)} is not in the range {self.low}<=x<={self.high}{why}; fix: "
                       f"{self._range_fix()}", param, ctx)
         return number
+
+    def _refuse_non_ascii(self, text: str, param: click.Parameter | None, ctx: click.Context | None) -> None:
+        """``int()`` reads any script's digits ('٢' is 2): refuse them, naming the character."""
+        problem = ascii_problem(text)
+        if problem is not None:
+            self.fail(f"{shown(text)} {problem.message}; fix: {problem.fix}", param, ctx)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.low}, {self.high})"
@@ -126,6 +135,9 @@ class FiniteFloat(click.FloatRange):
         if isinstance(value, (int, float)):
             number = float(value)
         else:
+            problem = ascii_problem(str(value))
+            if problem is not None:  # float() reads any script's digits and spaces: '١٢' is 12.0
+                self.fail(f"{shown(value)} {problem.message}; fix: {problem.fix}", param, ctx)
             text = str(value).strip()
             if len(text) > MAX_NUMBER_TEXT:
                 self.fail(f"{shown(value)} is too long for a number; fix: give a {self._kind()} "

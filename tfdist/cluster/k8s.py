@@ -14,12 +14,14 @@ manifest against the operators' published CRD schemas and Kubernetes' own (docs/
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
+from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.cluster.errors import ClusterConfigError, Problem, shown
 from tfdist.cluster.render import compact_json
 from tfdist.cluster.spec import TASK_TYPES, TRAINING_TASK_TYPES, Address, ClusterSpec
@@ -48,12 +50,28 @@ MAX_GPUS_PER_TASK = 64
 MPIRUN_FLAGS = ("--allow-run-as-root", "-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH",
                 "-x", "PATH", "-mca", "pml", "ob1", "-mca", "btl", "^openib")
 
+#: The names the API server takes for a TFJob, MPIJob, TrainJob or Service (an RFC 1035 label) and their
+#: longest; the TrainJob CRD states both as CEL rules on metadata.name, which a test compares with these.
+DNS_1035_LABEL = "[a-z]([-a-z0-9]*[a-z0-9])?"
+MAX_NAME_LENGTH = 63
+#: What the operators' CRDs (vendored in tests/cluster/schemas/) limit in the fields that the options fill,
+#: as (kind, field, JSON-schema keyword) -> limit; an API server refuses a manifest past one. The renderer
+#: checks each before writing; tests/cluster/test_k8s_schemas.py reads every one back from the vendored
+#: schema and fails on a limit of a written field that is missing here, so the two cannot drift.
+CRD_LIMITS: Mapping[tuple[str, str, str], int] = MappingProxyType({
+    ("TrainJob", "spec.trainer.image", "maxLength"): 500,
+    ("TrainJob", "spec.trainer.command", "maxItems"): 128,
+    ("TrainJob", "spec.trainer.command[]", "maxLength"): 1_048_576,
+    ("TrainJob", "spec.runtimeRef.name", "maxLength"): 253,
+    ("TrainJob", "spec.runtimeRef.name", "minLength"): 1,
+})
+
 _REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS_1035 = re.compile(DNS_1035_LABEL + r"\Z")
 _DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _MAX_QUANTITY_TEXT = 24
-_CPU = re.compile(r"(?:(\d+(?:\.\d*)?|\.\d+)|(\d+)m)\Z")
-_MEMORY = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
+_CPU = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?|\.[0-9]+)|([0-9]+)m)\Z")
+_MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
 _MEMORY_TYPOS = {"m": "Mi", "mi": "Mi", "mb": "M", "mib": "Mi", "g": "Gi", "gi": "Gi", "gb": "G",
                  "gib": "Gi", "ki": "Ki", "kb": "k", "kib": "Ki", "t": "Ti", "ti": "Ti", "tb": "T"}
 
@@ -63,6 +81,7 @@ def parse_cpu(text: str, field: str = "cpu") -> str:
 
     Returns the text stripped; raises :class:`ArgumentValueError` naming `field` otherwise.
     """
+    _refuse_non_ascii(str(text), field, "2 or 500m")
     value = str(text).strip()
     accepted = "a number of cores such as 2 or 0.5, or millicores such as 500m"
     match = _CPU.match(value) if len(value) <= _MAX_QUANTITY_TEXT else None
@@ -83,6 +102,7 @@ def parse_memory(text: str, field: str = "memory") -> str:
 
     ``512m`` is refused: Kubernetes reads ``m`` as milli (0.512 bytes), a classic typo for ``512Mi``.
     """
+    _refuse_non_ascii(str(text), field, "4Gi or 512Mi")
     value = str(text).strip()
     accepted = "bytes, or a number with Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T"
     if len(value) > _MAX_QUANTITY_TEXT:
@@ -90,7 +110,7 @@ def parse_memory(text: str, field: str = "memory") -> str:
                                           f"accepted: {accepted}", "e.g. 4Gi"))
     match = _MEMORY.match(value)
     if not match:
-        number = re.match(r"\d+(?:\.\d+)?", value)
+        number = re.match(r"[0-9]+(?:\.[0-9]+)?", value)
         suffix = value[number.end():] if number else ""
         if number and suffix.lower() in _MEMORY_TYPOS:
             meaning = " (m is milli: thousandths of a byte)" if suffix == "m" else ""
@@ -108,6 +128,15 @@ def parse_memory(text: str, field: str = "memory") -> str:
         raise ArgumentValueError(_message(field, f"{shown(value)} is a fraction of a byte",
                                           f"give whole bytes or a suffix, e.g. {number}Gi"))
     return value
+
+
+def _refuse_non_ascii(value: str, field: str, example: str) -> None:
+    """Kubernetes reads quantities in ASCII only: ``"٢"`` or ``"１６Gi"`` would be written as is and
+    refused by the API server (Python's ``float`` and ``\\d`` take any script's digits)."""
+    problem = ascii_problem(value, example=example)
+    if problem is not None:
+        raise ArgumentValueError(_message(field, f"{shown(value)} {problem.message}, as Kubernetes reads them",
+                                          problem.fix))
 
 
 def _message(field: str, problem: str, fix: str) -> str:
@@ -238,15 +267,19 @@ def _problems(spec: ClusterSpec, image: Any, command: list[str], name: Any, mode
     if not isinstance(image, str) or not image.strip():
         problems.append(Problem("image", "no container image given",
                                 "pass the image, e.g. 'my-registry/train:1.0'"))
+    elif image != image.strip():  # the API server's own check (Pod validation), not in any schema
+        problems.append(Problem("image", f"{shown(image)} has leading or trailing whitespace, which the API "
+                                "server refuses in an image", f"drop it: {shown(image.strip())}"))
     if not isinstance(name, str) or not _DNS_1035.match(name):
         problems.append(Problem("name", f"{shown(name)} is not a valid Kubernetes name",
                                 "use lower-case letters, digits and '-', starting with a letter and ending "
                                 "with a letter or digit"))
     else:
         longest = max((len(n) for n in _pod_names(spec, name, mode)), default=len(name))
-        if longest > 63:
+        if longest > MAX_NAME_LENGTH:
             problems.append(Problem("name", f"{name!r} makes {_named(mode)} of {longest} characters; "
-                                    "the limit is 63", f"shorten the name by {longest - 63} characters"))
+                                    f"the limit is {MAX_NAME_LENGTH}",
+                                    f"shorten the name by {longest - MAX_NAME_LENGTH} characters"))
     if mode in HOROVOD_MODES:
         others = [f"{len(spec.addresses(t))} {t}" for t in ("chief", "ps", "evaluator") if spec.addresses(t)]
         if others:
@@ -263,12 +296,43 @@ def _problems(spec: ClusterSpec, image: Any, command: list[str], name: Any, mode
             problems.append(Problem("runtime", "--k8s-mode trainjob references a ClusterTrainingRuntime, "
                                     "and none was named", "pass the name of one with an MPI mlPolicy, e.g. "
                                     "--k8s-runtime horovod-distributed (docs/kubernetes.md shows one)"))
-        elif not isinstance(runtime, str) or len(runtime) > 253 or not _DNS_1123_SUBDOMAIN.match(runtime):
+        elif not isinstance(runtime, str) or not _DNS_1123_SUBDOMAIN.match(runtime) \
+                or len(runtime) > CRD_LIMITS["TrainJob", "spec.runtimeRef.name", "maxLength"]:
             problems.append(Problem("runtime", f"{shown(runtime)} is not a valid Kubernetes object name",
-                                    "use lower-case letters, digits, '-' and '.', at most 253 characters"))
+                                    "use lower-case letters, digits, '-' and '.', at most "
+                                    f"{CRD_LIMITS['TrainJob', 'spec.runtimeRef.name', 'maxLength']} characters"))
+        problems += _trainjob_limits(image, command)
     elif runtime is not None and mode in K8S_MODES:
         problems.append(Problem("runtime", f"a runtime ({shown(runtime)}) is only used by --k8s-mode "
                                 f"trainjob, not {mode}", "drop it, or use --k8s-mode trainjob"))
+    return problems
+
+
+def _trainjob_limits(image: Any, command: list[str]) -> list[Problem]:
+    """What the Trainer CRD (:data:`CRD_LIMITS`) refuses in the image and command a TrainJob is given."""
+    problems = []
+    longest = CRD_LIMITS["TrainJob", "spec.trainer.image", "maxLength"]
+    if isinstance(image, str) and len(image) > longest:
+        problems.append(Problem("image", f"{shown(image)} is longer than the {longest} characters a TrainJob's "
+                                "image may have (the Trainer CRD's spec.trainer.image maxLength)",
+                                f"use an image reference of at most {longest} characters, e.g. "
+                                "'registry.example/train:1.0'"))
+    items = len(mpirun_command(1, 1, command))
+    most = CRD_LIMITS["TrainJob", "spec.trainer.command", "maxItems"]
+    if items > most:
+        added = items - len(command)
+        problems.append(Problem("command", f"has {len(command)} words, and with the {added} of mpirun the "
+                                f"TrainJob's command has {items}, above the {most} the Trainer CRD allows "
+                                "(spec.trainer.command maxItems)",
+                                f"use at most {most - added} words: move the arguments into a script or a "
+                                "config file that the command reads"))
+    widest = CRD_LIMITS["TrainJob", "spec.trainer.command[]", "maxLength"]
+    wide = [i for i, word in enumerate(command) if isinstance(word, str) and len(word) > widest]
+    if wide:
+        problems.append(Problem("command", f"word {wide[0] + 1} is {len(command[wide[0]]):,} characters long, "
+                                f"above the {widest:,} the Trainer CRD allows in one item of a TrainJob's "
+                                "command (spec.trainer.command[] maxLength)",
+                                "pass the long value in a file the command reads"))
     return problems
 
 

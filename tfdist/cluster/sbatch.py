@@ -56,9 +56,12 @@ class BatchJob:
     def problems(self) -> list[Problem]:
         """Every reason the job cannot be written, each naming its field (empty: it can)."""
         found = []
-        if not self.command or not all(self.command):
-            found.append(Problem("command", f"is {shown(' '.join(self.command))}; every task needs a "
-                                 "command to run", "give the training command, e.g. 'python train.py'"))
+        if not self.command:
+            found.append(Problem("command", "has no words; every task needs a command to run",
+                                 "give the training command, e.g. 'python train.py'"))
+        elif not self.command[0]:  # an empty argument later on ("--tag ''") is a valid one
+            found.append(Problem("command", f"is {shown(shlex.join(self.command))}, whose first word, the "
+                                 "program to run, is empty", "start with the program, e.g. 'python train.py'"))
         if self.workers < 1:
             found.append(Problem("workers", f"is {self.workers}; a job needs at least one worker",
                                  "ask for 1 or more workers"))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.cluster.errors import ClusterConfigError, Problem, field_name, shown
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 
@@ -93,7 +94,11 @@ def split_address(text: Any, field: str) -> tuple[Address | None, list[Problem]]
             return None, [Problem(field, f"{shown(text)} has several ':'; IPv6 hosts need brackets",
                                   "write IPv6 addresses as '[::1]:2222'")]
         host, port_text = text.split(":")
-    if not (port_text.isascii() and port_text.isdigit()):
+    in_port, in_text = ascii_problem(port_text), ascii_problem(text, field, "'node1:2222'")
+    if in_port is not None and in_text is not None:  # int() would read '٢٢٢٢' as 2222
+        return None, [Problem(field, f"{shown(text)} has port {shown(port_text)}, which is not a number: it "
+                              f"{in_port.message}", in_text.fix)]
+    if not port_text.isdigit():
         return None, [Problem(field, f"{shown(text)} has port {shown(port_text)}, which is not a number",
                               PORT_FIX)]
     if len(port_text) > 5:  # never int() a 5,000-digit port

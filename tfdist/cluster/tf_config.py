@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.cluster.errors import ClusterConfigError, Problem, shown
 from tfdist.cluster.limits import MAX_DIGITS, MAX_EVERY_TASK, limit_text
 from tfdist.cluster.spec import CHIEF, PS, TASK_TYPES, WORKER, ClusterSpec
@@ -79,7 +80,11 @@ def parse_task(text: str, field: str = "task") -> tuple[str, int]:
     problems = []
     if task_type not in TASK_TYPES:
         problems.append(Problem(field, f"{shown(text)} has unknown task type {shown(task_type)}", _TASK_FIX))
-    if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, index):
+    in_index, in_text = ascii_problem(index), ascii_problem(text, field, "'worker:1'")
+    if in_index is not None and in_text is not None:  # int() would read '١' as 1
+        problems.append(Problem(field, f"{shown(text)} has index {shown(index)}, which is not a whole number: "
+                                f"it {in_index.message}", in_text.fix))
+    elif not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, index):
         problems.append(Problem(field, f"{shown(text)} has index {shown(index)}, which is not a whole number "
                                 f">= 0 of at most {MAX_DIGITS} digits", _TASK_FIX))
     if problems:
