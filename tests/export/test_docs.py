@@ -24,3 +24,25 @@ def test_the_pages_python_block_and_export_check_transcript_run_as_shown(tmp_pat
         result = invoke(*step.argv)
         assert result.exit_code == 0, result.output
         assert tuple(result.output.splitlines()) == step.output
+
+
+def test_the_pages_error_messages_are_the_ones_raised(tmp_path, monkeypatch):
+    """The page's `text` blocks quote two errors (an export_to path refused before training, a write
+    under a file-size limit): they are what the code raises, at the page's path."""
+    import errno
+    import resource
+
+    from tfdist.export import destination, failures
+    from tfdist.export.paths import ExportPathError
+
+    refused, limited = blocks(text(PAGE), "text")
+    shown = "/work/exports/classifier/1"
+    target = tmp_path / "exports" / "classifier" / "1"
+    target.mkdir(parents=True)
+    (target / "saved_model.pb").write_text("an export")
+    with pytest.raises(ExportPathError) as info:
+        destination.check(destination.declare(target))
+    assert f"ExportPathError: {info.value}".replace(str(target), shown) == refused.strip()
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (4096, resource.RLIM_INFINITY))
+    error = failures.limit_error(OSError(errno.EFBIG, "File too large"), str(target))
+    assert f"ExportError: {error}".replace(str(target), shown) == limited.strip()

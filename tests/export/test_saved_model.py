@@ -160,6 +160,32 @@ def test_export_check_runs_a_given_batch_and_fails_with_one_line(exported, tmp_p
     assert "Missing argument 'PATH'" in usage_error(invoke("export-check"))
 
 
+def test_export_check_waits_on_no_fifo_in_or_beside_a_real_export(exported, tmp_path):
+    """On a real export TensorFlow's loader opened a FIFO put in variables/ and waited for ever, and
+    numpy waited on a FIFO given as --input (issue 34): both are refused at once. The command runs in
+    a child with a bound only a hang reaches (the child does not import TensorFlow any more)."""
+    import os
+    import shutil
+    import sys
+
+    from support import subprocess_env
+
+    copy = tmp_path / "export"
+    shutil.copytree(exported[2], copy)
+    index = copy / "variables" / "variables.index"
+    os.remove(index)
+    os.mkfifo(index)
+    os.mkfifo(tmp_path / "batch.npy")
+    for argv, code, message in [
+        ((str(copy),), 1, f"Error: {str(index)!r} in the export is a FIFO, not a regular file; "),
+        ((exported[2], "--input", str(tmp_path / "batch.npy")), 2,
+         f"Error: Invalid value for '--input': {str(tmp_path / 'batch.npy')!r} is a FIFO, not a regular file; "),
+    ]:
+        child = subprocess.run([sys.executable, "-c", "from tfdist.cli.main import main; main()", "export-check",
+                                *argv], capture_output=True, text=True, timeout=240, env=subprocess_env())
+        assert child.returncode == code and message in child.stderr and "Traceback" not in child.stderr, child.stderr
+
+
 @pytest.mark.slow
 def test_export_check_prints_the_signature_as_saved_model_cli_does(exported):
     from pathlib import Path

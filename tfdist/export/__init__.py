@@ -17,15 +17,20 @@ The steps, the same on every task so that none waits for another that gave up:
 3. only when every task succeeded does the chief rename the export onto the path (the previous one
    stays until then); the tasks agree once more, and every task returns the path.
 
-Module layout: ``paths`` (where, atomically), ``saved_model`` (what: the serving function),
-``verify`` (the fresh-process reload), ``check`` (``tfdist export-check``).
+A write that hits a full disk, a quota or a file-size limit fails with one ``ExportError`` naming
+the path, what happened, that the previous export was kept, and the fix (``failures``).
+
+Module layout: ``paths`` (where, atomically), ``destination`` (a path declared before ``fit``),
+``saved_model`` (what: the serving function), ``failures`` (disk limits, told), ``verify`` (the
+fresh-process reload), ``check`` and ``files`` (``tfdist export-check``, its inputs checked).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Callable
+import tempfile
+from typing import Any, Callable, Iterator
 
 from tfdist.errors import with_fix
 from tfdist.export.errors import ExportArgumentError, ExportError
@@ -85,11 +90,12 @@ def export_model(model: Any, path: Any, role: Role, *, format: str = "saved_mode
             source = saved_model.merged_copy(model) if role.copies else model
             serving = saved_model.serving(source, input_signature) if source is not model else state["serving"]
             if not role.writes:
-                with paths.throwaway_target(target) as written:
+                with _told_limits(target, tempfile.gettempdir()), paths.throwaway_target(target) as written:
                     saved_model.write(source, serving, written, format)
                 return
-            staging = staged.enter_context(paths.staged_target(target))
-            saved_model.write(source, serving, staging.written, format)
+            with _told_limits(target):
+                staging = staged.enter_context(paths.staged_target(target))
+                saved_model.write(source, serving, staging.written, format)
             if verify:
                 _verify(model, state["serving"], state["inputs"], state["expected"], staging.written, target,
                         format)
@@ -99,6 +105,21 @@ def export_model(model: Any, path: Any, role: Role, *, format: str = "saved_mode
         _together(role, lambda: state["staging"].commit() if "staging" in state else None,
                   f"putting the export at {target!r}")
     return target
+
+
+@contextlib.contextmanager
+def _told_limits(target: str, scratch: str | None = None) -> Iterator[None]:
+    """A write that hits a full disk, a quota or a file-size limit becomes one ``ExportError`` naming
+    ``target``, what happened and the fix (``failures``); any other error passes unchanged."""
+    from tfdist.export import failures
+
+    try:
+        yield
+    except Exception as exc:
+        error = failures.limit_error(exc, target, scratch)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _together(role: Role, step: Callable[[], None], what: str) -> None:

@@ -4,7 +4,9 @@
 --tag_set serve --signature_def serving_default`` does (read from ``saved_model.pb``, nothing
 loaded); ``run_batch`` loads the SavedModel and runs one batch through the signature: zeros (every
 unknown dimension 1) or the arrays of a ``.npy`` (one input) / ``.npz`` (keyed by input name) file.
-Every failure is an ``ExportError`` with one line naming the path and the fix.
+Every failure is an ``ExportError`` with one line naming the path and the fix. What is read is
+checked first, without TensorFlow (``files``): regular files only, sizes bounded, ``.npy`` headers
+matched against the file.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import with_fix
+from tfdist.export import files
 from tfdist.export.errors import ExportError
 from tfdist.export.signature import SIGNATURE, TAG
 
@@ -36,19 +39,16 @@ class Signature:
 
 
 def read_signature(path: str, key: str = SIGNATURE) -> Signature:
-    """The signature ``key`` of the ``serve`` graph of the SavedModel at ``path``."""
+    """The signature ``key`` of the ``serve`` graph of the SavedModel at ``path``; the folder is checked
+    (``files.check_export_folder``) before TensorFlow is imported."""
+    data = files.read_saved_model(path)  # kinds and sizes checked first: no FIFO waited on, <= 2 GiB read
     from tensorflow.core.framework import types_pb2
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto_path = os.path.join(path, "saved_model.pb")
-    if not os.path.isfile(proto_path):
-        what = "does not exist" if not os.path.exists(path) else "has no saved_model.pb"
-        raise ExportError(with_fix(f"{path!r} {what}, so it is not a SavedModel",
-                                   "pass the directory strategy.export wrote"))
     saved = saved_model_pb2.SavedModel()
     try:
-        with open(proto_path, "rb") as f:
-            saved.ParseFromString(f.read())
+        saved.ParseFromString(data)
     except Exception as exc:  # a truncated or foreign file: protobuf's DecodeError
         raise ExportError(with_fix(f"{proto_path!r} is not a readable SavedModel ({type(exc).__name__})",
                                    "export again; the file is damaged")) from None
@@ -99,11 +99,7 @@ def batch_inputs(signature: Signature, input_file: str | None) -> dict[str, Any]
             zeros[info.key] = (np.full(shape, b"", dtype=object) if dtype == tf.string
                                else np.zeros(shape, dtype.as_numpy_dtype))
         return zeros
-    try:
-        loaded = np.load(input_file, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ExportError(with_fix(f"--input {input_file!r} cannot be read as .npy/.npz ({exc})",
-                                   "save the batch with numpy.save (one input) or numpy.savez (by input name)")) from None
+    loaded = files.load_batch(input_file)  # a regular file, its headers checked before its data is read
     if isinstance(loaded, np.ndarray):
         if len(signature.inputs) != 1:
             raise ExportError(with_fix(
@@ -112,8 +108,7 @@ def batch_inputs(signature: Signature, input_file: str | None) -> dict[str, Any]
                 "pass an .npz with one array per input name (numpy.savez(file, name=array, ...))"))
         arrays = {signature.inputs[0].key: loaded}
     else:
-        with loaded:
-            arrays = {key: loaded[key] for key in loaded.files}
+        arrays = loaded
         wanted = [info.key for info in signature.inputs]
         if sorted(arrays) != sorted(wanted):
             raise ExportError(with_fix(f"--input {input_file!r} has arrays {sorted(arrays)}, the signature "

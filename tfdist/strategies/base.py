@@ -33,6 +33,8 @@ class DistributedStrategy:
     kind: ClassVar[str] = "base"
     #: The advisor's plan this strategy was built from (``TFDIST_PLAN`` under ``auto``), else None.
     plan: Any = None
+    #: Where ``export`` writes, declared before ``fit`` with ``export_to`` (``fit`` checks it), else None.
+    _export_destination: Any = None
     Options: ClassVar[type[StrategyOptions]] = StrategyOptions
 
     def __init__(self, options: StrategyOptions) -> None:
@@ -130,6 +132,7 @@ class DistributedStrategy:
         if self.plan is not None:
             callbacks = self._with_plan_check(callbacks, kwargs.get("batch_size"))
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
+            self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
         self._before_fit(model, x)
@@ -206,7 +209,27 @@ class DistributedStrategy:
         return []
 
     # --- after training -----------------------------------------------------------------------
-    def export(self, model: Any, path: Any, *, format: str = "saved_model", overwrite: bool = False,
+    def export_to(self, path: Any, *, format: str = "saved_model", overwrite: bool = False) -> str:
+        """Declare where ``export`` will write, before ``fit``: ``fit`` then refuses, on the chief and
+        before its first step, a path the export could not use (an existing one without
+        ``overwrite=True``), and ``export(model)`` writes there. Returns the absolute path.
+
+            strategy.export_to("exports/classifier/1", overwrite=True)   # a rerun replaces it
+            strategy.fit(model, x, y, epochs=3)
+            path = strategy.export(model)
+        """
+        from tfdist.export.destination import declare
+
+        self._export_destination = declare(path, format, overwrite)
+        return self._export_destination.path
+
+    def _check_export_destination(self) -> None:
+        """What ``fit`` checks of the destination ``export_to`` declared (see ``tfdist.export.destination``)."""
+        from tfdist.export.destination import check
+
+        check(self._export_destination)
+
+    def export(self, model: Any, path: Any = None, *, format: str | None = None, overwrite: bool | None = None,
                verify: bool = True, input_signature: Any = None, sample: Any = None) -> str:
         """Export ``model`` once, for serving; returns the absolute path on every task.
 
@@ -217,9 +240,13 @@ class DistributedStrategy:
         compared with the model on ``sample`` (default: a generated batch). ``format="keras"`` writes
         a ``.keras`` file of the model without its optimizer. An existing ``path`` needs
         ``overwrite=True``; ``input_signature=`` (``tf.TensorSpec``s) is for subclassed models whose
-        inputs are not known. Call it on every task, as ``fit``; see ``tfdist.export``."""
+        inputs are not known. ``path``, ``format`` and ``overwrite`` left out are those ``export_to``
+        declared (else ``format="saved_model"``, ``overwrite=False``). Call it on every task, as
+        ``fit``; see ``tfdist.export``."""
         from tfdist.export import export_model
+        from tfdist.export.destination import resolve
 
+        path, format, overwrite = resolve(self._export_destination, path, format, overwrite)
         return export_model(model, path, self._export_role(), format=format, overwrite=overwrite,
                             verify=verify, input_signature=input_signature, sample=sample)
 

@@ -228,6 +228,7 @@ class HorovodStrategy(DistributedStrategy):
 
         self._check_model(model)
         if self.is_chief:
+            self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
 
     def fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
