@@ -165,3 +165,18 @@ def test_the_tables_the_probe_found_reach_the_workload_unless_given():
     plain = probe.aggregate(parse_hosts("w1:1,w2:1,p1:1"), links, steps={"w1": 10.0, "w2": 10.0},
                             params=PARAMS, dtype_bytes=4, batch_size=64)
     assert build_inputs(plain, 2, 1, 64)[1].embeddings == ()
+
+
+@pytest.mark.parametrize("text", ["1Mx128:٢", "１Mx128", "1Mx128:2\u00a0"])
+def test_a_table_text_outside_ascii_is_refused_naming_the_character(text):
+    """float() reads any script's digits ('٢' is 2.0): the LOOKUPS went through as a number (issue 34)."""
+    with pytest.raises(AdviseError, match=r"--embedding.*not ASCII.*fix: type it as"):
+        parse_embedding(text)
+
+
+@pytest.mark.parametrize("text", ["1,٠.25", "1,0.25\u2007"])
+def test_worker_speeds_outside_ascii_are_refused_naming_the_character(text):
+    from tfdist.advise.inputs import parse_speeds
+
+    with pytest.raises(AdviseError, match=r"--worker-speeds.*not ASCII.*fix: type it as"):
+        parse_speeds(text)

@@ -19,7 +19,7 @@ from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_
                                    DEFAULT_LATENCY_S, DEFAULT_PS_OVERHEAD_MS, MAX_SPEED, MAX_WORKERS,
                                    MIN_SPEED, Cluster, Embedding, Workload, example_speeds)
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.units import parse_count, parse_rate
+from tfdist.advise.units import parse_count, parse_rate, refuse_non_ascii
 from tfdist.errors import with_fix
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ def parse_speeds(text: str, field: str = "--worker-speeds") -> tuple[float, ...]
     fix = "give one relative speed per worker, e.g. 1,1,0.25 (1 = the speed --step-ms was timed at)"
     speeds = []
     for part in _parts(str(text), field, "speeds", fix, "speeds"):
+        refuse_non_ascii(part, field, "0.25")
         try:
             speed = float(part) if len(part) <= 40 else None
         except ValueError:
@@ -103,6 +104,7 @@ def parse_embedding(text: str, field: str = "--embedding") -> Embedding:
     up in it, 1 unless given (a positive number: a mean for bags of varying size)."""
     raw = str(text)
     subject = _subject(field, raw)
+    refuse_non_ascii(raw, field, "1Mx128:2.5")
     if len(raw) > 60:
         raise AdviseError(with_fix(f"{subject} is too long for ROWSxDIM[:LOOKUPS]", _EMBEDDING_FIX), "embeddings")
     shape, colon, lookups_text = raw.strip().partition(":")

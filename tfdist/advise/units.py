@@ -73,7 +73,7 @@ def parse_rate(text: str, field: str = "--bandwidth") -> float:
     if len(text) > _MAX_TEXT:
         raise AdviseError(with_fix(f"{_subject(field, text)} is too long for a rate",
                                    f"write a rate with its unit: {RATE_EXAMPLES}"), field)
-    _refuse_non_ascii(text, field, "1gbit")
+    refuse_non_ascii(text, field, "1gbit")
     stripped = text.strip()
     if re.fullmatch(_NUMBER, stripped, re.ASCII) or re.fullmatch(r"[+-]" + _NUMBER, stripped, re.ASCII):
         raise AdviseError(with_fix(f"{_subject(field, text)} has no unit",
@@ -122,7 +122,7 @@ def parse_count(text: str | int, field: str = "--params", exact: bool = False) -
         if len(raw) > _MAX_TEXT:
             raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a count",
                                        "write e.g. 23.8M or 23800000"), field)
-        _refuse_non_ascii(raw, field, "23.8M")
+        refuse_non_ascii(raw, field, "23.8M")
         cleaned = raw.replace(",", "").replace("_", "")
         match = _COUNT.fullmatch(cleaned)
         if match is None:
@@ -172,7 +172,7 @@ def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
     raw = str(text)
     if len(raw) > _MAX_TEXT:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is too long for a size", fix), field)
-    _refuse_non_ascii(raw, field, "4GiB")
+    refuse_non_ascii(raw, field, "4GiB")
     match = _MEMORY.fullmatch(raw)
     if match is None:
         raise AdviseError(with_fix(f"{_subject(field, raw)} is not a size", fix), field)
@@ -198,7 +198,7 @@ def parse_bytes(text: str | int, field: str = "--ps-memory") -> int:
     return int(value)
 
 
-def _refuse_non_ascii(text: str, field: str, example: str) -> None:
+def refuse_non_ascii(text: str, field: str, example: str) -> None:
     """``float()`` and ``\\d`` read any script's digits and spaces (``'١٢M'`` would be 12M): refuse
     text outside ASCII, naming the character and the ASCII spelling."""
     problem = ascii_problem(text, field, example)
