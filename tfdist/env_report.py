@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.environments import detect_environment
+from tfdist.keras_compat import legacy_keras_origin
 from tfdist.version import __version__
 
 PACKAGES = ("tensorflow", "tf-keras", "keras", "horovod", "tensorboard", "click")
@@ -78,7 +79,9 @@ def _horovod_build() -> dict[str, Any]:
 
 
 def collect_report(with_tensorflow: bool = True) -> dict[str, Any]:
-    """Gather versions, Keras routing, Horovod's build, GPUs and the detected cluster environment."""
+    """Gather versions, Keras routing, Horovod's build, GPUs and the detected cluster environment;
+    ``tf_use_legacy_keras_set_by`` says who set TF_USE_LEGACY_KERAS (``keras_compat.legacy_keras_origin``:
+    "your environment", "import tfdist" when it was unset, or None when it is unset)."""
     versions = package_versions()
     report: dict[str, Any] = {
         "tfdist": __version__,
@@ -87,6 +90,7 @@ def collect_report(with_tensorflow: bool = True) -> dict[str, Any]:
         "packages": versions,
         "environment": _probe(lambda: detect_environment().describe()),
         "variables": {name: os.environ.get(name) for name in VARIABLES},
+        "tf_use_legacy_keras_set_by": legacy_keras_origin(),
     }
     if with_tensorflow and versions["tensorflow"]:
         report.update(_probe(_tensorflow_facts))

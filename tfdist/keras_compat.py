@@ -8,7 +8,11 @@ optimizer and callback which package its class comes from (``flavour_of``).
 ``import tfdist`` before TensorFlow still routes ``tf.keras`` to tf-keras (``ensure_legacy_keras``)
 when ``TF_USE_LEGACY_KERAS`` is unset, so scripts written for the parameter-server backend keep
 working; ``import keras`` is Keras 3 either way, and the Horovod, mirrored and single backends take
-both.
+both. That choice belongs to the process that imports tfdist: this module remembers that it set the
+variable (``legacy_keras_origin``), so a process that starts others (``tfdist launch``, its
+supervisors, Horovod's launcher) hands them the user's environment as it was (``user_environment``,
+``restore_user_keras_choice``), and a script gets the same Keras under ``tfdist launch`` as under
+``horovodrun``.
 
 Importing this module imports neither TensorFlow nor Keras.
 """
@@ -19,7 +23,7 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
-from typing import Any, MutableMapping
+from typing import Any, Mapping, MutableMapping
 
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, TfdistError, with_fix
@@ -40,15 +44,71 @@ class KerasFlavourError(ArgumentTypeError):
     """Objects of tf-keras and Keras 3 given together, or a Keras 3 object to a tf-keras-only backend."""
 
 
+#: Who set ``TF_USE_LEGACY_KERAS`` (``legacy_keras_origin``): the user's environment, or ``import tfdist``.
+SET_BY_USER = "your environment"
+SET_BY_TFDIST = "import tfdist"
+
+_USER_VALUE = os.environ.get(TF_USE_LEGACY_KERAS)  # this process's, before `import tfdist` could set it
+_set_by_tfdist = False  # ensure_legacy_keras put it into os.environ
+
+
 def ensure_legacy_keras(environ: MutableMapping[str, str] | None = None,
                         modules: dict[str, Any] | None = None) -> None:
     """Set ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet and the variable is unset,
     so ``tf.keras`` is tf-keras as in tfdist's first releases. Never refuses anything: a user who set
-    the variable, or imported TensorFlow first, gets the ``tf.keras`` TensorFlow chose."""
-    environ = os.environ if environ is None else environ
+    the variable, or imported TensorFlow first, gets the ``tf.keras`` TensorFlow chose. When it sets
+    the variable in this process's environment (``environ`` not given) it remembers so
+    (``legacy_keras_origin``)."""
+    global _set_by_tfdist
+    target = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
-    if "tensorflow" not in modules:
-        environ.setdefault(TF_USE_LEGACY_KERAS, "1")
+    if "tensorflow" in modules or TF_USE_LEGACY_KERAS in target:
+        return
+    target[TF_USE_LEGACY_KERAS] = "1"
+    if environ is None:
+        _set_by_tfdist = True
+
+
+def legacy_keras_origin(environ: Mapping[str, str] | None = None) -> str | None:
+    """Who set ``TF_USE_LEGACY_KERAS`` in ``environ`` (default: this process's): ``SET_BY_TFDIST`` when
+    ``import tfdist`` set it (the user had left it unset), ``SET_BY_USER`` when it came from the
+    environment, ``None`` when it is unset.
+
+        legacy_keras_origin()   # 'import tfdist' in `tfdist env` run without the variable
+    """
+    environ = os.environ if environ is None else environ
+    value = environ.get(TF_USE_LEGACY_KERAS)
+    if value is None:
+        return None
+    ours = _set_by_tfdist and _USER_VALUE is None and value == "1"
+    return SET_BY_TFDIST if ours else SET_BY_USER
+
+
+def user_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``environ`` (default: this process's) as the user gave it: without the
+    ``TF_USE_LEGACY_KERAS`` that ``import tfdist`` added. What a launcher hands its tasks, so each
+    task's Keras is what the user chose (or what its own ``import tfdist`` chooses), never the
+    launcher's.
+
+        tasks = plan_local_cluster(command, 2, 1, ports, user_environment())
+    """
+    environ = os.environ if environ is None else environ
+    copy = dict(environ)
+    if legacy_keras_origin(environ) == SET_BY_TFDIST:
+        del copy[TF_USE_LEGACY_KERAS]
+    return copy
+
+
+def restore_user_keras_choice() -> None:
+    """Take back the ``TF_USE_LEGACY_KERAS`` that ``import tfdist`` put into this process's environment.
+
+    For the entry points of processes that start others from ``os.environ`` (Horovod's launcher reads
+    it itself; a supervisor's shell inherits it): they import tfdist only to run, and must pass the
+    user's Keras choice on unchanged. Never call it after TensorFlow is imported in this process."""
+    global _set_by_tfdist
+    if legacy_keras_origin() == SET_BY_TFDIST:
+        del os.environ[TF_USE_LEGACY_KERAS]
+    _set_by_tfdist = False
 
 
 def require_tf_keras() -> None:

@@ -67,3 +67,19 @@ def test_a_repeated_flag_is_a_usage_error():
     assert result.exit_code == 2
     expected = "Error: Option '--no-tensorflow' was given 2 times; it is a flag; fix: give it once"
     assert expected in result.output
+
+
+@pytest.mark.parametrize("value, set_by", [(None, "import tfdist"), ("1", "your environment"),
+                                           ("0", "your environment")])
+def test_env_says_who_set_tf_use_legacy_keras(value, set_by):
+    """`import tfdist` sets TF_USE_LEGACY_KERAS=1 when it is unset; the report says so, and says when the
+    value is the user's own (a fresh Python each, without TensorFlow)."""
+    env = subprocess_env(**({} if value is None else {"TF_USE_LEGACY_KERAS": value}))
+    if value is None:
+        env.pop("TF_USE_LEGACY_KERAS", None)
+    result = subprocess.run([sys.executable, "-m", "tfdist", "env", "--json", "--no-tensorflow"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["variables"]["TF_USE_LEGACY_KERAS"] == (value or "1")
+    assert report["tf_use_legacy_keras_set_by"] == set_by

@@ -23,7 +23,7 @@ from unittest import mock
 
 import pytest
 
-from support import examples
+from support import SCRIPTS, examples
 
 hypothesis = pytest.importorskip("hypothesis")
 from click.testing import CliRunner  # noqa: E402
@@ -308,7 +308,8 @@ def test_advise(case):
 
 # --- launch: argument checking only ----------------------------------------------------------------------------
 
-COMMAND = ("--", sys.executable, "train.py")
+# a script that exists: a local launch checks it before starting anything (never run here)
+COMMAND = ("--", sys.executable, str(SCRIPTS / "probe_model.py"))
 BACKENDS = ("parameter_server", "multi_worker_mirrored", "horovod", "auto")
 
 
@@ -423,7 +424,9 @@ def _mutate_launch(draw, backend, options, flags, path, entries) -> Case:
     if backend == "auto":
         kinds += ["model", "probe-seconds", "batch"]
     if backend == "horovod":
-        kinds += ["empty-nic"]
+        kinds += ["empty-nic", "bad-nic"]
+    if backend != "auto" and "--hosts" not in options:
+        kinds += ["missing-script"]
     kind = draw(st.sampled_from(kinds))
     command = list(COMMAND)
     error, contains, extra = "", "", []
@@ -487,6 +490,18 @@ def _mutate_launch(draw, backend, options, flags, path, entries) -> Case:
     elif kind == "empty-nic":
         options["--network-interface"] = ""
         error = "--network-interface is empty"
+    elif kind == "bad-nic":  # horovodrun's own traceback before: shell metacharacters, a long or a listed name
+        options["--network-interface"] = draw(st.one_of(
+            st.sampled_from(["eth0;rm -rf x", "$(id)", "eth0 eth1", "a/b", "eth0:1", "eth0,eth1", ".", "..",
+                             "e" * 16, "ｅｔｈ０", "eth\n0", "`x`", "eth|0"]),
+            st.text(min_size=1, max_size=20).filter(
+                lambda t: t.strip() and not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", t) and t not in (".", ".."))
+            .filter(lambda t: not t.startswith("-"))))
+        error = "Invalid value for '--network-interface': "
+    elif kind == "missing-script":  # a Horovod job of a missing script ended in horovodrun's traceback
+        command = ["--", sys.executable, draw(st.sampled_from(["no-such-train.py", "sub/none.py"]))]
+        error = "Invalid value for COMMAND: the script "
+        contains = "does not exist in "
     elif kind == "repeat":
         flag = draw(st.sampled_from(sorted(options) + flags))
         extra = [flag, options[flag]] if flag in options else [flag]
@@ -502,6 +517,9 @@ def _mutate_launch(draw, backend, options, flags, path, entries) -> Case:
                    "horovod": ["--workers", "3"], "auto": ["--bind-all"]}[backend]
         extra = foreign
         error = f"{foreign[0]} do(es) not apply to --backend {backend}"
+        # the same count under this backend's flag is the fix, not "drop" (it said "drop --workers")
+        contains = {"parameter_server": "fix: use --workers 4 in place of -np 4",
+                    "horovod": "fix: use -np 3 in place of --workers 3"}.get(backend, "fix: drop ")
     args = _shuffled(draw, [[k, v] for k, v in options.items()] + [[f] for f in flags] + ([extra] if extra else []))
     return Case(("launch", *args, *command), 2 if kind else 0, error, path if not kind else (), contains)
 
@@ -516,6 +534,12 @@ LAUNCH_HOSTILE = [
     Case(("launch", "--hosts", "a:2", "--chief-host", "", *COMMAND), 2, "--chief-host is empty"),
     Case(("launch", "--backend", "auto", "--model", "nocolon", *COMMAND), 2, "Invalid value for '--model'"),
     Case(("launch", "--workers", "2", *COMMAND), 0, path=("tf", "parameter_server", 2, 1, None)),
+    Case(("launch", "--backend", "horovod", "--network-interface", "eth0;id", *COMMAND), 2,
+         "Invalid value for '--network-interface': 'eth0;id' is not an interface name"),
+    Case(("launch", "--backend", "horovod", "--", sys.executable, "no-such-train.py"), 2,
+         "Invalid value for COMMAND: the script 'no-such-train.py' does not exist in "),
+    Case(("launch", "--backend", "horovod", "--workers", "3", *COMMAND), 2,
+         "--workers do(es) not apply to --backend horovod", contains="fix: use -np 3 in place of --workers 3"),
 ]
 
 
@@ -538,6 +562,9 @@ def _never(*args, **kwargs):
 @example(LAUNCH_HOSTILE[6]).via("--chief-host ''")
 @example(LAUNCH_HOSTILE[7]).via("--model nocolon: blamed the hosts")
 @example(LAUNCH_HOSTILE[8]).via("the defaults reach the parameter-server launcher")
+@example(LAUNCH_HOSTILE[9]).via("a shell metacharacter in --network-interface: horovodrun's traceback")
+@example(LAUNCH_HOSTILE[10]).via("a Horovod job of a missing script: horovodrun's traceback")
+@example(LAUNCH_HOSTILE[11]).via("--backend horovod --workers 3 said 'drop --workers'")
 def test_launch_argument_checking(case):
     calls = []
 

@@ -11,10 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from tfdist.cli.launch import launch
+from ctrl_c import interrupt_during_the_probe
 from support import SCRIPTS, subprocess_env
 
 
@@ -175,14 +177,31 @@ def _kill_leftovers(marker: str, exclude: tuple[int, ...] = ()) -> list[int]:
 
 
 def _launch(marker: str, *options: str, script: str = _SERVING_SCRIPT, args: tuple[str, ...] = (),
-            timeout: float = 120) -> subprocess.CompletedProcess:
-    """`tfdist launch OPTIONS -- python -c SCRIPT ARGS MARKER`; fails if a task is left running."""
+            timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`tfdist launch OPTIONS -- python -c SCRIPT ARGS MARKER` (in ``env``, default ``subprocess_env()``);
+    fails if a task is left running."""
     try:
         return subprocess.run([sys.executable, "-m", "tfdist", "launch", *options, "--grace", "2", "--",
                                sys.executable, "-c", script, *args, marker],
-                              capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+                              capture_output=True, text=True, timeout=timeout,
+                              env=subprocess_env() if env is None else env)
     finally:
         assert _kill_leftovers(marker) == [], "tasks were left running"
+
+
+# What a task's Python reports of its Keras: the variable, and which package `tf.keras` is (keras: Keras 3,
+# tf_keras: tf-keras). The script imports TensorFlow, not tfdist, as a plain Horovod script does.
+_KERAS_REPORT = ("import tensorflow as tf\n"
+                 "print('tf.keras-is:', os.environ.get('TF_USE_LEGACY_KERAS'),\n"
+                 "      tf.keras.Model.__module__.split('.')[0], flush=True)\n")
+
+
+def _without_keras_choice() -> dict[str, str]:
+    """``subprocess_env()`` without TF_USE_LEGACY_KERAS: a caller who has not chosen a Keras (the suite
+    exports TF_USE_LEGACY_KERAS=1)."""
+    env = subprocess_env()
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    return env
 
 
 def _closed(port: int) -> bool:
@@ -444,17 +463,21 @@ def test_horovod_without_hosts_runs_horovodrun_directly(tmp_path, monkeypatch):
 
 def test_hosts_on_this_machine_run_through_the_supervisor_with_prefixed_lines_and_no_leftovers(tmp_path):
     """`--hosts localhost:4`: every task goes through `tfdist.launch.remote_task` (without ssh, since
-    localhost is this machine), with its bind variables computed by the supervisor."""
+    localhost is this machine), with its bind variables computed by the supervisor. The caller leaves
+    TF_USE_LEGACY_KERAS unset and so does every task: the supervisor's own `import tfdist` set it, and
+    its tasks got it, before `python -m tfdist.launch.remote_task` took it back."""
     script = ("import json, os, sys, time\n"
               "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
-              "print('hello from', task['type'], os.environ.get('TFDIST_BIND_ADDRESS'), os.getcwd(), flush=True)\n"
+              "print('hello from', task['type'], os.environ.get('TFDIST_BIND_ADDRESS'), os.getcwd(),\n"
+              "      os.environ.get('TF_USE_LEGACY_KERAS'), flush=True)\n"
               "if task['type'] == 'chief':\n"
               "    time.sleep(1); sys.exit(3)\n"
               "time.sleep(600)\n")
-    result = _launch(str(tmp_path), "--hosts", "localhost:4", "--workers", "2", "--ps", "1", script=script)
+    result = _launch(str(tmp_path), "--hosts", "localhost:4", "--workers", "2", "--ps", "1", script=script,
+                     env=_without_keras_choice())
     assert result.returncode == 3, result.stderr
     for task in ("chief:0", "worker:0", "worker:1", "ps:0"):
-        assert any(line.startswith(f"[{task}@localhost]") and f" 127.0.0.1 {os.getcwd()}" in line
+        assert any(line.startswith(f"[{task}@localhost]") and f" 127.0.0.1 {os.getcwd()} None" in line
                    for line in result.stdout.splitlines()), result.stdout
     assert "tfdist launch: chief:0 on localhost:" in result.stderr
     assert "tfdist launch: stopped worker:0, worker:1, ps:0\n" in result.stderr
@@ -677,15 +700,55 @@ def test_a_horovodrun_traceback_passes_through_and_is_summed_up_last(tmp_path, m
 
 
 @pytest.mark.horovod
-def test_a_failing_rank_of_real_horovodrun_is_named_in_the_last_line(tmp_path):
-    script = "import os, sys\nsys.exit(2 if os.environ.get('HOROVOD_RANK') == '1' else 0)\n"
+def test_a_failing_rank_of_real_horovodrun_is_named_in_the_last_line_and_ranks_keep_the_users_keras(tmp_path):
+    """One real Horovod job for two checks. Rank 1 exits 2 (after rank 0 has reported): the last line names
+    it. The caller leaves TF_USE_LEGACY_KERAS unset, as a Horovod user running Keras 3 does: every rank
+    sees it unset and rank 0's `tf.keras` is Keras 3, what `horovodrun` gives (it passes its environment
+    on unchanged). `tfdist launch` used to hand every rank the TF_USE_LEGACY_KERAS=1 that its own
+    `import tfdist` had set, so the same script ran tf-keras under it."""
+    script = ("import os, sys, time\n"
+              "done = os.path.join(sys.argv[1], 'rank0-reported')\n"
+              "print('keras-choice:', os.environ.get('TF_USE_LEGACY_KERAS'), flush=True)\n"
+              "if os.environ.get('HOROVOD_RANK') == '1':\n"
+              "    deadline = time.monotonic() + 200  # rank 0 imports TensorFlow first\n"
+              "    while not os.path.exists(done) and time.monotonic() < deadline:\n"
+              "        time.sleep(0.1)\n"
+              "    sys.exit(2)\n"
+              + _KERAS_REPORT + "open(done, 'w').close()\n")
     result = subprocess.run([sys.executable, "-m", "tfdist", "launch", "--backend", "horovod", "-np", "2", "--",
-                             sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
-                            env=subprocess_env())
+                             sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                            timeout=300, env=_without_keras_choice())
     assert result.returncode == 1, result.stderr[-3000:]
     assert "RuntimeError: Horovod detected that one or more processes exited" in result.stderr  # passed through
     assert result.stderr.strip().splitlines()[-1] == (
         "tfdist launch: horovodrun exited with code 1: rank 1 exited with code 2; its output is above")
+    output = result.stdout + result.stderr
+    assert [line.split("keras-choice:")[1].split() for line in output.splitlines()
+            if "keras-choice:" in line] == [["None"], ["None"]], output[-3000:]
+    assert [line.split("tf.keras-is:")[1].split() for line in output.splitlines()
+            if "tf.keras-is:" in line] == [["None", "keras"]], output[-3000:]
+
+
+@pytest.mark.cluster
+def test_parameter_server_tasks_keep_the_users_keras(tmp_path):
+    """A local parameter-server launch with TF_USE_LEGACY_KERAS unset in the caller: every task sees it
+    unset, and the chief's `tf.keras` (a script that imports TensorFlow, not tfdist) is Keras 3, as it
+    would be run by hand. Only the chief imports TensorFlow; its exit ends the job."""
+    script = ("import json, os, sys, time\n"
+              "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+              "print('keras-choice:', os.environ.get('TF_USE_LEGACY_KERAS'), flush=True)\n"
+              "if task['type'] != 'chief':\n"
+              "    time.sleep(600)\n"
+              + _KERAS_REPORT)
+    result = _launch(str(tmp_path), "--workers", "1", "--ps", "1", script=script, env=_without_keras_choice(),
+                     timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    for task in ("chief:0", "worker:0", "ps:0"):
+        assert any(line.startswith(f"[{task}]") and line.endswith("keras-choice: None") for line in lines), \
+            result.stdout
+    assert any(line.startswith("[chief:0]") and line.endswith("tf.keras-is: None keras") for line in lines), \
+        result.stdout
 
 
 def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(monkeypatch, tmp_path):
@@ -774,3 +837,132 @@ def test_auto_with_the_models_embedding_table_plans_for_the_rows_a_step_moves(mo
     assert "Embedding tables (sparse updates): 1,000,000 x 128" in " ".join(result.output.split())
     bad = CliRunner().invoke(launch, [*argv[:-3], "--embedding", "2Mx128", *argv[-3:]])
     assert bad.exit_code == 2 and "--embedding" in bad.output and "more than the model's" in bad.output, bad.output
+
+
+# --- the tasks get the user's environment, not the one `import tfdist` changed (issue 34) -----------------
+
+@pytest.fixture
+def tfdist_chose_keras(monkeypatch):
+    """This process as `tfdist` started without TF_USE_LEGACY_KERAS: `import tfdist` set it to 1."""
+    import tfdist.keras_compat as keras_compat
+
+    monkeypatch.setattr(keras_compat, "_USER_VALUE", None, raising=False)  # raising=False: also runs on the
+    monkeypatch.setattr(keras_compat, "_set_by_tfdist", True, raising=False)  # code before the fix, and fails
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+
+
+def test_horovodrun_gets_the_environment_without_the_variable_import_tfdist_set(tmp_path, monkeypatch,
+                                                                                 tfdist_chose_keras):
+    _fake_horovodrun(tmp_path, f"echo \"${{TF_USE_LEGACY_KERAS-unset}} $TFDIST_TEST_MINE\" > {tmp_path / 'env'}\n",
+                     monkeypatch)
+    monkeypatch.setenv("TFDIST_TEST_MINE", "kept")
+    result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "env").read_text() == "unset kept\n"
+
+
+def test_a_variable_the_user_set_reaches_horovodrun_unchanged(tmp_path, monkeypatch):
+    _fake_horovodrun(tmp_path, f"echo \"${{TF_USE_LEGACY_KERAS-unset}}\" > {tmp_path / 'env'}\n", monkeypatch)
+    for value in ("0", "1"):
+        monkeypatch.setenv("TF_USE_LEGACY_KERAS", value)
+        result = CliRunner().invoke(launch, ["--backend", "horovod", "--", "/bin/echo", "t.py"])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "env").read_text() == f"{value}\n"
+
+
+@pytest.mark.parametrize("backend", ["parameter_server", "multi_worker_mirrored"])
+def test_cluster_tasks_get_the_environment_without_the_variable_import_tfdist_set(monkeypatch, backend,
+                                                                                   tfdist_chose_keras):
+    import tfdist.launch.local as local
+
+    seen = []
+    monkeypatch.setattr(local, "run_local_cluster", lambda tasks, *args, **kwargs: seen.extend(tasks) or 0)
+    result = CliRunner().invoke(launch, ["--backend", backend, "--workers", "1", "--", "/bin/echo", "t.py"])
+    assert result.exit_code == 0, result.output
+    assert seen and all("TF_USE_LEGACY_KERAS" not in task.env and "TF_CONFIG" in task.env for task in seen)
+
+
+# --- hostile input that reached horovodrun's own tracebacks ------------------------------------------------
+
+@pytest.mark.parametrize("name, why", [
+    ("eth0;touch pwned", "is not an interface name"),
+    ("$(id)", "is not an interface name"),
+    ("eth0 eth1", "is not an interface name"),
+    ("eth0,eth1", "names several interfaces"),
+    ("a" * 16, "is longer than the 15 characters Linux allows"),
+])
+def test_a_network_interface_name_is_checked_before_horovodrun_starts(tmp_path, monkeypatch, name, why):
+    _fake_horovodrun(tmp_path, f"touch {tmp_path / 'started'}\n", monkeypatch)
+    line = _refused(["--backend", "horovod", "--network-interface", name, "--", "/bin/echo", "t.py"])
+    assert line.startswith(f"Error: Invalid value for '--network-interface': {name!r} {why}"), line
+    assert line.endswith("fix: give a name that `ip -brief link` lists, e.g. --network-interface eth0")
+    assert not (tmp_path / "started").exists()
+
+
+@pytest.mark.parametrize("backend", ["horovod", "parameter_server", "multi_worker_mirrored"])
+@pytest.mark.parametrize("command", [["{python}", "trian.py"], ["{python}", "-u", "trian.py", "--epochs", "2"]])
+def test_a_missing_script_is_named_before_anything_starts(tmp_path, monkeypatch, no_launch, backend, command):
+    monkeypatch.chdir(tmp_path)
+    argv = [part.format(python=sys.executable) for part in command]
+    line = _refused(["--backend", backend, "--", *argv])
+    assert line == (f"Error: Invalid value for COMMAND: the script 'trian.py' does not exist in {tmp_path}; fix: "
+                    "check its name, or start tfdist launch from the folder that holds it")
+    assert no_launch == []
+    (tmp_path / "trian.py").write_text("")
+    assert CliRunner().invoke(launch, ["--backend", backend, "--", *argv]).exit_code == 0
+    assert len(no_launch) == 1
+
+
+def test_a_missing_program_path_is_named(tmp_path, monkeypatch, no_launch):
+    monkeypatch.chdir(tmp_path)
+    line = _refused(["--backend", "horovod", "--", "./run.sh"])
+    assert line.startswith(f"Error: Invalid value for COMMAND: './run.sh' does not exist (from {tmp_path}); fix: ")
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    line = _refused(["--backend", "horovod", "--", "./run.sh"])
+    assert line.startswith("Error: Invalid value for COMMAND: './run.sh' is not executable; fix: chmod +x ./run.sh")
+    assert no_launch == []
+
+
+# --- a count given under another backend's flag: the fix is that backend's flag ---------------------------
+
+@pytest.mark.parametrize("args, fix", [
+    (["--backend", "horovod", "--workers", "3"], "use -np 3 in place of --workers 3"),
+    (["-np", "4"], "use --workers 4 in place of -np 4"),
+    (["--backend", "multi_worker_mirrored", "-np", "4"], "use --workers 4 in place of -np 4"),
+    (["--backend", "horovod", "--workers", "3", "--evaluator"],
+     "use -np 3 in place of --workers 3; drop --evaluator, or pick the backend they belong to"),
+])
+def test_a_count_under_the_other_backends_flag_names_the_right_flag(no_launch, args, fix):
+    line = _refused([*args, "--", "true"])
+    assert line.endswith(f"; fix: {fix}"), line
+    assert "drop --workers" not in line and "drop -np" not in line
+
+
+# --- Ctrl-C while --backend auto probes: exit 130, as the launcher's own runners exit ---------------------
+
+def test_ctrl_c_during_the_auto_probe_exits_130(tmp_path):
+    """It exited 1 with click's `Aborted!`; an interrupted command exits 130, as the launcher's runners do."""
+    code, stderr = interrupt_during_the_probe(tmp_path, [
+        "launch", "--backend", "auto", "--hosts", "h1:1,h2:1,h3:1", "--model", "models:build_model", "--batch-size",
+        "8", "--", sys.executable, "-c", "pass"])
+    assert code == 130, stderr[-2000:]
+    assert stderr.rstrip().splitlines()[-1] == "tfdist launch: interrupted", stderr[-2000:]
+    assert "Aborted!" not in stderr and "Traceback" not in stderr
+
+
+# --- --help is for the user; the details are in docs/cli.md ----------------------------------------------
+
+def test_the_help_is_short_and_every_option_is_documented():
+    from support import REPO
+
+    result = CliRunner().invoke(launch, ["--help"], terminal_width=80)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert len(lines) <= 45, f"{len(lines)} lines"  # 117 before
+    assert max(map(len, lines)) <= 100
+    assert lines[-1].strip().endswith("docs/cli.md.")
+    page = (REPO / "docs" / "cli.md").read_text()
+    for param in launch.params:
+        if isinstance(param, click.Option):
+            assert param.opts[-1] in result.output
+            assert any(f"`{opt}" in page for opt in param.opts), f"docs/cli.md does not describe {param.opts}"

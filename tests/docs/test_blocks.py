@@ -65,6 +65,8 @@ _COMMANDS_COVERED_ELSEWHERE = {
         ("tests/multihost/test_horovod_hosts.py", 'readme_launch_options("--elastic")'),
     "tfdist advise --probe --hosts":
         ("tests/multihost/test_advise_probe.py", '"advise", "--probe", "--hosts"'),
+    "tfdist advise --time-step":
+        ("tests/cli/test_advise_cli.py", '["advise", "--time-step", "--model", "models:build_model"'),
     "tfdist launch --backend auto --hosts":
         ("tests/multihost/test_advise_probe.py", '"launch", "--backend", "auto", "--hosts"'),
     "tfdist report runs": ("tests/report/test_report.py", 'invoke(cli, ["report", str(runs_dir), "--out"'),
@@ -80,11 +82,11 @@ def _covering(step: Step) -> str | None:
 
 
 def runs_in_process(argv: tuple[str, ...]) -> bool:
-    """A command this test runs itself: `--help`, `tf-config`, `advise` without `--probe`, and
+    """A command this test runs itself: `--help`, `tf-config`, `advise` without `--probe` or `--time-step`, and
     `env --no-tensorflow`."""
     if "--help" in argv or "-h" in argv:
         return True
-    return argv[:1] == ("tf-config",) or (argv[:1] == ("advise",) and "--probe" not in argv) \
+    return argv[:1] == ("tf-config",) or (argv[:1] == ("advise",) and not {"--probe", "--time-step"} & set(argv)) \
         or argv == ("env", "--no-tensorflow")
 
 

@@ -75,3 +75,86 @@ def test_horovod_ranks_refused(args, message):
     with pytest.raises(LaunchError) as info:
         horovod_ranks(*args)
     assert message in str(info.value)
+
+
+# --- --network-interface: a Linux interface name, never anything a shell reads (issue 34) -----------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from support import examples  # noqa: E402
+from tfdist.launch.checks import (INTERFACE_NAME, check_local_command, check_network_interface,  # noqa: E402
+                                  python_script)
+
+_SHELL = set("`$;&|<>(){}[]*?!~#'\"\\ \t\n")
+
+
+@pytest.mark.parametrize("name", ["eth0", "lo", "ib0", "enp0s31f6", "br-1a2b3c4d5e6f", "eth0.100", "wlan_1",
+                                  "a" * 15, "docker0", "veth1a2b3c4"])
+def test_real_interface_names_are_accepted(name):
+    assert check_network_interface(name) == name
+
+
+@pytest.mark.parametrize("name, why", [
+    ("eth0;reboot", "is not an interface name"), ("$(id)", "is not an interface name"),
+    ("a/b", "is not an interface name"), ("eth0:1", "is not an interface name"),
+    ("eth0 ", "is not an interface name"), (".", "is not an interface name"), ("..", "is not an interface name"),
+    ("ｅｔｈ０", "is not an interface name"), ("eth0,eth1", "names several interfaces"),
+    ("a" * 16, "is longer than the 15 characters Linux allows"),
+    ("a" * 5000, "is longer than the 15 characters Linux allows"),
+])
+def test_other_names_are_refused_naming_the_option_and_the_fix(name, why):
+    with pytest.raises(LaunchError) as info:
+        check_network_interface(name)
+    message = str(info.value)
+    assert message.startswith("--network-interface '") and why in message and len(message) < 400
+    assert message.endswith("fix: give a name that `ip -brief link` lists, e.g. --network-interface eth0")
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(st.text(max_size=40))
+def test_an_accepted_name_is_a_valid_linux_name_the_shell_cannot_read(name):
+    """Linux (dev_valid_name): 1-15 bytes, no '/', ':' or whitespace, not '.' or '..'; and no character a
+    shell would act on. Whatever else is given raises a one-line LaunchError, never another exception."""
+    try:
+        accepted = check_network_interface(name)
+    except LaunchError as exc:
+        assert "\n" not in str(exc).replace(repr(name), "") and "fix: " in str(exc)
+        return
+    assert accepted == name and 1 <= len(name.encode()) <= 15 and name not in (".", "..")
+    assert not set(name) & (_SHELL | {"/", ":", ","}) and name.isascii() and not any(c.isspace() for c in name)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", min_size=1, max_size=15))
+def test_every_name_of_the_conservative_alphabet_is_accepted(name):
+    if name in (".", ".."):
+        return
+    assert INTERFACE_NAME.fullmatch(name) and check_network_interface(name) == name
+
+
+# --- the script of a local run exists before anything starts -------------------------------------------------
+@pytest.mark.parametrize("command, script", [
+    (["python", "train.py"], "train.py"), (["python3.11", "-u", "t.py", "--epochs", "2"], "t.py"),
+    (["/venv/bin/python", "-W", "ignore", "t.py"], "t.py"), (["python", "-Wignore", "-X", "dev", "t.py"], "t.py"),
+    (["python", "-OO", "--", "t.py"], "t.py"), (["python", "-c", "import x"], None), (["python", "-m", "pkg"], None),
+    (["python", "-uc", "pass"], None), (["python", "-"], None), (["python"], None), (["python", "--version"], None),
+    (["bash", "run.sh"], None), (["python3-config", "x"], None), (["torchrun", "t.py"], None),
+])
+def test_python_script(command, script):
+    assert python_script(command) == script
+
+
+def test_check_local_command(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "run.sh").write_text("#!/bin/sh\n")
+    check_local_command(["python3", "train.py"], str(tmp_path))
+    check_local_command(["python3", "-m", "not_a_file"], str(tmp_path))
+    for command, message in (
+            (["python3", "trian.py"], f"the script 'trian.py' does not exist in {tmp_path}; fix: check its name"),
+            (["./run.sh"], "'./run.sh' is not executable; fix: chmod +x ./run.sh"),
+            (["./none.sh"], f"'./none.sh' does not exist (from {tmp_path}); fix: "),
+            (["no-such-program-xyz"], "'no-such-program-xyz' is not an executable on PATH; fix: give the full path"),
+            ([], "no command to launch; fix: ")):
+        with pytest.raises(LaunchError) as info:
+            check_local_command(command, str(tmp_path))
+        assert str(info.value).startswith(message), str(info.value)

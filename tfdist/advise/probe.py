@@ -478,6 +478,25 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
     return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables, embeddings)
 
 
+def time_step_here(model: str, batch_size: int, environ: Mapping[str, str] | None = None,
+                   cwd: str | None = None, log: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
+    """``model``'s training step at ``batch_size`` on this machine, timed as ``probe_hosts`` times a
+    worker host (one compute agent, no ssh, started from ``cwd`` with ``environ``): its answer,
+    ``step_ms``, ``params``, ``dtype_bytes``, ``embeddings``, .... Raises :class:`ProbeError`.
+
+        time_step_here("models:build_model", 64)["step_ms"]   # what `tfdist advise --step-ms` takes
+    """
+    from tfdist.launch.remote import forwarded_env
+
+    environ = os.environ if environ is None else environ
+    spec = {"role": "compute", "model": model, "batch_size": batch_size, "cwd": cwd or os.getcwd(),
+            "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS}
+    here = "this machine"
+    log(f"starting the compute agent on {here} (TensorFlow, {model}, warm-up)")
+    found = measure_compute([here], spec, lambda host, spec: Agent(agent_argv(host, True, None), spec, host), log)
+    return found[here]
+
+
 def default_workers(slots: Sequence[HostSlots], ps: int) -> int:
     """``--workers`` by default: the slots left after the ps tasks (at least 1)."""
     workers = sum(s.slots for s in slots) - ps
@@ -489,4 +508,5 @@ def default_workers(slots: Sequence[HostSlots], ps: int) -> int:
 
 
 __all__ = ["HostMeasure", "LinkMeasure", "Placement", "ProbeError", "ProbeResult", "aggregate",
-           "default_workers", "measure_compute", "measure_link", "measured_hosts", "probe_hosts", "ring"]
+           "default_workers", "measure_compute", "measure_link", "measured_hosts", "probe_hosts", "ring",
+           "time_step_here"]

@@ -7,6 +7,7 @@ naming the option and the fix; every number is bounded and finite before the mod
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -21,7 +22,9 @@ from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, par
 from tfdist.advise.memory import OPTIMIZER_SLOTS
 from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
 from tfdist.advise.render import advice_json, render, render_measured
-from tfdist.advise.units import MEMORY_EXAMPLES, RATE_EXAMPLES, parse_bytes, parse_count, parse_rate
+from tfdist.advise.units import parse_bytes, parse_count, parse_rate
+from tfdist.cli.brief_help import BriefOption
+from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.launch.remote import SshOptions
@@ -38,6 +41,8 @@ _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host
           "largest_variable": "--largest-variable", "ps_memory": "--ps-memory",
           "worker_memory": "--worker-memory", "embeddings": "--embedding"}
 
+# what --time-step reads: every other option given with it is refused
+_TIME_STEP = {"time_step", "model", "batch_size", "as_json"}
 # options only --probe reads
 _PROBE_ONLY = {"hosts": "--hosts", "model": "--model", "ssh_port": "--ssh-port",
                "ssh_identity_file": "--ssh-identity-file", "probe_seconds": "--probe-seconds"}
@@ -67,113 +72,88 @@ def _bad(exc: AdviseError) -> click.BadParameter:
     return click.BadParameter(str(exc), param_hint=f"'{flag}'" if flag else None)
 
 
-@click.command("advise", cls=StrictCommand)
-@click.option("--workers", type=BoundedInt(1, MAX_WORKERS, limit=_WORKERS_LIMIT),
-              help="Number of workers (GPUs, ranks); with --probe default the slots left after the ps.")
-@click.option("--ps", type=BoundedInt(0, MAX_WORKERS), default=1, show_default=True,
-              help="Parameter-server tasks to model (0: leave parameter_server out).")
+@click.command("advise", cls=StrictCommand,
+               epilog="Every option, the model and its assumptions, --probe: docs/advise.md.")
+@click.option("--workers", cls=BriefOption, type=BoundedInt(1, MAX_WORKERS, limit=_WORKERS_LIMIT), metavar="N",
+              help="Workers (GPUs, ranks).")
+@click.option("--ps", cls=BriefOption, type=BoundedInt(0, MAX_WORKERS), default=1, show_default=True,
+              metavar="N", help="Parameter servers (0: none).")
 @click.option("--ps-placement", type=click.Choice(PS_PLACEMENTS), default="separate", show_default=True,
-              help="separate: each ps on its own host; colocated: ps j on worker host j, sharing its link.")
+              metavar="WHERE", help="separate or colocated.")
 @click.option("--params", type=Parsed("COUNT", lambda text: parse_count(text, field="")),
-              help="Parameter count of the model, e.g. 669706 or 23.8M (model.count_params()); --probe "
-                   "--model measures it.")
-@click.option("--dtype-bytes", type=BoundedInt(1, 16), default=4, show_default=True,
-              help="Bytes per parameter (4: float32).")
-@click.option("--batch-size", type=BoundedInt(1, MAX_BATCH_SIZE), required=True,
+              help="Model parameters, e.g. 23.8M.")
+@click.option("--dtype-bytes", cls=BriefOption, type=BoundedInt(1, 16), default=4, show_default=True,
+              metavar="N", help="Bytes per parameter.")
+@click.option("--batch-size", cls=BriefOption, type=BoundedInt(1, MAX_BATCH_SIZE), required=True, metavar="N",
               help="Examples per step per worker.")
-@click.option("--step-ms", type=FiniteFloat(MIN_STEP_MS, MAX_STEP_MS),
-              help="Compute time of one step at --batch-size on one worker of speed 1, in ms (no "
-                   "communication).")
-@click.option("--worker-speeds", type=_SPEEDS,
-              help="Relative speed of each worker, e.g. 1,1,0.25 (default: all 1).")
-@click.option("--workers-per-host", "--gpus-per-host", "workers_per_host", type=BoundedInt(1, MAX_WORKERS),
-              default=1, show_default=True, help="Workers sharing one host and its link (GPUs per server).")
-@click.option("--bandwidth", type=_RATES,
-              help=f"Each worker host's link rate: one for all, or one per host, comma-separated; "
-                   f"{RATE_EXAMPLES}.")
-@click.option("--ps-bandwidth", type=_RATE,
-              help="Each separate ps host's link (default: the slowest --bandwidth).")
+@click.option("--step-ms", cls=BriefOption, type=FiniteFloat(MIN_STEP_MS, MAX_STEP_MS), metavar="MS",
+              help="Compute per step (see --time-step).")
+@click.option("--worker-speeds", type=_SPEEDS, help="Relative speeds, e.g. 1,1,0.25.")
+@click.option("--workers-per-host", "--gpus-per-host", "workers_per_host", cls=BriefOption,
+              type=BoundedInt(1, MAX_WORKERS), default=1, show_default=True, metavar="N",
+              help="Workers sharing a host.")
+@click.option("--bandwidth", type=_RATES, help="Worker hosts' links, e.g. 10gbit.")
+@click.option("--ps-bandwidth", type=_RATE, help="Each ps host's link.")
 @click.option("--intra-host-bandwidth", type=_RATE, default="80gbit", show_default=True,
-              help="Rate between workers of one host.")
-@click.option("--latency-ms", type=FiniteFloat(0, MAX_LATENCY_S * 1000), default=0.1, show_default=True,
-              help="One-way network latency per message, ms.")
-@click.option("--overlap", type=FiniteFloat(0, 1), default=0.0, show_default=True,
-              help="Share of communication hidden behind compute (0: none; Horovod on GPUs: about 0.5).")
-@click.option("--ps-overhead-ms", type=FiniteFloat(0, MAX_OVERHEAD_MS), default=DEFAULT_PS_OVERHEAD_MS,
-              show_default=True,
-              help="Fixed cost of a parameter-server step beyond compute and transfers (the coordinator's "
-                   "dispatch, the RPCs reading and updating variables), ms: measure it where RPCs are slow "
-                   "(docs/advise.md).")
-@click.option("--allreduce-overhead-ms", type=FiniteFloat(0, MAX_OVERHEAD_MS),
-              default=DEFAULT_ALLREDUCE_OVERHEAD_MS, show_default=True,
-              help="Fixed cost of an allreduce step beyond compute and the ring (Horovod's cycle, per-step "
-                   "framework work; MultiWorkerMirrored pays 1 ms more), ms: measure it where steps are short "
-                   "or RPCs slow (docs/advise.md).")
-@click.option("--ps-epochs-factor", type=FiniteFloat(0, MAX_PS_EPOCHS_FACTOR, low_open=True),
-              help="Epochs parameter servers need to reach your target accuracy over the epochs synchronous "
-                   "training needs, measured (e.g. 1.3; benchmarks/time_to_accuracy.py measures it): the "
-                   "recommendation then weighs time to accuracy, not examples/s alone.")
-@click.option("--optimizer", type=OPTIMIZER,
-              help="The optimizer, for the memory its slots take: " + ", ".join(OPTIMIZER_SLOTS)
-                   + ", or its slot variables per variable (e.g. 3); shows the memory each task needs.")
+              help="Between a host's workers.")
+@click.option("--latency-ms", cls=BriefOption, type=FiniteFloat(0, MAX_LATENCY_S * 1000), default=0.1,
+              show_default=True, metavar="MS", help="One-way latency.")
+@click.option("--overlap", cls=BriefOption, type=FiniteFloat(0, 1), default=0.0, show_default=True,
+              metavar="F", help="Share of transfer hidden.")
+@click.option("--ps-overhead-ms", cls=BriefOption, type=FiniteFloat(0, MAX_OVERHEAD_MS),
+              default=DEFAULT_PS_OVERHEAD_MS, show_default=True, metavar="MS", help="Fixed ps step cost.")
+@click.option("--allreduce-overhead-ms", cls=BriefOption, type=FiniteFloat(0, MAX_OVERHEAD_MS),
+              default=DEFAULT_ALLREDUCE_OVERHEAD_MS, show_default=True, metavar="MS", help="Fixed ring step cost.")
+@click.option("--ps-epochs-factor", cls=BriefOption,
+              type=FiniteFloat(0, MAX_PS_EPOCHS_FACTOR, low_open=True), metavar="F",
+              help="ps epochs over sync epochs to accuracy.")
+@click.option("--optimizer", type=OPTIMIZER, help="Its slots, for memory: adam, sgd, ...")
 @click.option("--largest-variable", type=Parsed("COUNT", lambda text: parse_count(text, field="")),
-              help="Parameters of the model's largest variable, e.g. an embedding table (default: all of "
-                   "--params, the conservative case); --probe --model lists every variable.")
-@click.option("--ps-memory", type=_BYTES,
-              help=f"Memory of each ps task's host ({MEMORY_EXAMPLES}): parameter servers are recommended "
-                   "only if they fit; says the fewest ps tasks and shards that do. --probe reads it.")
-@click.option("--worker-memory", type=_BYTES,
-              help="Memory of each worker's host, which holds its --gpus-per-host workers (and a colocated ps): "
-                   "allreduce (each worker holds the whole model, slots and gradients) is recommended only if "
-                   "they fit. --probe reads it.")
-@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True,
-              help="An embedding table among --params whose gradient is sparse, as ROWSxDIM[:LOOKUPS] (ids per "
-                   "example, default 1), e.g. 1Mx128; repeat per table. A step then moves only the rows it "
-                   "looks up, not the table (docs/advise.md, Embedding tables).")
-@click.option("--probe", is_flag=True,
-              help="Measure instead of asking: the links between --hosts, and with --model each worker "
-                   "host's step time and the model's size (over ssh, as `tfdist launch --hosts`).")
-@click.option("-H", "--hosts", metavar="HOST:SLOTS,...",
-              help="--probe: the hosts, as in `tfdist launch --hosts` (same placement), e.g. h1:1,h2:1,h3:1.")
-@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
-              help="--probe: a function returning the Keras model (with an Input), e.g. models:build_model; "
-                   "imported on each host from this directory and PYTHONPATH.")
-@click.option("--ssh-port", type=BoundedInt(1, 65535), help="--probe: the port of every host's sshd.")
-@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False),
+              help="Its largest variable (default: --params).")
+@click.option("--ps-memory", type=_BYTES, help="Each ps host's memory, e.g. 16GiB.")
+@click.option("--worker-memory", type=_BYTES, help="Each worker host's memory.")
+@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True, metavar="ROWSxDIM[:N]",
+              help="A sparse embedding table; repeatable.")
+@click.option("--probe", is_flag=True, help="Measure --hosts over ssh instead.")
+@click.option("-H", "--hosts", metavar="HOST:SLOTS,...", help="--probe: the hosts, e.g. h1:1,h2:1.")
+@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL, help="Builds the model to time.")
+@click.option("--time-step", is_flag=True, help="Time --model here; print --step-ms.")
+@click.option("--ssh-port", cls=BriefOption, type=BoundedInt(1, 65535), metavar="PORT",
+              help="--probe: every host's sshd port.")
+@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="--probe: the private key ssh uses.")
-@click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=DEFAULT_SECONDS, show_default=True,
-              help="--probe: seconds of transfer per link.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=DEFAULT_SECONDS,
+              show_default=True, metavar="S", help="--probe: seconds per link.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--save", "save_path", metavar="PLAN.json", callback=writable_plan_path,
-              help="Also write the recommendation as a plan: TFDIST_PLAN=PLAN.json makes make_strategy('auto') "
-                   "apply it on every task (docs/advise.md, The plan).")
-def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
-           step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
-           bandwidth: tuple[float, ...] | None, ps_bandwidth: float | None, intra_host_bandwidth: float,
-           latency_ms: float, overlap: float, ps_overhead_ms: float,
-           allreduce_overhead_ms: float, ps_epochs_factor: float | None,
-           probe: bool, hosts: str | None, model: str | None,
-           ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool,
-           save_path: str | None, optimizer: tuple[str, int] | None, largest_variable: int | None,
-           ps_memory: int | None, worker_memory: int | None, embeddings: tuple = ()) -> None:
-    """Predict step time, examples/s and scaling efficiency of Horovod, parameter servers and
-    MultiWorkerMirrored on the cluster described, and recommend one, with its reasons.
+              help="Also write the plan (TFDIST_PLAN).")
+def advise(**options: Any) -> None:
+    """Recommend Horovod, parameter servers or MultiWorkerMirrored for a cluster.
 
     \b
-    tfdist advise --workers 2 --ps 1 --params 669706 --batch-size 64 --step-ms 10 --bandwidth 1gbit
-    tfdist advise --workers 2 --params 5.8M --batch-size 64 --step-ms 70 --worker-speeds 1,0.25 \\
-        --bandwidth 10gbit --json
-    tfdist advise --workers 128 --gpus-per-host 4 --ps 0 --params 138M --batch-size 64 \\
-        --step-ms 415.6 --bandwidth 25gbit --latency-ms 0.01 --overlap 0.5
-    tfdist advise --probe --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model --batch-size 64
-    tfdist advise --workers 2 --ps 2 --params 128M --batch-size 64 --step-ms 50 --bandwidth 10gbit \\
-        --optimizer adagrad --ps-memory 2GiB
-    tfdist advise --workers 2 --ps 1 --params 128.1M --embedding 1Mx128 --batch-size 64 --step-ms 20 \\
-        --bandwidth 1gbit
-
-    The model and its assumptions: docs/advise.md.
+    tfdist advise --workers 2 --params 669706 --batch-size 64 --step-ms 10 --bandwidth 1gbit
+    tfdist advise --time-step --model models:build_model --batch-size 64
+    tfdist advise --probe --hosts h1:1,h2:1,h3:1 --model models:build_model --batch-size 64
     """
+    with exit_on_interrupt("advise"):
+        _advise(**options)
+
+
+def _advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: int, batch_size: int,
+            step_ms: float, worker_speeds: tuple[float, ...] | None, workers_per_host: int,
+            bandwidth: tuple[float, ...] | None, ps_bandwidth: float | None, intra_host_bandwidth: float,
+            latency_ms: float, overlap: float, ps_overhead_ms: float,
+            allreduce_overhead_ms: float, ps_epochs_factor: float | None,
+            probe: bool, hosts: str | None, model: str | None,
+            ssh_port: int | None, ssh_identity_file: str | None, probe_seconds: float, as_json: bool,
+            save_path: str | None, optimizer: tuple[str, int] | None, largest_variable: int | None,
+            ps_memory: int | None, worker_memory: int | None, embeddings: tuple = (), time_step: bool = False) -> None:
+    """The command's body, with click's options; a Ctrl-C (during a probe, say) exits 130
+    (``exit_on_interrupt``)."""
     ctx = click.get_current_context()
+    if time_step:
+        _time_step(ctx, model, batch_size, as_json)
+        return
     if optimizer is None:
         for name, flag in _MEMORY.items():
             if _given(ctx, name):
@@ -196,7 +176,8 @@ def advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: i
         return
     for name, flag in _PROBE_ONLY.items():
         if _given(ctx, name):
-            raise click.UsageError(f"{flag} applies only to --probe; fix: add --probe, or drop {flag}")
+            also = " (or --time-step, to time it on this machine)" if name == "model" else ""
+            raise click.UsageError(f"{flag} applies only to --probe; fix: add --probe{also}, or drop {flag}")
     required = {"workers": workers, "params": params, "step_ms": step_ms, "bandwidth": bandwidth}
     for name, value in required.items():  # required unless --probe measures them
         if value is None:
@@ -291,3 +272,34 @@ def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: 
                             overlap, embeddings)  # the tables given, else those the probe found
     except AdviseError as exc:
         raise _bad(exc) from None
+
+
+def _time_step(ctx: click.Context, model: str | None, batch_size: int, as_json: bool) -> None:
+    """--time-step: time --model's training step at --batch-size on this machine (one compute agent, as
+    --probe times each host) and print the flags to describe the cluster with: ``--step-ms ... --params
+    ... --dtype-bytes ...`` (and ``--embedding`` per table found), or the agent's answer as JSON."""
+    import json
+
+    from tfdist.advise.probe import time_step_here
+
+    given = [p for p in ctx.command.params if p.name not in _TIME_STEP and _given(ctx, p.name)]
+    if given:
+        flags = ", ".join(p.opts[0] for p in given)
+        raise click.UsageError(f"{flags} do(es) not apply to --time-step, which only times --model on this "
+                               f"machine; fix: drop {flags}, then pass the flags it prints to `tfdist advise` "
+                               "with the cluster's --workers and --bandwidth")
+    if model is None:
+        raise click.UsageError("--time-step needs --model, the function that builds the Keras model; fix: add "
+                               "e.g. --model models:build_model")
+    try:
+        found = time_step_here(model, batch_size, log=lambda message: click.echo(message, err=True))
+    except AdviseError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        keys = ("step_ms", "window_ms", "params", "dtype_bytes", "batch_size", "embeddings")
+        click.echo(json.dumps({key: found.get(key) for key in keys}))
+        return
+    tables = "".join(f" --embedding {int(rows)}x{int(dim)}:{lookups:g}" for rows, dim, lookups in
+                     found.get("embeddings") or [])
+    step = f"{max(float(found['step_ms']), MIN_STEP_MS):.3f}".rstrip("0").rstrip(".")
+    click.echo(f"--step-ms {step} --params {int(found['params'])} --dtype-bytes {int(found['dtype_bytes'])}{tables}")

@@ -14,7 +14,8 @@ from tfdist.cli.strict import StrictCommand
               help="Skip the checks that import TensorFlow and Horovod (faster).")
 def env(as_json: bool, no_tensorflow: bool) -> None:
     """Print Python, TensorFlow, tf-keras, Keras, Horovod and TensorBoard versions, Horovod's
-    build, where tf.keras points, visible GPUs and the cluster environment detected."""
+    build, where tf.keras points and who set TF_USE_LEGACY_KERAS (your environment, or import
+    tfdist when it was unset), visible GPUs and the cluster environment detected."""
     from tfdist.env_report import collect_report, format_report
 
     report = collect_report(with_tensorflow=not no_tensorflow)

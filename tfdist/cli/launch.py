@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from tfdist.advise.cluster import MAX_BATCH_SIZE
 from tfdist.advise.inputs import parse_model_ref
-from tfdist.advise.memory import OPTIMIZER_SLOTS
+from tfdist.cli.brief_help import BriefOption
+from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.backends import LAUNCHABLE
-from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
+from tfdist.keras_compat import user_environment
+from tfdist.launch.checks import (check_cluster_size, check_host_options, check_local_command,
+                                  check_network_interface, check_placement, horovod_ranks)
 from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster, plan_worker_cluster
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 
@@ -55,12 +59,21 @@ def _given(ctx: click.Context, name: str) -> bool:
     return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
 
 
+# an option of another backend that says the same as one of this backend: (given, backend) -> its name here
+_SAME_AS = {("workers", "horovod"): "num_proc", ("num_proc", "parameter_server"): "workers",
+            ("num_proc", "multi_worker_mirrored"): "workers", ("num_proc", AUTO): "workers"}
+
+
 def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
     given = [name for name in _FLAGS if _given(ctx, name) and name not in _BACKEND_OPTIONS[backend]]
     if given:
         flags = ", ".join(_FLAGS[name] for name in given)
-        raise click.UsageError(f"{flags} do(es) not apply to --backend {backend}; fix: drop "
-                               f"{flags}, or pick the backend they belong to")
+        fixes = [f"use {_FLAGS[_SAME_AS[name, backend]]} {ctx.params[name]} in place of {_FLAGS[name]} "
+                 f"{ctx.params[name]}" for name in given if (name, backend) in _SAME_AS]
+        others = ", ".join(_FLAGS[name] for name in given if (name, backend) not in _SAME_AS)
+        if others:
+            fixes.append(f"drop {others}, or pick the backend they belong to")
+        raise click.UsageError(f"{flags} do(es) not apply to --backend {backend}; fix: {'; '.join(fixes)}")
     for name, needs, fix in _NEEDS:
         if _given(ctx, name) and not _given(ctx, needs):
             raise click.UsageError(f"{_FLAGS[name]} needs {_FLAGS[needs]}; fix: {fix}, or drop "
@@ -70,109 +83,72 @@ def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
                                "e.g. --min-np 1")
 
 
-@click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False})
+@click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False},
+               epilog="Placement, teardown, environment and every option: docs/cli.md.")
 @click.option("--backend", type=click.Choice((*LAUNCHABLE, AUTO)), default="parameter_server",
               show_default=True,
-              help="parameter_server: chief, workers and ps; multi_worker_mirrored: peer workers; "
-                   "horovod: call horovodrun; auto (with --hosts, --model, --batch-size): probe the hosts, "
-                   "ask `tfdist advise` and launch the backend it recommends.")
-@click.option("--workers", type=_TASKS, default=2, show_default=True,
-              help="parameter_server, multi_worker_mirrored: number of workers (auto: default the slots "
-                   "left after the ps).")
-@click.option("--ps", type=_TASKS, default=1, show_default=True,
-              help="parameter_server: number of parameter servers.")
-@click.option("--evaluator", is_flag=True, help="parameter_server: add a sidecar evaluator task.")
-@click.option("-np", "--num-proc", "num_proc", type=_TASKS, default=2, show_default=True,
-              help="horovod: number of ranks (with --hosts: default the total slots).")
-@click.option("-H", "--hosts", metavar="HOST:SLOTS,...",
-              help="Run the tasks on these hosts over ssh (one worker, ps or evaluator per slot; the chief takes "
-                   "none), e.g. h1:2,h2:2,h3:1; "
-                   "horovod: horovodrun's -H. Default: everything on this machine over loopback.")
-@click.option("--chief-host", metavar="HOST", help="parameter_server with --hosts: the chief's host "
-              "(default: the first host).")
-@click.option("--ps-hosts", metavar="HOST,...", help="parameter_server with --hosts: the ps tasks' hosts, "
-              "round-robin (default: the last host, then the one before, ...).")
-@click.option("--ssh-port", type=BoundedInt(1, 65535),
-              help="with --hosts: the port of every host's sshd.")
-@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False),
-              help="with --hosts: the private key ssh uses.")
-@click.option("--elastic", is_flag=True, help="horovod with --hosts: elastic Horovod (hosts may leave and "
-              "join); needs --min-np.")
-@click.option("--min-np", type=_TASKS,
-              help="horovod --elastic: the fewest ranks to go on with.")
-@click.option("--max-np", type=_TASKS,
-              help="horovod --elastic: the most ranks to scale up to.")
-@click.option("--network-interface", metavar="IFACE",
-              help="horovod: horovodrun's --network-interface, the interface the ranks talk over (e.g. "
-                   "eth0). With --elastic, without it Horovod waits for two hosts at the start.")
+              help="auto: probe --hosts, launch the advised backend.")
+@click.option("--workers", cls=BriefOption, type=_TASKS, default=2, show_default=True, metavar="N",
+              help="Workers (not horovod: -np).")
+@click.option("--ps", cls=BriefOption, type=_TASKS, default=1, show_default=True, metavar="N",
+              help="Parameter servers.")
+@click.option("--evaluator", is_flag=True, help="Add a sidecar evaluator task.")
+@click.option("-np", "--num-proc", "num_proc", cls=BriefOption, type=_TASKS, default=2, show_default=True,
+              metavar="N", help="horovod: ranks.")
+@click.option("-H", "--hosts", metavar="HOST:SLOTS,...", help="Run over ssh on these hosts, e.g. h1:2,h2:1.")
+@click.option("--chief-host", metavar="HOST", help="The chief's host (default: the first).")
+@click.option("--ps-hosts", metavar="HOST,...", help="The ps tasks' hosts (default: the last).")
+@click.option("--ssh-port", cls=BriefOption, type=BoundedInt(1, 65535), metavar="PORT",
+              help="Every host's sshd port.")
+@click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="The private key ssh uses.")
+@click.option("--elastic", is_flag=True, help="horovod: hosts may leave and join.")
+@click.option("--min-np", cls=BriefOption, type=_TASKS, metavar="N", help="--elastic: fewest ranks.")
+@click.option("--max-np", cls=BriefOption, type=_TASKS, metavar="N", help="--elastic: most ranks.")
+@click.option("--network-interface", metavar="IFACE", help="horovod: the ranks' interface, e.g. eth0.")
 @click.option("--bind-all", is_flag=True,
-              help="Let TensorFlow's servers listen on every interface (its default) instead of only "
-                   "on their host's address (127.0.0.1 without --hosts). The gRPC runtime has no "
-                   "authentication.")
-@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
-              help="auto: the function that builds the Keras model, timed on each worker host.")
-@click.option("--batch-size", type=BoundedInt(1, MAX_BATCH_SIZE), help="auto: examples per step per worker.")
-@click.option("--optimizer", type=OPTIMIZER,
-              help="auto: the script's optimizer (" + ", ".join(OPTIMIZER_SLOTS) + ", or its slots per "
-                   "variable): the probed hosts' memory is checked and a backend that would not fit is not "
-                   "launched.")
-@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True,
-              help="auto: an embedding table of the model, ROWSxDIM[:LOOKUPS] (ids per example, default 1), "
-                   "repeated per table: a step moves only the rows it looks up (as in `tfdist advise`).")
-@click.option("--probe-seconds", type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
-              show_default=True,
-              help="auto: seconds of transfer per measured link.")
+              help="Listen on every interface (no auth).")
+@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL, help="auto: builds the model to time.")
+@click.option("--batch-size", cls=BriefOption, type=BoundedInt(1, MAX_BATCH_SIZE), metavar="N",
+              help="auto: examples per step per worker.")
+@click.option("--optimizer", type=OPTIMIZER, help="auto: fit its slots in memory, e.g. adam.")
+@click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True, metavar="ROWSxDIM[:N]",
+              help="auto: an embedding table; repeatable.")
+@click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
+              show_default=True, metavar="S", help="auto: seconds per link.")
 @click.option("--save-plan", metavar="PLAN.json", callback=writable_plan_path,
-              help="auto: where to save the plan it applies (default: tfdist-plans/plan-<time>.json here).")
-@click.option("--grace", type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
-              help="Seconds between the stop signal and SIGKILL when tearing tasks down.")
-@click.option("--task-timeout", type=FiniteFloat(0, MAX_TASK_TIMEOUT), default=DEFAULT_TASK_TIMEOUT,
-              show_default=True,
-              help="parameter_server: seconds the chief gets to exit by itself after the job lost a "
-                   "task it cannot go on without (a ps task, every worker, or a worker before it "
-                   "served); then the launcher stops the job with exit code 1.")
+              help="auto: where to save the plan.")
+@click.option("--grace", cls=BriefOption, type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
+              metavar="S", help="TERM-to-KILL seconds.")
+@click.option("--task-timeout", cls=BriefOption, type=FiniteFloat(0, MAX_TASK_TIMEOUT),
+              default=DEFAULT_TASK_TIMEOUT, show_default=True, metavar="S",
+              help="Deadline after a lost task.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
-           hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
-           ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
-           network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
-           save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
-           command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = ()) -> None:
+def launch(ctx: click.Context, **options: Any) -> None:
     """Run COMMAND as every task of a cluster; exit with the chief's exit code.
 
     \b
-    tfdist launch --workers 2 --ps 1 -- python examples/classifier.py
+    tfdist launch --workers 2 --ps 1 -- python train.py
+    tfdist launch --backend horovod -np 2 -- python train.py
     tfdist launch --hosts h1:1,h2:1,h3:1 --workers 2 --ps 1 -- python train.py
-    tfdist launch --backend multi_worker_mirrored --workers 2 -- python train.py
-    tfdist launch --backend horovod -np 2 -- python examples/classifier.py
-    tfdist launch --backend horovod --hosts h1:1,h2:1 -- python train.py
-    tfdist launch --backend auto --hosts h1:1,h2:1,h3:1 --ps 1 --model models:build_model \\
+    tfdist launch --backend auto --hosts h1:1,h2:1,h3:1 --model models:build_model \\
         --batch-size 64 -- python train.py
 
-    Each task gets its own TF_CONFIG and GRPC_FAIL_FAST=use_caller; output lines are prefixed
-    with the task ([worker:1], or [worker:1@h2] with --hosts) and every task's exit is printed.
-    The job ends when the chief exits (with its exit code), on Ctrl-C, or --task-timeout seconds
-    after it lost a task it cannot go on without; a worker lost mid-training is tolerated. Tasks
-    die with the launcher, even when it is killed. TensorFlow's servers would listen on every
-    interface; tfdist keeps each on its host's address (an LD_PRELOAD shim, built once per host
-    with the C compiler) unless --bind-all.
-
-    With --hosts, every task runs over ssh (a host that is this machine runs without ssh), in
-    this directory, with this environment (minus host-specific variables such as HOSTNAME and
-    PWD) and this Python: every host needs passwordless ssh, the same venv at the same path and
-    the same script. A slot runs one worker, ps or evaluator; the chief (the coordinator, which
-    runs no steps) takes none. Placement: the chief on --chief-host (default the first host), the ps tasks
-    on --ps-hosts (default the last host, then the one before), the workers in the remaining
-    slots in host order, the evaluator in the next free slot. A task stops when its ssh session
-    ends or the launcher's heartbeat (every 2 s) is missing for 8 s; gRPC keepalive pings
-    (TF_GRPC_DEFAULT_OPTIONS) let the tasks notice a cut link within about 20 s.
-
-    --backend auto (with --hosts) first probes the hosts as `tfdist advise --probe` does (links, and
-    --model's step time at --batch-size on each worker host), prints the recommendation, its
-    reasons and the table, then launches the recommended backend with the same placement:
-    parameter_server as above; horovod and multi_worker_mirrored on the worker hosts only.
+    Every task gets your environment as given, TF_USE_LEGACY_KERAS included.
     """
+    with exit_on_interrupt("launch"):
+        _launch(ctx, **options)
+
+
+def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: bool, num_proc: int,
+            hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh_port: int | None,
+            ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
+            network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
+            save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
+            command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = ()) -> None:
+    """The command's body, with click's options; a Ctrl-C before the runners take over (during
+    ``--backend auto``'s probe, say) exits 130 (``exit_on_interrupt``)."""
     import shutil
 
     from tfdist.launch.remote import SshOptions
@@ -185,14 +161,24 @@ def launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: b
     if network_interface is not None and not network_interface.strip():
         raise click.UsageError("--network-interface is empty; fix: name the interface the ranks talk over, "
                                "e.g. --network-interface eth0, or drop --network-interface")
+    if network_interface is not None:
+        try:
+            check_network_interface(network_interface, field="")
+        except LaunchError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--network-interface'") from None
     if backend == AUTO:
         hosts = hosts_or_allocation(hosts)
         _check_auto(ctx, hosts)
-    if shutil.which(command[0]) is None:
+    if hosts is None:  # tasks on --hosts are checked on their hosts (the preflight)
+        try:
+            check_local_command(command, os.getcwd())
+        except LaunchError as exc:
+            raise click.BadParameter(str(exc), param_hint="COMMAND") from None
+    elif shutil.which(command[0]) is None:
         raise click.BadParameter(f"{_shown(command[0])} is not an executable on PATH; fix: give the full "
                                  "path, e.g. `-- /usr/bin/python3 train.py`", param_hint="COMMAND")
     ssh = SshOptions(ssh_port, ssh_identity_file)
-    environ, plan, result_path = dict(os.environ), None, None
+    environ, plan, result_path = user_environment(), None, None
     if backend == AUTO:
         if _given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
@@ -336,7 +322,7 @@ def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps:
                        grace: float, task_timeout: float, environ: dict[str, str] | None = None) -> int:
     """A parameter_server or multi_worker_mirrored cluster, here or on ``hosts``, its tasks started in
     ``environ`` (default this process's); the chief's exit code."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = user_environment() if environ is None else environ
     from tfdist.cluster import free_ports
     from tfdist.launch.bind import BindShimError, shim_library
     from tfdist.launch.local import report_to_stderr, run_local_cluster

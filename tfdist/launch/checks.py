@@ -10,14 +10,34 @@ same clusters.
     check_cluster_size(workers=2, ps=1, evaluator=False, chief=True)
     check_placement("h1:1,h2:1,h3:1", workers=2, ps=1)
     ranks = horovod_ranks("h1:2,h2:2", num_proc=None, elastic=False)   # 4
+    check_network_interface("eth0")
+    check_local_command(["python", "train.py"], cwd=".")   # the script exists here
 """
 from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from typing import Sequence
 
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.launch.hosts import HostsError, check_reachable_names, parse_hosts, place_tasks, total_slots
 from tfdist.launch.plan import LaunchError
 
-__all__ = ["MAX_TASKS", "check_cluster_size", "check_host_options", "check_placement", "horovod_ranks"]
+__all__ = ["INTERFACE_NAME", "MAX_TASKS", "check_cluster_size", "check_host_options", "check_local_command",
+           "check_network_interface", "check_placement", "horovod_ranks", "python_script"]
+
+#: What ``--network-interface`` accepts: one Linux interface name. The kernel takes 1 to 15 bytes
+#: without '/', ':' or whitespace (``dev_valid_name``, IFNAMSIZ 16); tfdist narrows that to ASCII
+#: letters, digits, '.', '_' and '-' (eth0, enp0s31f6, br-1a2b, eth0.100, ib0), so a name never means
+#: anything to the shell horovodrun runs its commands through. One name: horovodrun's comma-separated
+#: list under this flag is deprecated.
+_INTERFACE_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+#: The file names of a Python interpreter (python, python3, python3.11): their first operand is a script.
+_PYTHON = re.compile(r"python[0-9.]*")
+_PYTHON_ARGUMENT_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})  # take the next argument
 
 
 def check_host_options(hosts: str | None, chief_host: str | None = None, ps_hosts: str | None = None) -> None:
@@ -87,3 +107,80 @@ def horovod_ranks(hosts: str | None, num_proc: int | None, elastic: bool = False
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def check_network_interface(name: str, field: str = "--network-interface") -> str:
+    """``name`` when it is one interface name as ``INTERFACE_NAME`` accepts it; else a LaunchError
+    naming ``field`` (``""``: the caller names it, as click does) and the fix: horovodrun would hand
+    the name to a shell, or fail later with its own traceback."""
+    named = f"{field} " if field else ""
+    if not name.strip():
+        raise LaunchError(f"{named or 'the interface name '}is empty; fix: name the interface the ranks talk "
+                          "over, e.g. --network-interface eth0, or drop --network-interface")
+    if INTERFACE_NAME.fullmatch(name) and name not in (".", ".."):
+        return name
+    foreign = set(name) - set(_INTERFACE_CHARACTERS)
+    why = ("names several interfaces (horovodrun's comma list under this flag is deprecated)" if foreign == {","}
+           else "is not an interface name" if foreign or name in (".", "..")
+           else "is longer than the 15 characters Linux allows")
+    raise LaunchError(f"{named}{_shown(name)} {why}; tfdist accepts one name of 1 to 15 ASCII letters, "
+                      "digits, '.', '_' or '-'; fix: give a name that `ip -brief link` lists, e.g. "
+                      "--network-interface eth0")
+
+
+def python_script(command: Sequence[str]) -> str | None:
+    """The script a ``python ...`` command runs (its first operand), or None: not a Python interpreter,
+    or ``-c``, ``-m``, ``-`` (stdin), ``--help`` or ``--version`` instead of a file. Pure.
+
+        python_script(["python3", "-u", "train.py", "--epochs", "2"])   # 'train.py'
+    """
+    if not command or not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    arguments = iter(command[1:])
+    for argument in arguments:
+        if argument == "--":
+            return next(arguments, None)
+        if argument in ("-", "--help", "--version"):
+            return None
+        if argument in _PYTHON_ARGUMENT_OPTIONS:
+            next(arguments, None)
+        elif not argument.startswith("-"):
+            return argument
+        elif not argument.startswith("--"):
+            for at, flag in enumerate(argument[1:], start=1):  # -u, -OO, -uc CODE, -Wignore, -W ignore
+                if flag in "cm":
+                    return None
+                if flag in "WX":
+                    if at == len(argument) - 1:
+                        next(arguments, None)
+                    break
+    return None
+
+
+def check_local_command(command: Sequence[str], cwd: str, path: str | None = None) -> None:
+    """Before a run on this machine: the program exists (on ``path`` or as a file) and, for
+    ``python SCRIPT``, the script exists in ``cwd``; else a LaunchError naming it and the fix (a
+    Horovod job would fail in every rank with horovodrun's own traceback)."""
+    if not command:
+        raise LaunchError("no command to launch; fix: put it after `--`, e.g. `-- python train.py`")
+    program = command[0]
+    if os.sep in program:
+        target = os.path.join(cwd, program)
+        if not os.path.isfile(target):
+            raise LaunchError(f"{_shown(program)} does not exist (from {cwd}); fix: check the path, or "
+                              "give a program on PATH, e.g. `-- python3 train.py`")
+        if not os.access(target, os.X_OK):
+            raise LaunchError(f"{_shown(program)} is not executable; fix: chmod +x {program}, or run it "
+                              f"with its interpreter, e.g. `-- {os.path.basename(sys.executable)} {program}`")
+    elif shutil.which(program, path=path) is None:
+        raise LaunchError(f"{_shown(program)} is not an executable on PATH; fix: give the full path, "
+                          "e.g. `-- /usr/bin/python3 train.py`")
+    script = python_script(command)
+    if script is not None and not os.path.exists(os.path.join(cwd, script)):
+        raise LaunchError(f"the script {_shown(script)} does not exist in {cwd}; fix: check its name, or "
+                          "start tfdist launch from the folder that holds it")
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted as a message echoes it: ``'eth0'``, or ``'aaa...'... (300 characters)``."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"

@@ -173,5 +173,14 @@ def main(argv: Sequence[str] | None = None) -> Any:
     return run_commandline()
 
 
+if __name__ in ("__main__", "__mp_main__"):
+    # The ranks get the Keras the user chose, as under the horovodrun script: take back the
+    # TF_USE_LEGACY_KERAS that importing tfdist set here. Horovod hands its ranks this process's os.environ,
+    # and starts each through a middleman process of the multiprocessing "spawn" context, which imports this
+    # module again as __mp_main__ (so tfdist, which sets the variable again) and runs the rank's shell in its
+    # own os.environ.
+    from tfdist.keras_compat import restore_user_keras_choice
+
+    restore_user_keras_choice()
 if __name__ == "__main__":
     sys.exit(main())

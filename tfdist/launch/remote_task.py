@@ -314,4 +314,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # The task (or --shell command) gets this host's environment as sshd gave it: take back the
+    # TF_USE_LEGACY_KERAS that importing tfdist set in this supervisor.
+    from tfdist.keras_compat import restore_user_keras_choice
+
+    restore_user_keras_choice()
     sys.exit(main())
