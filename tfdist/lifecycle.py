@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Callable, Mapping
 
+from tfdist.tf_noise import quiet_server_logs
+
 log = logging.getLogger("tfdist")
 
 Probe = Callable[[str], bool]
@@ -90,9 +92,13 @@ def _flush() -> None:
 
 def serve_until_chief_leaves(name: str, start_server: Callable[[], object], chief_address: str,
                              grace: float, startup_timeout: float, *, exit: Exit = os._exit,
-                             wait: Callable[..., bool] | None = None) -> None:
+                             wait: Callable[..., bool] | None = None,
+                             quiet: Callable[[], object] = quiet_server_logs) -> None:
     """Start this task's server, wait for the chief to come and go, then ``exit`` (0, or 1 when
-    the chief never came). With the default ``os._exit`` this never returns."""
+    the chief never came). With the default ``os._exit`` this never returns. ``quiet`` first leaves
+    TensorFlow's C++ INFO lines out of this process, which runs no user code from here on
+    (:func:`tfdist.tf_noise.quiet_server_logs`: not when the user set ``TF_CPP_MIN_LOG_LEVEL``)."""
+    quiet()
     start_server()
     print(f"[tfdist] {name} serving; waiting for the chief at {chief_address}", file=sys.stderr, flush=True)
     finished = (wait or wait_for_chief_to_finish)(chief_address, grace, startup_timeout)

@@ -9,10 +9,14 @@ accessor against the installed versions, so an upgrade that breaks one shows up 
 Importing this module imports neither TensorFlow nor Keras; the accessors take the objects. The two
 patches of Horovod's launcher (its build checks, its shutdown signals) fail closed the other way: when
 Horovod changed, they leave it untouched and return ``None``, since Horovod's own code is then the safe
-behaviour.
+behaviour; so does the lookup of TensorFlow's C++ log level (``absl_min_log_level``), which only quiets logs.
 """
 from __future__ import annotations
 
+import functools
+import os
+import re
+import sys
 from typing import Any, Callable
 
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
@@ -441,3 +445,40 @@ def guard_horovod_shutdown_signals(once: Callable[[SignalHandler], SignalHandler
         gloo_run.register_shutdown_event = original
 
     return undo
+
+
+# --- TensorFlow's C++ log level (tfdist.tf_noise) -----------------------------------------------------
+_ABSL_NAMESPACE = rb"_ZN4absl(?:12lts_\d{8})?"  # absl's inline namespace: `lts_20250814` in TensorFlow 2.21
+_ABSL_GET_MIN = _ABSL_NAMESPACE + rb"11MinLogLevelEv(?=\x00)"
+_ABSL_SET_MIN = _ABSL_NAMESPACE + rb"14SetMinLogLevelENS0_18LogSeverityAtLeastE(?=\x00)"
+
+
+@functools.lru_cache(maxsize=1)
+def absl_min_log_level() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    """absl's ``MinLogLevel``/``SetMinLogLevel`` in the TensorFlow this process has loaded (the level
+    ``TF_CPP_MIN_LOG_LEVEL`` sets at import). TensorFlow has no Python API for it; the functions are
+    found by their mangled names in ``libtensorflow_framework``, whatever absl's inline namespace
+    (``lts_20250814`` in TensorFlow 2.21). ``None`` when TensorFlow is not loaded or they moved: then
+    nothing is quieted (noise only, so this fails open: TensorFlow logs as it did)."""
+    import ctypes
+    import mmap
+    from pathlib import Path
+
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not getattr(tf, "__file__", None):
+        return None
+    for library in sorted(Path(tf.__file__).parent.glob("libtensorflow_framework.so*")):
+        try:
+            handle = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # only if loaded
+            with open(library, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                found = [re.search(pattern, data) for pattern in (_ABSL_GET_MIN, _ABSL_SET_MIN)]
+                names = [match.group(0).decode() for match in found if match]
+            if len(names) != 2:
+                continue
+            get, set_ = (getattr(handle, name) for name in names)
+        except Exception:  # noqa: BLE001  (noise only: whatever fails, TensorFlow logs as it did)
+            continue
+        get.restype, get.argtypes = ctypes.c_int, []
+        set_.restype, set_.argtypes = None, [ctypes.c_int]
+        return get, set_
+    return None

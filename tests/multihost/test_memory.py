@@ -3,11 +3,27 @@ bigger than one ps").
 
 One lab for both jobs: the launcher, the chief and worker:0 on h0 (no cap), ps:0 on h2 and ps:1 on
 h1 (`--hosts h0:1,h1:1,h2:1 --workers 1 --ps 2`, the default placement), h1 and h2 capped at
-``CAP``. The model (tests/scripts/ps_memory.py) is a 250,000 x 128 float32 embedding table trained
-with Adagrad: 122 MiB of table plus 122 MiB of slot. Measured on this lab without a cap (the
-figures are in the docs page): a ps server idles at about 250 MiB of anonymous memory (TensorFlow
-imported, server started); the host holding the whole table peaks at about 940 MiB, each of two
-hosts holding half at about 530 MiB. So at 768 MiB:
+``CAP``. The model (tests/scripts/ps_memory.py) is a 1,048,576 x 128 float32 embedding table (``TABLE``,
+512 MiB) trained with Adagrad, whose one slot per variable is as big again.
+
+Why ``shards=1`` must run out of memory, whatever the timing (with the old 122 MiB table, ps:1 certainly
+held only about 616 MiB under a 768 MiB cap, and ran out only when transient copies overlapped, which
+under load they did not): the table is created on ps:1 (its initializer runs there); at the first
+training step tf-keras computes the slot's initial value (the table's shape, filled with 0.1) on the
+chief, and TensorFlow sends it to ps:1 in one gRPC message, which ps:1 holds whole while it builds the
+slot's tensor from it (measured: the first variable made on a fresh ps from an X-byte tensor of the
+chief raised the ps's high-water mark by 2.5 X and 3.0 X, at 256 and 384 MiB). At that moment ps:1
+holds its idle footprint (TensorFlow and its server, 240-255 MiB), the table, the message and the slot:
+at least ``IDLE + 3 * TABLE`` = 1,776 MiB, above ``CAP`` (1,536 MiB) by 240 MiB. Measured without a
+cap (RSS high-water mark less file pages, 2 shared cores): 2,112 MiB; on the lab, under caps of 1,600
+and 1,536 MiB, the OOM killer ended ps:1 12.7 and 16.7 s into the job.
+
+Why ``shards=2`` fits: each ps holds half of the table and of the slot, and receives half as much at a
+time. Measured without the lab, a ps peaked at 1,163-1,187 MiB of anonymous memory (as the export read
+its half; 1,108-1,115 as the slot came); on the lab, in two runs, the two hosts' cgroups peaked at
+1,175-1,203 MiB: 330 MiB under ``CAP``. "The table and its slot alone bigger than the cap"
+cannot hold with ``shards=2`` fitting: a ps's measured peak, its idle footprint plus 1.87 times its
+half of table and slot, is above the table and slot of ``shards=1`` until the table reaches several GiB.
 
 * ``shards=1`` (the table and its slot on ps:1): h1 runs out of memory, the OOM killer ends ps:1, and
   the launcher ends the job at once with one line naming ps:1, h1, the cap and the fix, although
@@ -29,10 +45,14 @@ from lab_jobs import Launch
 from support import assert_nothing_left
 from tfdist.testing.cgroups import MemoryCgroups
 
-CAP = 768 << 20  # bytes per ps host; see the module docstring for why
+VOCAB, DIM = 1_048_576, 128  # ps_memory.py's table
+TABLE = VOCAB * DIM * 4  # bytes: 512 MiB
+IDLE = 240 << 20  # the least a ps host's cgroup held with TensorFlow imported and its server started
+CAP = 1536 << 20  # bytes per ps host (1.50 GiB); see the module docstring for why
+assert IDLE + 3 * TABLE > CAP + (128 << 20)  # shards=1: table, slot message and slot on ps:1 at once
 LAYOUT = ("--hosts", "h0:1,h1:1,h2:1", "--workers", "1", "--ps", "2", "--task-timeout", "600")
 PS_HOSTS = {"ps:0": "h2", "ps:1": "h1"}
-PARAMETERS = 250_000 * 128 + 2 * 128 + 1  # the table, the Dense kernel (2 ids x 128) and bias
+PARAMETERS = VOCAB * DIM + 2 * DIM + 1  # the table, the Dense kernel (2 ids x 128) and bias
 
 @pytest.fixture(scope="module")
 def lab():
@@ -66,7 +86,7 @@ def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_lin
     for host in ("h1", "h2"):
         peak_mib(lab, host)
     start = time.monotonic()
-    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("1", str(tmp_path)))
+    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("1", str(tmp_path), str(VOCAB), str(DIM)))
     code = job.wait(timeout=300)
     took = time.monotonic() - start
     served, died = job.seconds(r"^\[ps:1@h1\] +\[tfdist\] ps:1 serving"), job.seconds("out of memory")
@@ -78,7 +98,7 @@ def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_lin
     assert len(memory) == 1, job.tail()
     line = memory[0]
     assert line.startswith("tfdist launch: ps:1 on h1 ran out of memory: the kernel's OOM killer killed it "
-                           f"(SIGKILL) at its memory limit of 768 MiB ({CAP} bytes)"), line
+                           f"(SIGKILL) at its memory limit of 1.50 GiB ({CAP} bytes)"), line
     assert "so the job ends now; fix: split the variables over more ps tasks: raise --ps and pass shards=N to " \
            "make_strategy('parameter_server', ...)" in line
     assert f"`tfdist advise --ps-memory {CAP} --optimizer NAME`" in line
@@ -93,8 +113,8 @@ def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(l
     for host in ("h1", "h2"):
         peak_mib(lab, host)
     start = time.monotonic()
-    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("2", str(tmp_path)))
-    code = job.wait(timeout=300)
+    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("2", str(tmp_path), str(VOCAB), str(DIM)))
+    code = job.wait(timeout=600)  # bound against a hang only (48 s on this machine, unloaded, without the lab)
     took = time.monotonic() - start
     seconds = json.loads((tmp_path / "chief.json").read_text())["seconds"] if code == 0 else {}
     print(f"MEMORY shards=2: exit {code} after {took:.1f} s (chief {seconds}); peaks MiB "
@@ -103,7 +123,7 @@ def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(l
     assert not [line for _, line in job.lines if "out of memory" in line]
     result = json.loads((tmp_path / "chief.json").read_text())
     assert result["parameters"] == PARAMETERS
-    assert result["shard_shapes"] == [[125_000, 128], [125_000, 128]]
+    assert result["shard_shapes"] == [[VOCAB // 2, DIM], [VOCAB // 2, DIM]]
     assert sorted(device.split("/device")[0] for device in result["shard_devices"]) == [
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # half on h2, half on h1
     losses = result["loss"]

@@ -2,8 +2,9 @@
 
     python ps_memory.py SHARDS OUTDIR [VOCAB DIM]
 
-The table is VOCAB x DIM float32 (default 250,000 x 128: 32M parameters, 122 MiB) trained with
-Adagrad, whose one slot per variable doubles what the ps tasks hold. With ``shards=1`` the table and
+The table is VOCAB x DIM float32 (default 1,048,576 x 128: 134M parameters, 512 MiB; the test's
+module docstring says why that size) trained with Adagrad, whose one slot per variable doubles what
+the ps tasks hold. With ``shards=1`` the table and
 its slot live whole on one ps; with ``shards=2`` half of each lives on each of two. The chief trains
 a few epochs (sparse updates: an Embedding lookup's gradient is IndexedSlices), writes
 OUTDIR/chief.json (the losses, where the table's shards live, each shard's shape), exports the
@@ -24,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 SHARDS, OUTDIR = int(sys.argv[1]), sys.argv[2]
-VOCAB, DIM = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (250_000, 128)
+VOCAB, DIM = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (1_048_576, 128)
 EPOCHS, EXAMPLES = 3, 2048
 started = time.monotonic()
 strategy = tfdist.make_strategy("parameter_server", shards=SHARDS, chief_grace_seconds=2, cluster_timeout=60)

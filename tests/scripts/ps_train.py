@@ -4,12 +4,15 @@
 
 Every task runs this script; server tasks block inside make_strategy. Before that, each task
 records its pid in OUTDIR/pids/<type>-<index>, so the chief can kill a task on purpose.
-With PS_TRAIN_START_AT=<unix time> set, the task imports TensorFlow first and then waits until that
-time before it joins the cluster (a restart after an orchestrator's back-off, its import done early).
+With PS_TRAIN_START_SIGNAL=<file> set, the task imports TensorFlow, creates <file>.ready, waits until
+<file> exists and only then joins the cluster (a restart after an orchestrator's back-off, its import
+done early); once make_strategy has returned it creates <file>.joined. With PS_TRAIN_KILL_AFTER=<file>
+set, a Saboteur waits until <file> exists before it kills.
 """
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import signal
@@ -21,7 +24,7 @@ import tfdist  # noqa: F401  (before tensorflow)
 import numpy as np
 import tensorflow as tf
 
-START_AT_ENV = "PS_TRAIN_START_AT"
+START_SIGNAL_ENV, KILL_AFTER_ENV = "PS_TRAIN_START_SIGNAL", "PS_TRAIN_KILL_AFTER"
 MODE, OUTDIR = sys.argv[1], sys.argv[2]
 task = json.loads(os.environ["TF_CONFIG"])["task"]
 os.makedirs(os.path.join(OUTDIR, "pids"), exist_ok=True)
@@ -33,8 +36,9 @@ if MODE == "sharded":
     options["shards"] = 2
 if MODE == "plain":
     options["chief_grace_seconds"] = 5  # the servers leave soon after the chief is done
-if MODE == "restart-alone":
-    options.update(chief_grace_seconds=20, cluster_timeout=20)
+# restart-alone: the defaults, chief_grace_seconds and cluster_timeout of 60 s (only a hang outlasts them)
+if MODE == "lone-chief":  # a restarted chief whose servers are all gone: it gives up after 20 s
+    options["cluster_timeout"] = 20
 if MODE == "worker-dies-at-start":
     if (task["type"], task["index"]) == ("worker", 1):
         sys.exit("worker:1 fails before serving, on purpose")
@@ -52,9 +56,22 @@ if task["type"] == "chief":  # registered before make_strategy, so it runs after
             json.dump(names, f)
 
 
-if os.environ.get(START_AT_ENV):
-    time.sleep(max(0.0, float(os.environ[START_AT_ENV]) - time.time()))
+def wait_for(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.1)
+
+
+def touch(path: str) -> None:
+    with open(path, "w"):
+        pass
+
+
+if os.environ.get(START_SIGNAL_ENV):
+    touch(os.environ[START_SIGNAL_ENV] + ".ready")
+    wait_for(os.environ[START_SIGNAL_ENV])
 strategy = tfdist.make_strategy("auto", **options)  # TF_CONFIG with ps tasks -> parameter_server
+if os.environ.get(START_SIGNAL_ENV):
+    touch(os.environ[START_SIGNAL_ENV] + ".joined")
 VOCAB, EPOCHS = 1000, 5 if MODE.startswith("restart") else 4
 
 
@@ -94,6 +111,8 @@ class Saboteur(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch == self.at_epoch:
+            if os.environ.get(KILL_AFTER_ENV):
+                wait_for(os.environ[KILL_AFTER_ENV])
             print(f"killing {self.victim}", flush=True)
             with open(os.path.join(OUTDIR, "fault-time"), "w") as f:  # tests time the reaction from here
                 f.write(repr(time.time()))
@@ -121,6 +140,9 @@ elif MODE.startswith("restart"):
 x, y = data()
 history = strategy.fit(model, x, y, batch_size=32, epochs=EPOCHS, callbacks=callbacks, verbose=2,
                        validation_data=data(256, seed=1))
+if strategy.is_evaluator:  # its model goes (the callbacks hold it too), and TensorFlow's checkpoint
+    del model, history, callbacks  # statuses with it, as when a user's training function returns
+    gc.collect()                   # (TensorFlow prints its warnings about them then)
 if strategy.is_chief:
     result = {"loss": history.history["loss"], "epochs": history.epoch,
               "kind": strategy.kind, "num_ps": strategy.num_ps, "num_workers": strategy.num_workers}

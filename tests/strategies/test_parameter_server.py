@@ -14,11 +14,25 @@ from support import SCRIPTS, subprocess_env
 pytestmark = pytest.mark.cluster
 
 
-def launch(mode: str, outdir: Path, *options: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def launch(mode: str, outdir: Path, *options: str, timeout: float = 300,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`tfdist launch OPTIONS -- python ps_train.py MODE OUTDIR`, output captured."""
     command = [sys.executable, "-m", "tfdist", "launch", *options, "--",
                sys.executable, str(SCRIPTS / "ps_train.py"), mode, str(outdir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env or subprocess_env())
+
+
+def users_env() -> dict[str, str]:
+    """``subprocess_env()`` without ``TF_CPP_MIN_LOG_LEVEL``, which the suite sets and a user outside
+    ``make`` usually does not: TensorFlow then logs at its default level (INFO)."""
+    env = subprocess_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL")
+    return env
+
+
+#: TensorFlow's C++ INFO lines of a server that starts and of each connection to it: 22 lines per
+#: server and connection (the ``SessionOptions`` dump), before tfdist left them out (issue 34)
+SERVER_CHATTER = ("SessionOptions", "Creating sync eager service context", "Started server with target")
 
 
 def epochs(outdir: Path) -> list[tuple[int, float]]:
@@ -35,7 +49,7 @@ def leftover_processes(outdir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
     outdir = tmp_path_factory.mktemp("ps-sharded")
-    result = launch("sharded", outdir, "--workers", "2", "--ps", "2", "--evaluator")
+    result = launch("sharded", outdir, "--workers", "2", "--ps", "2", "--evaluator", env=users_env())
     assert result.returncode == 0, result.stdout[-4000:]
     return outdir, result, json.loads((outdir / "chief.json").read_text())
 
@@ -77,6 +91,24 @@ def test_evaluator_evaluates_the_chiefs_checkpoints(sharded):
     evaluated = [line for line in result.stdout.splitlines() if "[tfdist] evaluator: step" in line]
     assert evaluated and all(line.startswith("[evaluator:0]") for line in evaluated)
     assert any("step 256 " in line for line in evaluated), "the last checkpoint (4 x 64 steps) was evaluated"
+
+
+def test_servers_and_the_evaluator_leave_out_tensorflows_chatter_about_what_tfdist_does(sharded):
+    """Run as a user runs it (TF_CPP_MIN_LOG_LEVEL unset): each ps and worker printed TensorFlow's
+    22-line SessionOptions dump when the chief connected, and the evaluator 6 lines for each of its 4
+    checkpoints, whose Adagrad state it does not restore (TensorFlow prints them when the model goes)."""
+    from tfdist.tf_noise import SUMMARY
+
+    _, result, _ = sharded
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if any(chatter in line for chatter in SERVER_CHATTER)] == []
+    assert [line for line in lines if "Value in checkpoint could not be found" in line] == []
+    assert [line for line in lines if SUMMARY in line] == [f"[evaluator:0] {SUMMARY}"]
+    # what the user and tfdist print stays
+    assert len([line for line in lines if line.startswith("[chief:0]") and "Epoch " in line]) == 4
+    assert len([line for line in lines if "[tfdist] evaluator: step" in line]) == 4
+    assert {line.split()[2] for line in lines if "serving; waiting for the chief" in line} == {
+        "ps:0", "ps:1", "worker:0", "worker:1"}
 
 
 def test_output_lines_are_prefixed_and_no_process_is_left(sharded):
@@ -124,8 +156,18 @@ def tutorial(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """ps_tutorial.py: one process, one in-process cluster, every form of ``cluster=`` in turn."""
     outdir = tmp_path_factory.mktemp("ps-tutorial")
     result = subprocess.run([sys.executable, str(SCRIPTS / "ps_tutorial.py"), str(outdir), ",".join(TUTORIAL_FORMS)],
-                            capture_output=True, text=True, timeout=240, env=subprocess_env())
+                            capture_output=True, text=True, timeout=240, env=users_env())
     return result, outdir
+
+
+def test_the_tutorial_leaves_out_tensorflows_chatter_as_tfdist_connects_its_servers(tutorial):
+    """Run as a user runs it (TF_CPP_MIN_LOG_LEVEL unset), the tutorial printed 106 lines for one form,
+    88 of them the SessionOptions dumps of its four servers as make_strategy connected to them; each
+    form connects again. The tutorial's own servers still say that they started."""
+    result, _ = tutorial
+    lines = (result.stdout + result.stderr).splitlines()
+    assert [line for line in lines if "SessionOptions" in line or "eager service context" in line] == []
+    assert len([line for line in lines if "Started server with target" in line]) == 4  # the tutorial's own
 
 
 @pytest.mark.parametrize("form", TUTORIAL_FORMS)
@@ -185,8 +227,8 @@ def hand_started_cluster(tmp_path):
 
 
 # The next two jobs spend most of their time waiting on a timeout (15 s, 20 s) with TensorFlow
-# imported and nothing to compute; the restart test below starts them when its back-off begins (its
-# servers then wait 10 s, and 20 s of grace at the end, idle too), and their tests read their output.
+# imported and nothing to compute; the restart test below starts them once its restarted chief has
+# joined (its servers then wait 60 s of grace at the end, idle too), and their tests read their output.
 @pytest.fixture(scope="module")
 def worker_dies_at_start(tmp_path_factory) -> tuple[Path, subprocess.Popen, Path]:
     """`tfdist launch --workers 2 --ps 1` in which worker:1 exits before serving (stdout to a file)."""
@@ -205,25 +247,44 @@ def worker_dies_at_start(tmp_path_factory) -> tuple[Path, subprocess.Popen, Path
 def lone_chief(tmp_path_factory) -> subprocess.Popen:
     """A restarted chief whose servers have all left: only the chief of a 4-task cluster runs."""
     outdir = tmp_path_factory.mktemp("ps-lone-chief")
-    process = _start_tasks(["chief:0"], _hand_cluster(), "restart-alone", outdir)["chief:0"]
+    process = _start_tasks(["chief:0"], _hand_cluster(), "lone-chief", outdir)["chief:0"]
     yield process
     _end([process])
 
 
+def _wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until ``path`` exists; fails if ``process`` ended first, or after ``timeout`` (only a hang)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"{path.name} never came: {process.communicate()[0][-3000:]}")
+        assert time.monotonic() < deadline, f"{path.name} never came (hung)"
+        time.sleep(0.2)
+
+
 def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_cluster, tmp_path, request):
     """Servers used to leave 5 s after the chief died, so a chief restarted on its own (what an
-    orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds for it."""
+    orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds (60 s) for it.
+
+    Nothing here races the clock: the restarted chief is started first and imports TensorFlow while
+    the first one trains (start-up under load took more than the grace); the first kills itself only
+    once that import is done (``restart.ready``), and the restarted one joins when the test gives the
+    start signal (``restart``), after a back-off longer than the old 5 s grace. What is left between
+    the signal and its joining is a connection, seconds against the 50 s of grace left."""
     servers = hand_started_cluster(["worker:0", "worker:1", "ps:0"])
-    first = hand_started_cluster(["chief:0"])["chief:0"]
+    signal = tmp_path / "restart"
+    second = hand_started_cluster(["chief:0"], PS_TRAIN_START_SIGNAL=str(signal))["chief:0"]
+    first = hand_started_cluster(["chief:0"], PS_TRAIN_KILL_AFTER=f"{signal}.ready")["chief:0"]
     first_output, _ = first.communicate(timeout=300)
     assert first.returncode == -9 and "killing chief-0" in first_output, first_output[-3000:]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1]
+    assert second.poll() is None, second.communicate()[0][-3000:]
     # Kubernetes' first restart back-off, 10 s from the kill: longer than the servers' old 5 s grace.
-    # The new chief imports TensorFlow meanwhile and joins the cluster only when the 10 s are up.
-    back_off_ends = float((tmp_path / "fault-time").read_text()) + 10
+    time.sleep(max(0.0, float((tmp_path / "fault-time").read_text()) + 10 - time.time()))
+    signal.touch()
+    _wait_for_file(tmp_path / "restart.joined", second)
     request.getfixturevalue("worker_dies_at_start")  # started now: their waits overlap this test's
     request.getfixturevalue("lone_chief")
-    second = hand_started_cluster(["chief:0"], PS_TRAIN_START_AT=repr(back_off_ends))["chief:0"]
     output, _ = second.communicate(timeout=300)
     assert second.returncode == 0, output[-4000:]
     assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # resumed: none lost, none repeated

@@ -1,7 +1,9 @@
 """Entry point of the ``tfdist`` console script.
 
 Sub-commands live in their own modules and are imported lazily, so ``tfdist --help`` and
-``tfdist tf-config`` start without importing TensorFlow.
+``tfdist tf-config`` start without importing TensorFlow. A command that does import it (``env``,
+``export-check``) does so without TensorFlow's start-up lines unless the user set
+``TF_CPP_MIN_LOG_LEVEL`` (:mod:`tfdist.tf_noise`); child processes get the user's environment unchanged.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import importlib
 import click
 
 from tfdist.cli.strict import StrictGroup
+from tfdist.tf_noise import quiet_tensorflow_import
 from tfdist.version import __version__
 
 # command name -> "module:attribute" of its click command
@@ -51,4 +54,5 @@ def cli() -> None:
 
 
 def main() -> None:
+    quiet_tensorflow_import()
     cli(prog_name="tfdist")

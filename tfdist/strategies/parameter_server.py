@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 import tensorflow as tf
 import tf_keras
 
-from tfdist import keras_compat, lifecycle, upstream
+from tfdist import keras_compat, lifecycle, tf_noise, upstream
 from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import grpc_task_env
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
@@ -250,8 +250,9 @@ class ParameterServerStrategy(DistributedStrategy):
             outside = self.chief_address is None  # TensorFlow's in-process pattern: no task of the cluster
             resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
                 self._cluster_spec(), task_type=None if outside else COORDINATOR, task_id=0, rpc_layer="grpc")
-            self._strategy = tf.distribute.ParameterServerStrategy(
-                resolver, variable_partitioner=_partitioner(options, self.num_ps))
+            with tf_noise.cpp_info_quieted():  # each server's 22-line SessionOptions dump as it connects
+                self._strategy = tf.distribute.ParameterServerStrategy(
+                    resolver, variable_partitioner=_partitioner(options, self.num_ps))
             atexit.register(_stop_coordinator, self._strategy)
 
     def _check_cluster_answers(self) -> None:
@@ -429,6 +430,7 @@ class ParameterServerStrategy(DistributedStrategy):
                 int(fit_kwargs.get("batch_size") or inputs.DEFAULT_BATCH_SIZE))
         lifecycle.exit_when_chief_leaves(self.chief_address, self.options.chief_grace_seconds,
                                          self.options.chief_startup_timeout)
+        tf_noise.summarise_unrestored_optimizer_state()  # one line, not one per checkpoint and slot
         report = tf_keras.callbacks.LambdaCallback(on_test_end=lambda logs: print(
             "[tfdist] evaluator: step %d %s" % (int(model.optimizer.iterations.numpy()),
                                                  " ".join(f"{k}={v:.4f}" for k, v in (logs or {}).items())),
