@@ -8,6 +8,8 @@ import math
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfdist.advise import Cluster, Workload, advise, parse_rate
 from tfdist.advise.plan import (PLAN_ENV, SLOW_RATIO, Plan, PlanError, compare, load_plan, parse_plan,
@@ -212,6 +214,11 @@ def _plan_dict(**changes) -> dict:
     (json.dumps(_plan_dict()).replace('"predicted_step_ms": ', '"predicted_step_ms": NaN, "x": '), None,
      "holds NaN, which is not JSON"),
     (_plan_dict(options=[1]), "options", "must be a JSON object"),
+    # issue 34: true == 1 and 1.0 == 1 in Python; a horovod plan printed "3 ps"; a bad option type passed
+    (_plan_dict(version=True), "version", "must be 1 (a whole number), got true"),
+    (_plan_dict(version=1.0), "version", "must be 1 (a whole number), got 1.0"),
+    (_plan_dict(ps=3), "ps", "is 3, but a horovod plan has no ps tasks"),
+    ("[" * 100_000 + "]" * 100_000, None, "nests its JSON too deeply"),
 ])
 def test_a_bad_plan_stops_the_task_naming_the_file_and_the_field(tmp_path, content, field, words):
     path = str(tmp_path / "plan.json") if content is None else _write(tmp_path, content)
@@ -272,3 +279,51 @@ def test_the_launcher_passes_the_plan_inline_and_reads_the_result_back(tmp_path)
          "measured_step_ms": plan.predicted_step_ms / 0.99}))
     line = result_summary(plan, env[PLAN_RESULT_ENV])
     assert line.startswith("tfdist launch: measured ") and "(0.99x)" in line
+
+
+@pytest.mark.slow  # imports TensorFlow
+@pytest.mark.parametrize("options, field", [
+    ({"checkpoint_dir": 5}, "checkpoint_dir"), ({"checkpoint_dir": ""}, "checkpoint_dir"),
+    ({"shards": True}, "shards"), ({"shards": 1.5}, "shards"), ({"steps_per_execution": "2"}, "steps_per_execution"),
+])
+def test_a_plan_option_of_the_wrong_type_stops_the_task_before_training(tmp_path, monkeypatch, options, field):
+    """Issue 34: `checkpoint_dir: 5` passed the plan check; make_strategy('auto') now stops at it."""
+    pytest.importorskip("tensorflow")
+    import tfdist
+    from tfdist.strategies.options import OptionValueError
+
+    raw = _plan_dict(backend="parameter_server", variant="parameter_server", options=options, ps=1)
+    for name, value in ps_env(2, 1, **{PLAN_ENV: _write(tmp_path, raw)}).items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(PlanError, match=rf"`options`: `{field}` must be .*; fix: ") as info:
+        tfdist.make_strategy("auto")
+    assert isinstance(info.value.__context__, OptionValueError)
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", None, [1]])
+def test_any_version_but_the_integer_1_is_refused(version):
+    raw = _plan_dict(version=version)
+    with pytest.raises(PlanError, match=r"`version` must be 1 \(a whole number\)"):
+        parse_plan(json.dumps(raw), "plan")
+
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                     | st.text(max_size=8), lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(["version", "backend", "variant", "options", "workers", "ps", "batch_size",
+                              "predicted_examples_per_second", "predicted_step_ms", "bottleneck", "inputs"]),
+       value=_JSON)
+def test_any_json_in_any_field_is_a_plan_error_or_a_sound_plan(field, value):
+    """Issue 34's plan fuzzer: no traceback, and what is accepted has the right types."""
+    try:
+        plan = parse_plan(json.dumps(_plan_dict(**{field: value})), "plan")
+    except PlanError as exc:
+        assert "; fix: " in str(exc)
+        return
+    assert type(plan.version) is int and plan.version == 1
+    assert all(type(getattr(plan, name)) is int for name in ("workers", "ps", "batch_size"))
+    assert plan.ps == 0 or plan.backend == "parameter_server"

@@ -258,3 +258,21 @@ def test_advise_probe_outside_an_allocation_still_needs_hosts(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
     text = error(invoke("advise", "--probe", "--ps", "1", "--model", "m:f", "--batch-size", "64"))
     assert "--probe needs --hosts" in text and "SLURM allocation" in text
+
+
+@pytest.mark.parametrize("name, words", [
+    ("/proc/plan.json", "cannot be written"),
+    ("/sys/plan.json", "cannot be written"),
+    ("{tmp}/" + "p" * 300 + ".json", "cannot be written (File name too long)"),
+    ("{tmp}/sub/", "names a folder, not a file"),
+])
+def test_a_plan_path_the_file_system_refuses_stops_before_the_probe(monkeypatch, launched, tmp_path, name, words):
+    """Issue 34: these passed the early check and failed after 8-12 s of probing."""
+    seen = []
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, seen=seen)
+    (tmp_path / "sub").mkdir()
+    text = error(run(*AUTO, "--save-plan", name.format(tmp=tmp_path), *COMMAND))
+    assert "Invalid value for '--save-plan'" in text and words in text and "; fix: " in text, text
+    assert seen == [] and launched == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]  # the check leaves nothing behind
+

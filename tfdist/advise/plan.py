@@ -12,10 +12,14 @@ plan's JSON itself): ``make_strategy("auto")`` then builds the planned backend w
     os.environ[PLAN_ENV] = "plan.json"               # on every task, before the script starts
     plan = load_plan(os.environ[PLAN_ENV])           # what make_strategy("auto") does
 
-Every check here is pure Python, without TensorFlow: the file's format and version, the options
-against a table of each backend's option names (:func:`check_options`), the run's cluster against the
-planned one (:func:`check_run`), and the script's explicit options against the plan's
-(:func:`merge_options`). Each failure is a :class:`PlanError` naming the file and the field.
+Every check here is pure Python, without TensorFlow: the file's format and version (read with the
+bounded JSON reader of TF_CONFIG, :func:`tfdist.cluster.parsing.parse_json`: size, nesting depth,
+repeated keys and giant numbers refused before Python's ``json`` recurses), the options against a
+table of each backend's option names (:func:`check_options`), the run's cluster against the planned
+one (:func:`check_run`), and the script's explicit options against the plan's
+(:func:`merge_options`). Each failure is a :class:`PlanError` naming the file and the field. The
+options' types and values are checked by ``tfdist.strategies.planning`` against the backend's own
+options dataclass.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ from typing import Any, Mapping, Sequence
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.memory import planned_shards
 from tfdist.advise.recommend import Advice, backend_of
+from tfdist.cluster.errors import ClusterConfigError, field_name, shown
+from tfdist.cluster.parsing import parse_json
 from tfdist.errors import TfdistError, with_fix
 
 #: The environment variable that names the plan a run applies: a path, or the plan's JSON itself.
@@ -176,7 +182,11 @@ def _fail(source: str, field: str | None, problem: str, fix: str) -> PlanError:
 def _read(value: str) -> tuple[str, str]:
     """``(source, text)`` of a TFDIST_PLAN value: inline JSON, or a file's text."""
     if value.lstrip().startswith("{"):
-        return f"{PLAN_ENV} (inline JSON)", value
+        source = f"{PLAN_ENV} (inline JSON)"
+        if len(value) > MAX_PLAN_BYTES:
+            raise _fail(source, None, f"is over {MAX_PLAN_BYTES:,} characters, not a plan",
+                        f"set {PLAN_ENV} to the plan `tfdist advise --save` wrote, or to its JSON")
+        return source, value
     source = f"plan file {value!r} ({PLAN_ENV})"
     if not value.strip():
         raise _fail(f"{PLAN_ENV}", None, "is set but empty",
@@ -202,52 +212,89 @@ def _read(value: str) -> tuple[str, str]:
         raise _fail(source, None, "is not UTF-8 text", "write it again with `tfdist advise ... --save`") from None
 
 
+_REWRITE = "write the plan again with `tfdist advise ... --save`"
+_WRITE_AGAIN = "write it again with `tfdist advise ... --save`"
+
+
 def _number(source: str, raw: Mapping[str, Any], field: str, *, integer: bool, minimum: float) -> Any:
     value = raw[field]
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < minimum:
         kind = "a whole number" if integer else "a finite number"
-        raise _fail(source, field, f"must be {kind} >= {minimum:g}, got {value!r}",
-                    "write the plan again with `tfdist advise ... --save`")
+        raise _fail(source, field, f"must be {kind} >= {minimum:g}, got {shown(value)}", _REWRITE)
     return value
+
+
+def _json(text: str, source: str) -> Any:
+    """The plan's JSON value, read by the bounded reader of TF_CONFIG (``parse_json``), and refused
+    when it holds NaN or an infinity (Python's reader takes ``NaN``, ``Infinity`` and ``1e400``)."""
+    try:
+        raw = parse_json(text, source)
+    except ClusterConfigError as exc:  # bad syntax, too deep, a repeated key, a giant number
+        raise _fail(source, None, exc.problems[0].message, _WRITE_AGAIN) from None
+    found = _non_finite(raw)
+    if found is not None:
+        where, value = found
+        if math.isnan(value):
+            what = "NaN"
+        else:
+            what = f"{'-' if value < 0 else ''}Infinity (or a number beyond 1.8e308)"
+        raise _fail(source, where, f"holds {what}, which is not JSON", _WRITE_AGAIN)
+    return raw
+
+
+def _non_finite(raw: Any) -> tuple[str | None, float] | None:
+    """``(field, value)`` of the first NaN or infinity in ``raw`` (a parsed JSON value), else None.
+    Iterative; ``parse_json`` has bounded the depth already."""
+    stack: list[tuple[str | None, Any]] = [(None, raw)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        if isinstance(value, dict):
+            stack.extend((key if where is None else field_name(where, key), item)
+                         for key, item in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((f"{where or ''}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+    return None
+
+
+def _version(source: str, version: Any) -> None:
+    """Refuse any version but the whole number ``PLAN_VERSION`` (``true`` and ``1.0`` equal 1 in Python)."""
+    whole = isinstance(version, int) and not isinstance(version, bool)
+    if whole and version > PLAN_VERSION:
+        raise _fail(source, "version", f"is {version}: the plan was written by a newer tfdist (this one reads "
+                    f"version {PLAN_VERSION})", "upgrade tfdist on this host, or write the plan with this one")
+    if not whole or version != PLAN_VERSION:
+        raise _fail(source, "version", f"must be the whole number {PLAN_VERSION}, got {shown(version)}", _REWRITE)
 
 
 def parse_plan(text: str, source: str = "plan") -> Plan:
     """A :class:`Plan` from its JSON text; ``source`` names it in errors."""
-    try:
-        raw = json.loads(text, parse_constant=lambda name: _reject_constant(source, name))
-    except json.JSONDecodeError as exc:
-        raise _fail(source, None, f"is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
-                    "truncated or edited", "write it again with `tfdist advise ... --save`") from None
+    raw = _json(text, source)
     if not isinstance(raw, dict):
-        raise _fail(source, None, f"holds a JSON {type(raw).__name__}, not a plan object",
-                    "write it again with `tfdist advise ... --save`")
+        raise _fail(source, None, f"holds a JSON {type(raw).__name__}, not a plan object", _WRITE_AGAIN)
     version = raw.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version > PLAN_VERSION:
-        raise _fail(source, "version", f"is {version}: the plan was written by a newer tfdist (this one reads "
-                    f"version {PLAN_VERSION})", "upgrade tfdist on this host, or write the plan with this one")
+        _version(source, version)  # a newer format first: its fields may differ
     unknown = sorted(set(raw) - set(_FIELDS))
     if unknown:
         raise _fail(source, unknown[0], f"is not a plan field (fields: {', '.join(_FIELDS)})",
                     f"remove {unknown[0]!r}, or write the plan again with `tfdist advise ... --save`")
     missing = [name for name in _FIELDS if name not in raw and name != "inputs"]
     if missing:
-        raise _fail(source, missing[0], "is missing", "write the plan again with `tfdist advise ... --save`")
-    if version != PLAN_VERSION:
-        raise _fail(source, "version", f"must be {PLAN_VERSION}, got {version!r}",
-                    "write the plan again with `tfdist advise ... --save`")
+        raise _fail(source, missing[0], "is missing", _REWRITE)
+    _version(source, version)
     for name in ("backend", "variant", "bottleneck", "explanation"):
         if not isinstance(raw[name], str) or not raw[name]:
-            raise _fail(source, name, f"must be a non-empty string, got {raw[name]!r}",
-                        "write the plan again with `tfdist advise ... --save`")
-    if backend_of(raw["variant"]) != raw["backend"]:
-        raise _fail(source, "variant", f"{raw['variant']!r} is not a variant of backend {raw['backend']!r}",
-                    "write the plan again with `tfdist advise ... --save`")
+            raise _fail(source, name, f"must be a non-empty string, got {shown(raw[name])}", _REWRITE)
+    variant, backend = raw["variant"], raw["backend"]
+    if backend_of(variant) != backend or (variant != backend and variant not in _VARIANT_OPTIONS):
+        raise _fail(source, "variant", f"{shown(variant)} is not a variant of backend {shown(backend)} (variants: {', '.join(_VARIANT_OPTIONS)})", _REWRITE)
     for name in ("options", "inputs"):
         if not isinstance(raw.get(name, {}), dict):
-            raise _fail(source, name, f"must be a JSON object, got {type(raw[name]).__name__}",
-                        "write the plan again with `tfdist advise ... --save`")
-    return Plan(backend=raw["backend"], variant=raw["variant"], options=dict(raw["options"]),
+            raise _fail(source, name, f"must be a JSON object, got {type(raw[name]).__name__}", _REWRITE)
+    return Plan(backend=backend, variant=variant, options=dict(raw["options"]),
                 workers=_number(source, raw, "workers", integer=True, minimum=1),
                 ps=_number(source, raw, "ps", integer=True, minimum=0),
                 batch_size=_number(source, raw, "batch_size", integer=True, minimum=1),
@@ -255,10 +302,6 @@ def parse_plan(text: str, source: str = "plan") -> Plan:
                                                             integer=False, minimum=1e-12)),
                 predicted_step_ms=float(_number(source, raw, "predicted_step_ms", integer=False, minimum=0)),
                 bottleneck=raw["bottleneck"], explanation=raw["explanation"], inputs=dict(raw.get("inputs", {})))
-
-
-def _reject_constant(source: str, name: str) -> None:
-    raise _fail(source, None, f"holds {name}, which is not JSON", "write it again with `tfdist advise ... --save`")
 
 
 def load_plan(value: str) -> tuple[Plan, str]:
@@ -288,15 +331,18 @@ def check_options(plan: Plan, source: str, option_names: Mapping[str, Sequence[s
 
 def check_run(plan: Plan, source: str, kind: str, workers: int, ps: int) -> None:
     """Refuse to apply ``plan`` to a run of backend ``kind`` with ``workers`` training processes and
-    ``ps`` ps tasks unless they are the planned ones."""
+    ``ps`` ps tasks unless they are the planned ones (a backend without ps tasks runs 0 of them)."""
     if kind != plan.backend:
         raise _fail(source, "backend", f"is {plan.backend!r}, but this task was launched as a {kind} job",
                     f"launch the job as the plan says ({_launch_hint(plan)}), or unset {PLAN_ENV}")
+    if plan.backend != "parameter_server" and plan.ps != 0:
+        raise _fail(source, "ps", f"is {plan.ps}, but a {plan.backend} run has no ps tasks",
+                    f'set "ps": 0 in the plan, or write it again with `tfdist advise ... --save`')
     if workers != plan.workers:
         raise _fail(source, "workers", f"is {plan.workers}, but this run has {workers} worker(s)",
                     f"launch {plan.workers} worker(s) ({_launch_hint(plan)}), or plan for {workers} with "
                     f"`tfdist advise --workers {workers} ... --save`")
-    if plan.backend == "parameter_server" and ps != plan.ps:
+    if ps != plan.ps:
         raise _fail(source, "ps", f"is {plan.ps}, but this run has {ps} ps task(s)",
                     f"launch {plan.ps} ps task(s) ({_launch_hint(plan)}), or plan for {ps} with "
                     f"`tfdist advise --ps {ps} ... --save`")
@@ -408,10 +454,15 @@ def default_plan_path(now: float | None = None) -> str:
 
 def check_plan_path(path: str) -> None:
     """Refuse, before anything runs, a plan path that cannot be written: an existing folder or
-    non-regular file, or a parent folder that is missing or not writable."""
+    non-regular file, a name ending in a separator, or a parent folder that is missing or not
+    writable; then write it for real (a new file is created and removed again, an existing one opened
+    for writing without truncating it), so /proc, /sys, a read-only mount or a name over the file
+    system's limit fail here, not after the probe."""
     fix = "pass a path in a writable folder, e.g. plan.json"
     if not path.strip():
         raise PlanError(with_fix("the plan path is empty", fix))
+    if path.endswith((os.sep, "/")) or os.path.basename(path) in (".", ".."):
+        raise PlanError(with_fix(f"{path!r} names a folder, not a file", fix))
     if os.path.isdir(path):
         raise PlanError(with_fix(f"{path!r} is a folder, not a file", fix))
     if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode if os.path.exists(path) else 0):
@@ -421,3 +472,17 @@ def check_plan_path(path: str) -> None:
         raise PlanError(with_fix(f"the folder of {path!r} ({folder}) does not exist", fix))
     if not os.access(folder, os.W_OK):
         raise PlanError(with_fix(f"the folder of {path!r} ({folder}) is not writable", fix))
+    _try_writing(path, fix)
+
+
+def _try_writing(path: str, fix: str) -> None:
+    """Open ``path`` for writing as ``save_plan`` will (nothing written; a file made here is removed)."""
+    existed = os.path.lexists(path)
+    flags = os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL)
+    try:
+        handle = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise PlanError(with_fix(f"{path!r} cannot be written ({exc.strerror})", fix)) from None
+    os.close(handle)
+    if not existed:
+        os.unlink(path)

@@ -6,6 +6,7 @@ import dataclasses
 import tensorflow as tf
 
 from tfdist.strategies.base import DistributedStrategy, StrategyOptions
+from tfdist.strategies.options import require_strings
 from tfdist.strategies.registry import STRATEGIES
 
 
@@ -14,6 +15,10 @@ class MirroredOptions(StrategyOptions):
     """devices: device names to mirror over (default: every local GPU, else the CPU)."""
 
     devices: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_strings("devices", self.devices)
 
 
 @STRATEGIES.register("mirrored", "tf.distribute.MirroredStrategy over the local GPUs")

@@ -73,6 +73,28 @@ def require_bool(name: str, value: Any) -> None:
                                         f"pass {name}=True or {name}=False"))
 
 
+def require_path(name: str, value: Any) -> None:
+    """Raise ``OptionValueError`` unless ``value`` is ``None`` or a non-empty path (str or os.PathLike)."""
+    import os
+
+    if value is None:
+        return
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise OptionValueError(with_fix(f"`{name}` must be a folder path (a non-empty string), got {value!r}",
+                                        f"pass e.g. {name}='checkpoints', or leave it out"))
+
+
+def require_strings(name: str, value: Any) -> None:
+    """Raise ``OptionValueError`` unless ``value`` is ``None`` or a list/tuple of non-empty strings."""
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise OptionValueError(with_fix(f"`{name}` must be a list of device names, got {value!r}",
+                                        f"pass e.g. {name}=['/gpu:0', '/gpu:1'], or leave it out"))
+
+
 #: Options that describe the job itself: under ``auto`` they are refused unless the picked backend takes them.
 _CLUSTER_OPTIONS = frozenset({"cluster", "task_type", "task_index"})
 

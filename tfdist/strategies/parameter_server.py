@@ -33,7 +33,7 @@ from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, require_bool,
-                                       require_number)
+                                       require_number, require_path)
 from tfdist.strategies.registry import STRATEGIES
 
 log = logging.getLogger("tfdist")
@@ -87,6 +87,10 @@ class ParameterServerOptions(StrategyOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         require_bool("shard_data", self.shard_data)
+        require_path("checkpoint_dir", self.checkpoint_dir)
+        if self.task_type is not None and not isinstance(self.task_type, str):
+            raise OptionValueError(with_fix(f"`task_type` must be a string, got {self.task_type!r}",
+                                            "pass e.g. task_type='worker'"))
         if self.shards is not None and self.min_shard_bytes is not None:
             raise OptionValueError(with_fix("pass either `shards` or `min_shard_bytes`, not both",
                                             "`shards=N` splits every variable, `min_shard_bytes=B` only "
