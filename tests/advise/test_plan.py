@@ -3,6 +3,7 @@ advice -> plan -> file -> environment -> the options make_strategy("auto") build
 script's explicit options win with one notice; every bad plan gives one error naming the file and field."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -14,14 +15,31 @@ from hypothesis import strategies as st
 from tfdist.advise import Cluster, Workload, advise, parse_rate
 from tfdist.advise.plan import (PLAN_ENV, SLOW_RATIO, Plan, PlanError, compare, load_plan, parse_plan,
                                 plan_from_advice, plan_json, save_plan, slow_warning)
+from tfdist.strategies.options import StrategyOptions
 from tfdist.strategies.planning import resolve_plan, run_size
 
 SMALL = Workload(params=669_706, batch_size=64, step_ms=10.0)
-# every backend's option names, as the registry gives them (checked against the real registry in
-# tests/strategies/test_planning.py)
-OPTIONS = {"horovod": ["scale_lr", "compression", "warmup_epochs", "hierarchical_allreduce"],
-           "parameter_server": ["scale_lr", "shards", "min_shard_bytes", "steps_per_execution"],
-           "multi_worker_mirrored": ["scale_lr"], "single": ["scale_lr"], "mirrored": ["scale_lr"]}
+
+
+# Stand-ins for the backends' options dataclasses (the real ones import TensorFlow), with the names the
+# plans here use; the real registry, and every real option under a plan fuzzer, are checked in
+# tests/strategies/test_planning.py and tests/strategies/test_plan_options.py.
+@dataclasses.dataclass(frozen=True)
+class _HorovodOptions(StrategyOptions):
+    compression: str = "none"
+    warmup_epochs: float = 0
+    hierarchical_allreduce: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParameterServerOptions(StrategyOptions):
+    shards: int | None = None
+    min_shard_bytes: int | None = None
+    steps_per_execution: int | None = None
+
+
+OPTIONS = {"horovod": _HorovodOptions, "parameter_server": _ParameterServerOptions,
+           "multi_worker_mirrored": StrategyOptions, "single": StrategyOptions, "mirrored": StrategyOptions}
 
 
 def _advice(rate: str, speeds=(1.0, 1.0), ps: int = 1, workers_per_host: int = 1, workers: int = 2,
@@ -218,7 +236,7 @@ def _plan_dict(**changes) -> dict:
     (_plan_dict(version=True), "version", "must be 1 (a whole number), got true"),
     (_plan_dict(version=1.0), "version", "must be 1 (a whole number), got 1.0"),
     (_plan_dict(ps=3), "ps", "is 3, but a horovod plan has no ps tasks"),
-    ("[" * 100_000 + "]" * 100_000, None, "nests its JSON too deeply"),
+    ("[" * 100_000 + "]" * 100_000, None, "nests arrays/objects more than 20 levels deep"),
 ])
 def test_a_bad_plan_stops_the_task_naming_the_file_and_the_field(tmp_path, content, field, words):
     path = str(tmp_path / "plan.json") if content is None else _write(tmp_path, content)

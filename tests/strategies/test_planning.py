@@ -166,8 +166,9 @@ def test_the_planned_shards_and_the_scripts_own_sharding_build_the_backends_opti
     cluster = {"chief": ["h0:1"], "worker": ["w0:1", "w1:1"], "ps": ["p0:1", "p1:1"]}
     environ = {PLAN_ENV: plan_json(plan), "TF_CONFIG": json.dumps({"cluster": cluster,
                                                                    "task": {"type": "chief", "index": 0}})}
-    names = {name: option_names(name) for name in ("parameter_server", "horovod", "multi_worker_mirrored")}
-    resolved = resolve_plan("parameter_server", environ, explicit, names)
+    types = {name: tfdist.strategies.STRATEGIES.get(name).Options
+             for name in ("parameter_server", "horovod", "multi_worker_mirrored")}
+    resolved = resolve_plan("parameter_server", environ, explicit, types)
     options = build_options("parameter_server", resolved.options)
     want = {"shards": 2, "min_shard_bytes": None} if not explicit else {"shards": None, **explicit}
     assert {"shards": options.shards, "min_shard_bytes": options.min_shard_bytes} == {

@@ -18,8 +18,8 @@ repeated keys and giant numbers refused before Python's ``json`` recurses), the 
 table of each backend's option names (:func:`check_options`), the run's cluster against the planned
 one (:func:`check_run`), and the script's explicit options against the plan's
 (:func:`merge_options`). Each failure is a :class:`PlanError` naming the file and the field. The
-options' types and values are checked by ``tfdist.strategies.planning`` against the backend's own
-options dataclass.
+options' values are checked by ``tfdist.strategies.planning`` with the backend's own option checks
+(the ones ``make_strategy`` applies to a script's options).
 """
 from __future__ import annotations
 
@@ -216,12 +216,21 @@ _REWRITE = "write the plan again with `tfdist advise ... --save`"
 _WRITE_AGAIN = "write it again with `tfdist advise ... --save`"
 
 
+def _echo(value: Any) -> str:
+    """A JSON value as a message shows it, in JSON's spelling (``true``, ``null``, ``1.0``), cut short."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    return shown(value)
+
+
 def _number(source: str, raw: Mapping[str, Any], field: str, *, integer: bool, minimum: float) -> Any:
     value = raw[field]
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < minimum:
         kind = "a whole number" if integer else "a finite number"
-        raise _fail(source, field, f"must be {kind} >= {minimum:g}, got {shown(value)}", _REWRITE)
+        raise _fail(source, field, f"must be {kind} >= {minimum:g}, got {_echo(value)}", _REWRITE)
     return value
 
 
@@ -266,7 +275,7 @@ def _version(source: str, version: Any) -> None:
         raise _fail(source, "version", f"is {version}: the plan was written by a newer tfdist (this one reads "
                     f"version {PLAN_VERSION})", "upgrade tfdist on this host, or write the plan with this one")
     if not whole or version != PLAN_VERSION:
-        raise _fail(source, "version", f"must be the whole number {PLAN_VERSION}, got {shown(version)}", _REWRITE)
+        raise _fail(source, "version", f"must be {PLAN_VERSION} (a whole number), got {_echo(version)}", _REWRITE)
 
 
 def parse_plan(text: str, source: str = "plan") -> Plan:
@@ -287,21 +296,41 @@ def parse_plan(text: str, source: str = "plan") -> Plan:
     _version(source, version)
     for name in ("backend", "variant", "bottleneck", "explanation"):
         if not isinstance(raw[name], str) or not raw[name]:
-            raise _fail(source, name, f"must be a non-empty string, got {shown(raw[name])}", _REWRITE)
+            raise _fail(source, name, f"must be a non-empty string, got {_echo(raw[name])}", _REWRITE)
     variant, backend = raw["variant"], raw["backend"]
     if backend_of(variant) != backend or (variant != backend and variant not in _VARIANT_OPTIONS):
-        raise _fail(source, "variant", f"{shown(variant)} is not a variant of backend {shown(backend)} (variants: {', '.join(_VARIANT_OPTIONS)})", _REWRITE)
+        raise _fail(source, "variant", f"{shown(variant)} is not a variant of backend {shown(backend)} "
+                    f"(variants: {', '.join(_VARIANT_OPTIONS)})", _REWRITE)
     for name in ("options", "inputs"):
         if not isinstance(raw.get(name, {}), dict):
-            raise _fail(source, name, f"must be a JSON object, got {type(raw[name]).__name__}", _REWRITE)
+            raise _fail(source, name, f"must be a JSON object, got {_json_kind(raw[name])}", _REWRITE)
     return Plan(backend=backend, variant=variant, options=dict(raw["options"]),
                 workers=_number(source, raw, "workers", integer=True, minimum=1),
-                ps=_number(source, raw, "ps", integer=True, minimum=0),
+                ps=_ps(source, raw, backend),
                 batch_size=_number(source, raw, "batch_size", integer=True, minimum=1),
                 predicted_examples_per_second=float(_number(source, raw, "predicted_examples_per_second",
                                                             integer=False, minimum=1e-12)),
                 predicted_step_ms=float(_number(source, raw, "predicted_step_ms", integer=False, minimum=0)),
                 bottleneck=raw["bottleneck"], explanation=raw["explanation"], inputs=dict(raw.get("inputs", {})))
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's kind: ``array``, ``string``, ``true``, ``null``, ..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kinds = {list: "array", str: "string", int: "number", float: "number", dict: "object"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _ps(source: str, raw: Mapping[str, Any], backend: str) -> int:
+    """The plan's ps tasks: 0 for every backend but parameter servers (a plan that said ``ps: 3`` for a
+    single process was applied, and its notice printed "3 ps"); a parameter-server plan's count is
+    compared with the run's by :func:`check_run`."""
+    ps = _number(source, raw, "ps", integer=True, minimum=0)
+    if backend != "parameter_server" and ps != 0:
+        raise _fail(source, "ps", f"is {ps}, but a {backend} plan has no ps tasks",
+                    'set "ps": 0 in the plan, or write it again with `tfdist advise ... --save`')
+    return ps
 
 
 def load_plan(value: str) -> tuple[Plan, str]:
@@ -335,9 +364,6 @@ def check_run(plan: Plan, source: str, kind: str, workers: int, ps: int) -> None
     if kind != plan.backend:
         raise _fail(source, "backend", f"is {plan.backend!r}, but this task was launched as a {kind} job",
                     f"launch the job as the plan says ({_launch_hint(plan)}), or unset {PLAN_ENV}")
-    if plan.backend != "parameter_server" and plan.ps != 0:
-        raise _fail(source, "ps", f"is {plan.ps}, but a {plan.backend} run has no ps tasks",
-                    f'set "ps": 0 in the plan, or write it again with `tfdist advise ... --save`')
     if workers != plan.workers:
         raise _fail(source, "workers", f"is {plan.workers}, but this run has {workers} worker(s)",
                     f"launch {plan.workers} worker(s) ({_launch_hint(plan)}), or plan for {workers} with "
@@ -453,36 +479,67 @@ def default_plan_path(now: float | None = None) -> str:
 
 
 def check_plan_path(path: str) -> None:
-    """Refuse, before anything runs, a plan path that cannot be written: an existing folder or
-    non-regular file, a name ending in a separator, or a parent folder that is missing or not
-    writable; then write it for real (a new file is created and removed again, an existing one opened
-    for writing without truncating it), so /proc, /sys, a read-only mount or a name over the file
-    system's limit fail here, not after the probe."""
+    """Refuse, before anything is probed or started, a plan path :func:`save_plan` could not write.
+
+    The name must be a file name (not empty, not ending in a separator, not ``.`` or ``..``, within the
+    file system's ``NAME_MAX``, the whole path within ``PATH_MAX``), not an existing folder or
+    non-regular file; its folder must exist and take a new file, which is tried for real as the save
+    does it: a temporary file is created in that folder and removed again. So ``/proc``, ``/sys``, a
+    read-only mount or a full quota fail here, whatever ``os.access`` says (it says yes to root).
+
+        check_plan_path("plans/plan.json")   # PlanError naming the problem and the fix, or None
+    """
     fix = "pass a path in a writable folder, e.g. plan.json"
     if not path.strip():
         raise PlanError(with_fix("the plan path is empty", fix))
+    if "\0" in path:
+        raise PlanError(with_fix(f"{shown(path)} holds a NUL character, which no file name may", fix))
     if path.endswith((os.sep, "/")) or os.path.basename(path) in (".", ".."):
-        raise PlanError(with_fix(f"{path!r} names a folder, not a file", fix))
+        raise PlanError(with_fix(f"{shown(path)} names a folder, not a file", fix))
     if os.path.isdir(path):
-        raise PlanError(with_fix(f"{path!r} is a folder, not a file", fix))
-    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode if os.path.exists(path) else 0):
-        raise PlanError(with_fix(f"{path!r} exists and is not a regular file", fix))
+        raise PlanError(with_fix(f"{shown(path)} is a folder, not a file", fix))
     folder = os.path.dirname(os.path.abspath(path))
+    _check_name_length(path, folder, fix)
+    if os.path.lexists(path) and not (os.path.exists(path) and stat.S_ISREG(os.stat(path).st_mode)):
+        raise PlanError(with_fix(f"{shown(path)} exists and is not a regular file", fix))
     if not os.path.isdir(folder):
-        raise PlanError(with_fix(f"the folder of {path!r} ({folder}) does not exist", fix))
-    if not os.access(folder, os.W_OK):
-        raise PlanError(with_fix(f"the folder of {path!r} ({folder}) is not writable", fix))
-    _try_writing(path, fix)
-
-
-def _try_writing(path: str, fix: str) -> None:
-    """Open ``path`` for writing as ``save_plan`` will (nothing written; a file made here is removed)."""
-    existed = os.path.lexists(path)
-    flags = os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL)
-    try:
-        handle = os.open(path, flags, 0o644)
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise PlanError(with_fix(f"the folder of {shown(path)} ({shown(folder)}) {what}", fix))
+    try:  # the save writes a temporary sibling and renames it over the path: try the first half
+        handle, probe = tempfile.mkstemp(prefix=".plan-check-", suffix=".json", dir=folder)
     except OSError as exc:
-        raise PlanError(with_fix(f"{path!r} cannot be written ({exc.strerror})", fix)) from None
+        raise PlanError(with_fix(f"{shown(path)} cannot be written (its folder {shown(folder)} takes no new "
+                                 f"file: {exc.strerror})", fix)) from None
     os.close(handle)
-    if not existed:
-        os.unlink(path)
+    os.unlink(probe)
+
+
+def _check_name_length(path: str, folder: str, fix: str) -> None:
+    """Refuse a file name over the folder's ``NAME_MAX`` or a path over ``PATH_MAX`` (in bytes)."""
+    try:
+        name = len(os.fsencode(os.path.basename(path)))
+        whole = len(os.fsencode(os.path.join(folder, os.path.basename(path))))
+    except UnicodeEncodeError:
+        raise PlanError(with_fix(f"{shown(path)} cannot be written (it holds characters the file system's "
+                                 "encoding cannot store)", fix)) from None
+    name_max, path_max = _limit(folder, "PC_NAME_MAX", 255), _limit(folder, "PC_PATH_MAX", 4096)
+    if name > name_max:
+        raise PlanError(with_fix(f"{shown(path)} cannot be written (File name too long): its name is {name:,} "
+                                 f"bytes, the file system takes at most {name_max}", fix))
+    if whole >= path_max:
+        raise PlanError(with_fix(f"{shown(path)} cannot be written (File name too long): the whole path is "
+                                 f"{whole:,} bytes, the limit is {path_max - 1:,}", fix))
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    """``os.pathconf(folder, name)`` of the nearest existing folder, else ``default``."""
+    while folder and not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    try:
+        value = os.pathconf(folder or ".", name)
+    except (OSError, ValueError):
+        return default
+    return value if value > 0 else default

@@ -83,7 +83,6 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
     Under ``auto``, a plan named by ``TFDIST_PLAN`` (``tfdist advise --save``, ``tfdist launch --backend
     auto``) adds its options; the ones given here win (``tfdist.strategies.planning``).
     """
-    from tfdist.advise.plan import PlanError
     from tfdist.strategies.planning import resolve_plan
 
     load_backends()
@@ -94,13 +93,8 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
         log.info("tfdist auto strategy: %s (%s)", selection.kind, selection.reason)
         kind = selection.kind
     backend = STRATEGIES.get(kind)
-    option_names = {name: field_names(STRATEGIES.get(name).Options) for name in STRATEGIES.names()}
-    resolved = resolve_plan(kind, os.environ, options, option_names, auto=auto)
-    if resolved.plan is not None:  # the plan's own values, checked apart: an error names its file
-        try:
-            build_options(kind, dict(resolved.plan.options))
-        except (OptionValueError, UnknownOptionError) as exc:
-            raise PlanError(f"{resolved.source}: `options`: {exc}") from None
+    option_types = {name: STRATEGIES.get(name).Options for name in STRATEGIES.names()}
+    resolved = resolve_plan(kind, os.environ, options, option_types, auto=auto)  # checks the plan's values
     for notice in resolved.notices:
         log.warning("%s", notice)
     strategy = backend(build_options(kind, resolved.options, auto=auto))

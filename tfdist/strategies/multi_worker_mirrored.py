@@ -30,7 +30,7 @@ class MultiWorkerMirroredOptions(StrategyOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         require_bool("shard_data", self.shard_data)
-        if self.communication not in _IMPLEMENTATIONS:
+        if not isinstance(self.communication, str) or self.communication not in _IMPLEMENTATIONS:
             raise OptionValueError(with_fix(
                 f"`communication` must be one of {sorted(_IMPLEMENTATIONS)}, got {self.communication!r}",
                 "leave it at 'auto' unless you know the collective you need"))

@@ -96,7 +96,7 @@ def require_strings(name: str, value: Any) -> None:
 
 
 #: Options that describe the job itself: under ``auto`` they are refused unless the picked backend takes them.
-_CLUSTER_OPTIONS = frozenset({"cluster", "task_type", "task_index"})
+CLUSTER_OPTIONS = frozenset({"cluster", "task_type", "task_index"})
 
 
 def field_names(options_type: type[StrategyOptions]) -> list[str]:
@@ -134,7 +134,7 @@ def build_options(kind: str, options: Mapping[str, Any], option_types: Mapping[s
             f"strategy {kind!r} does not take {where}; its options are: {', '.join(own)}",
             f"drop {', '.join(foreign)}, or use make_strategy('auto', ...), which checks every option "
             "and passes each backend only its own"))
-    explicit_cluster = sorted(set(options) & _CLUSTER_OPTIONS)
+    explicit_cluster = sorted(set(options) & CLUSTER_OPTIONS)
     if auto and explicit_cluster and not set(explicit_cluster) <= set(own):
         raise UnknownOptionError(with_fix(
             f"make_strategy('auto', {', '.join(f'{n}=...' for n in explicit_cluster)}): an explicit cluster "

@@ -2,21 +2,27 @@
 
 The environment picks the backend as the auto table says; the plan must name that backend and the
 run's cluster (workers, ps tasks, read from the same detectors), and its options must be that
-backend's. The script's explicit options win over the plan's, each override reported in one line; an
+backend's, each value passing the backend's own option checks (its options dataclass, as
+``make_strategy`` checks a script's options), so ``checkpoint_dir: 5`` stops the task before anything
+is built. The script's explicit options win over the plan's, each override reported in one line; an
 option that says the same thing another way replaces the plan's (the script's ``min_shard_bytes=``
 drops the plan's ``shards=``: ``tfdist.advise.plan.EXCLUSIVE_OPTIONS``).
 A named backend (``make_strategy("horovod")``) does not apply a plan: it says so in one line.
 
-    resolved = resolve_plan("horovod", os.environ, {"warmup_epochs": 1}, option_names)
+    option_types = {name: STRATEGIES.get(name).Options for name in STRATEGIES.names()}
+    resolved = resolve_plan("horovod", os.environ, {"warmup_epochs": 1}, option_types)
     resolved.options   # {"compression": "fp16", "warmup_epochs": 1}
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from tfdist.advise.plan import PLAN_ENV, Plan, check_options, check_run, load_plan, merge_options
+from tfdist.advise.plan import PLAN_ENV, Plan, PlanError, check_options, check_run, load_plan, merge_options
 from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
+from tfdist.errors import with_fix
+from tfdist.strategies.options import (CLUSTER_OPTIONS, OptionValueError, StrategyOptions, UnknownOptionError,
+                                       build_options, field_names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +52,11 @@ def run_size(kind: str, environ: Mapping[str, str]) -> tuple[int, int]:
 
 
 def resolve_plan(kind: str, environ: Mapping[str, str], explicit: Mapping[str, Any],
-                 option_names: Mapping[str, Sequence[str]], *, auto: bool = True) -> ResolvedPlan:
+                 option_types: Mapping[str, type[StrategyOptions]], *, auto: bool = True) -> ResolvedPlan:
     """The options to build backend ``kind`` with, given the plan ``environ`` names (if any).
 
-    ``option_names``: every registered backend's option names. Raises ``PlanError`` for a plan that
-    cannot be applied here (its file, the field and the fix in the message).
+    ``option_types``: every registered backend's options dataclass. Raises ``PlanError`` for a plan
+    that cannot be applied here (its file, the field and the fix in the message).
     """
     value = environ.get(PLAN_ENV)
     if value is None:
@@ -60,11 +66,27 @@ def resolve_plan(kind: str, environ: Mapping[str, str], explicit: Mapping[str, A
             f"tfdist plan: {PLAN_ENV} is set but not applied: make_strategy({kind!r}) names its backend, and "
             "plans apply to make_strategy('auto')",))
     plan, source = load_plan(value)
-    check_options(plan, source, option_names)
+    check_options(plan, source, {name: field_names(options) for name, options in option_types.items()})
     workers, ps = run_size(kind, environ)
     check_run(plan, source, kind, workers, ps)
+    check_values(plan, source, option_types)
     options, overridden = merge_options(plan, explicit)
     notices = [f"tfdist plan: applying {source}: {plan.describe().removeprefix('plan: ')}"]
     if overridden:
         notices.append("tfdist plan: the script's options win over the plan: " + "; ".join(overridden))
     return ResolvedPlan(plan, options, tuple(notices), source)
+
+
+def check_values(plan: Plan, source: str, option_types: Mapping[str, type[StrategyOptions]]) -> None:
+    """Refuse a planned option value the backend's own option checks refuse (``OptionValueError``
+    from its options dataclass), the plan's file and ``options`` named in front; and the options that
+    say which task this process is (``cluster``, ``task_type``, ``task_index``): every task gets the
+    same plan, and the cluster is TF_CONFIG's, checked against the plan's workers and ps."""
+    for name in sorted(set(plan.options) & CLUSTER_OPTIONS):
+        raise PlanError(with_fix(
+            f"{source}: `options.{name}` describes one task of the cluster, but every task applies the same "
+            "plan and the cluster is TF_CONFIG's", f"remove {name!r} from the plan's options"))
+    try:
+        build_options(plan.backend, dict(plan.options), option_types)
+    except (OptionValueError, UnknownOptionError) as exc:
+        raise PlanError(f"{source}: `options`: {exc}") from exc
