@@ -60,6 +60,18 @@ def test_folders_and_missing_folders_are_refused(tmp_path, suffix, words):
     assert words in _refused(str(tmp_path) + "/" + suffix)
 
 
+def test_a_long_path_keeps_its_end_in_the_message(tmp_path):
+    """CI's pytest-115 folder made the echo cut before 'file.txt': a long path is cut in its middle."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    (deep / "file.txt").write_text("")
+    message = _refused(str(deep / "file.txt" / "plan.json"))
+    path, folder = len(str(deep / "file.txt" / "plan.json")), len(str(deep / "file.txt"))
+    assert f"/file.txt/plan.json' ({path} characters)" in message
+    assert f"/file.txt' ({folder} characters)) is not a folder" in message
+    assert "d" * 100 not in message  # still cut
+
+
 def test_empty_nul_and_non_regular_paths_are_refused(tmp_path):
     assert "the plan path is empty" in _refused("  ")
     assert "holds a NUL character" in _refused(str(tmp_path / "pl\0an.json"))

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 from tfdist.advise.cluster import Cluster, Workload
 from tfdist.advise.memory import planned_shards
 from tfdist.advise.recommend import Advice, backend_of
-from tfdist.cluster.errors import ClusterConfigError, field_name, shown
+from tfdist.cluster.errors import ClusterConfigError, field_name, shown, shown_path
 from tfdist.cluster.parsing import parse_json
 from tfdist.errors import TfdistError, with_fix
 
@@ -493,22 +493,22 @@ def check_plan_path(path: str) -> None:
     if not path.strip():
         raise PlanError(with_fix("the plan path is empty", fix))
     if "\0" in path:
-        raise PlanError(with_fix(f"{shown(path)} holds a NUL character, which no file name may", fix))
+        raise PlanError(with_fix(f"{shown_path(path)} holds a NUL character, which no file name may", fix))
     if path.endswith((os.sep, "/")) or os.path.basename(path) in (".", ".."):
-        raise PlanError(with_fix(f"{shown(path)} names a folder, not a file", fix))
+        raise PlanError(with_fix(f"{shown_path(path)} names a folder, not a file", fix))
     if os.path.isdir(path):
-        raise PlanError(with_fix(f"{shown(path)} is a folder, not a file", fix))
+        raise PlanError(with_fix(f"{shown_path(path)} is a folder, not a file", fix))
     folder = os.path.dirname(os.path.abspath(path))
     _check_name_length(path, folder, fix)
     if os.path.lexists(path) and not (os.path.exists(path) and stat.S_ISREG(os.stat(path).st_mode)):
-        raise PlanError(with_fix(f"{shown(path)} exists and is not a regular file", fix))
+        raise PlanError(with_fix(f"{shown_path(path)} exists and is not a regular file", fix))
     if not os.path.isdir(folder):
         what = "is not a folder" if os.path.exists(folder) else "does not exist"
-        raise PlanError(with_fix(f"the folder of {shown(path)} ({shown(folder)}) {what}", fix))
+        raise PlanError(with_fix(f"the folder of {shown_path(path)} ({shown_path(folder)}) {what}", fix))
     try:  # the save writes a temporary sibling and renames it over the path: try the first half
         handle, probe = tempfile.mkstemp(prefix=".plan-check-", suffix=".json", dir=folder)
     except OSError as exc:
-        raise PlanError(with_fix(f"{shown(path)} cannot be written (its folder {shown(folder)} takes no new "
+        raise PlanError(with_fix(f"{shown_path(path)} cannot be written (its folder {shown_path(folder)} takes no new "
                                  f"file: {exc.strerror})", fix)) from None
     os.close(handle)
     os.unlink(probe)
@@ -520,14 +520,14 @@ def _check_name_length(path: str, folder: str, fix: str) -> None:
         name = len(os.fsencode(os.path.basename(path)))
         whole = len(os.fsencode(os.path.join(folder, os.path.basename(path))))
     except UnicodeEncodeError:
-        raise PlanError(with_fix(f"{shown(path)} cannot be written (it holds characters the file system's "
+        raise PlanError(with_fix(f"{shown_path(path)} cannot be written (it holds characters the file system's "
                                  "encoding cannot store)", fix)) from None
     name_max, path_max = _limit(folder, "PC_NAME_MAX", 255), _limit(folder, "PC_PATH_MAX", 4096)
     if name > name_max:
-        raise PlanError(with_fix(f"{shown(path)} cannot be written (File name too long): its name is {name:,} "
+        raise PlanError(with_fix(f"{shown_path(path)} cannot be written (File name too long): its name is {name:,} "
                                  f"bytes, the file system takes at most {name_max}", fix))
     if whole >= path_max:
-        raise PlanError(with_fix(f"{shown(path)} cannot be written (File name too long): the whole path is "
+        raise PlanError(with_fix(f"{shown_path(path)} cannot be written (File name too long): the whole path is "
                                  f"{whole:,} bytes, the limit is {path_max - 1:,}", fix))
 
 

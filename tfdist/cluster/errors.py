@@ -31,6 +31,20 @@ def shown(value: Any, limit: int = MAX_ECHO) -> str:
     return text[: limit - 3] + "..." + size
 
 
+def shown_path(path: str, limit: int = MAX_ECHO) -> str:
+    """``repr(path)``, cut in the middle when long: a path's end names the file, so it is kept.
+
+    >>> shown_path("/tmp/" + "d" * 100 + "/file.txt/plan.json", limit=40)
+    "'/tmp/dddd...ddddddd/file.txt/plan.json' (124 characters)"
+    """
+    text = repr(path)
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head - 3
+    return f"{text[:head]}...{text[-tail:]} ({len(path)} characters)"
+
+
 def field_name(prefix: str, key: Any) -> str:
     """``prefix.key`` when `key` is a short printable string, else ``prefix[<key echoed>]`` (one line)."""
     if isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40:
