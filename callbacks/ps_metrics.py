@@ -67,7 +67,8 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     |                       | updates on the ps tasks, dispatch, waiting), if every worker stays busy; |
     |                       | below 0 when they do not (the coordinator is the bottleneck)             |
 
-    Per worker ``i`` (the worker tasks, 0 first): ``worker/<i>/steps`` it ran this epoch,
+    Per worker ``i`` (the worker tasks, 0 first): ``worker/<i>/steps`` it ran this epoch (training
+    steps only: fit's validation steps, which the coordinator also hands out, are not counted),
     ``worker/<i>/step_time_ms`` (its time per step from dispatch to result, timed by the coordinator's
     thread for that worker), ``worker/<i>/examples_per_second``, and ``worker_step_time_spread``
     (slowest / fastest): steps go to whichever worker is free, so a slow worker runs fewer, slower steps.
@@ -91,6 +92,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
         self.clock = clock if clock is not None else EpochClock()
         self.logged_keys: frozenset[str] = frozenset()  # what the last on_epoch_end added to the logs
         self._workers = _ClosureTimes()
+        self._trained: dict[int, tuple[int, float]] | None = None  # the counts as validation began
 
     def _build_local_step(self) -> Callable[[], Any]:
         model = self.model
@@ -139,9 +141,12 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self.clock.epoch_begin()
         self._workers.reset()
+        self._trained = None
 
     def on_test_begin(self, logs=None) -> None:
         self.clock.test_begin()  # validation is not a training step
+        if self._trained is None:  # fit has joined the epoch's training steps; validation's come next
+            self._trained = self._workers.read()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         seconds = self.clock.epoch_end()
@@ -150,7 +155,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
             return
         step_ms = 1000.0 * seconds / steps
         compute_ms = _in_thread(self._time_local_step)
-        counts = self._workers.read()
+        counts = self._trained if self._trained is not None else self._workers.read()
         added = {**parameter_server_logs(step_ms, compute_ms, _runtime.workers(self.model)),
                  **per_worker_logs(counts, _steps_per_closure(self.model), self.batch_size, seconds)}
         logs.update(added)

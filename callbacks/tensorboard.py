@@ -32,10 +32,17 @@ and sub-folders as a metric, at its last value):
 
 The step of each is the epoch (1-based) it was taken at. ``wall_time_s`` comes from ``Throughput``
 when it runs before this callback; otherwise this callback stamps it into the epoch logs itself.
+
+The HParams record also holds ``learning_rate``: the rate the model's optimizer holds when training
+starts, read from the optimizer then, so it is the rate the run trains at (``strategy.optimizer()``
+has scaled it by the replicas by then; a warm-up ramps up to it). A ``lr`` or ``learning_rate`` given
+in ``hparams`` that differs from it is logged as a warning (the record keeps ``lr`` as given and
+``learning_rate`` as trained).
 """
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import numbers
 import os
@@ -47,11 +54,47 @@ import tensorflow as tf
 from tfdist import keras_compat
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.chief_only import ChiefOnly
+from tfdist.callbacks.learning_rate import learning_rate_value
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.strategies.state import current_strategy
 
 #: Comparisons a target may use.
 AT_LEAST, AT_MOST = ">=", "<="
+#: The HParam that holds the rate the run trains at (see the module doc).
+LEARNING_RATE = "learning_rate"
+_USER_RATE_KEYS = ("lr", LEARNING_RATE)
+_log = logging.getLogger("tfdist")
+
+
+def trained_learning_rate(model: Any) -> float | None:
+    """The rate ``model``'s optimizer holds now, to float32's 7 digits (``0.002``, not
+    ``0.0020000000949949026``); None for a model without an optimizer (only evaluated)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not hasattr(optimizer, "learning_rate"):
+        return None
+    return float(f"{learning_rate_value(optimizer):.7g}")
+
+
+def with_learning_rate(hparams: Mapping[str, Any], rate: float | None) -> dict[str, Any]:
+    """``hparams`` with ``learning_rate`` set to ``rate``, the rate the run trains at; a ``lr`` or
+    ``learning_rate`` in ``hparams`` that says otherwise is logged as a warning."""
+    record = dict(hparams)
+    if rate is None:
+        return record
+    for key in _USER_RATE_KEYS:
+        given = _number(record.get(key))
+        if given is not None and not math.isclose(given, rate, rel_tol=1e-6):
+            _warn_rate(key, given, rate)
+    record[LEARNING_RATE] = rate
+    return record
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_rate(key: str, given: float, rate: float) -> None:
+    """Once per process and figures (an elastic fit starts training at every attempt)."""
+    _log.warning("TensorBoardRun: hparams[%r]=%g is not the rate the optimizer trains at, %g "
+                 "(strategy.optimizer() scales the rate by the replicas); the run records %s=%g; fix: leave "
+                 "the rate out of `hparams` (TensorBoardRun records it)", key, given, rate, LEARNING_RATE, rate)
 
 
 def default_run_name(kind: str, workers: int, batch_size: int | None) -> str:
@@ -159,7 +202,8 @@ def _hparams_tensorboard(flavour: str) -> type:
             self._train_start = time.perf_counter()
         self._training = True
         base.on_train_begin(self, logs)
-        _write_hparams(self.log_dir, self.run_name, self.hparams)
+        _write_hparams(self.log_dir, self.run_name,
+                       with_learning_rate(self.hparams, trained_learning_rate(self.model)))
         if self.plan is not None:
             _write_plan(self.log_dir, self.plan)
 

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     board = TensorBoardRun(args.logdir, args.run_name, strategy=strategy, batch_size=args.batch_size,
-                           hparams={"lr": args.lr, "epochs": args.epochs, "keras": args.keras},
+                           hparams={"base_lr": args.lr, "epochs": args.epochs, "keras": args.keras},
                            targets={"val_accuracy": args.target_accuracy})
     # Throughput and the backend's per-worker figures, then TensorBoard; every task's CPU, memory, network.
     metrics = strategy.metrics(args.batch_size)

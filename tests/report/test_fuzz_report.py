@@ -207,8 +207,8 @@ def _write(folder: Path, entry: Entry, sources: dict[str, Source], outside: Path
         start, end = spans[k]
         byte = start + entry.at % (end - start)
         path.write_bytes(data[:byte] + bytes([data[byte] ^ (1 << entry.at % 8)]) + data[byte + 1:])
-    elif kind == "flip-first":  # a bit of the version or the first data record: nothing is read (a graph
-        k = (0, src.first_data)[entry.at % 2]  # between them is over 4 KiB and holds no scalar: not checked)
+    elif kind == "flip-first":  # a bit of any record up to the first data record (the version, a graph of
+        k = entry.at % (src.first_data + 1)  # 6 KB that holds no scalar, the first scalar): nothing is read
         start, end = spans[k]
         byte = start + entry.at % (end - start)
         path.write_bytes(data[:byte] + bytes([data[byte] ^ (1 << entry.at % 8)]) + data[byte + 1:])
@@ -333,8 +333,9 @@ def _unlock(paths: list[Path]) -> None:
 
 
 def _stub_figures():
-    return mock.patch.multiple("tfdist.report.figures", panel_pngs=lambda data: [("stub", b"\x89PNG stub")],
-                               page_png=lambda data: b"\x89PNG stub")
+    return mock.patch.multiple("tfdist.report.figures",
+                               panel_pngs=lambda data, failed=None: [("stub", b"\x89PNG stub")],
+                               page_png=lambda data, failed=None: b"\x89PNG stub")
 
 
 def _run_case(plan: Plan, sources, base: Path) -> None:
@@ -373,6 +374,8 @@ def _plan(*runs: tuple[str, tuple[str, ...]], **kwargs) -> Plan:
 @example(plan=_plan(("fifo", ("fifo",)), ("good", ("copy",)))).via("a FIFO beside a good run: before, a hang")
 @example(plan=_plan(("zero", ("dev-zero",)))).via("/dev/zero linked as an event file")
 @example(plan=_plan(("mixed", ("copy", "flip-late")))).via("a run read in part")
+@example(plan=Plan((RunPlan("graph", (Entry("flip-first", "train", FILE_NAMES[0], "graph", 301),)),))).via(
+    "a bit of a 6 KB graph record flipped: before issue 34 not checked, and the file read as valid")
 @example(plan=_plan(("good", ("copy",)), filler_runs=1_001)).via("more runs than the limit")
 @example(plan=_plan(*((f"g{i}", ("garbage",)) for i in range(25)))).via("the lines are capped")
 @example(plan=_plan(("good", ("copy",)), ("empty", ("empty",)), draw=True)).via("drawn for real")

@@ -266,6 +266,25 @@ def test_a_file_damaged_after_some_records_keeps_the_records_before(events, tmp_
         "it were read; fix: the rest is lost; rerun the run to have it"]
 
 
+def test_a_bit_flipped_in_a_graph_record_is_found(events, tmp_path):
+    """Issue 34: a record over 4 KiB holding no scalar (a graph) had no checksum check, and a file with a
+    bit flipped in it was read as valid. Every record's checksum is checked now."""
+    from tfdist.report.events import load_runs
+
+    path = events.write(tmp_path / "runs" / "r" / "train", {"epoch_loss": [1.0, 0.5]}, blob=6000)
+    start, end = events.offsets(path)[1]  # the graph
+    data = bytearray(path.read_bytes())
+    data[start + 3000] ^= 0x08
+    path.write_bytes(bytes(data))
+    (run,) = load_runs(str(tmp_path / "runs"))
+    assert [str(p) for p in run.problems] == [
+        f"train/{path.name}: is damaged at byte {start:,} (a record fails its checksum); the 1 events before it "
+        "were read; fix: the rest is lost; rerun the run to have it"]
+    assert not run.has_data
+    result = _report(tmp_path / "runs", tmp_path / "out.html")
+    assert result.exit_code == 1 and "is damaged at byte" in result.stderr  # before: exit 0, the loss drawn
+
+
 def test_a_record_still_being_written_is_not_a_problem(events, tmp_path):
     from tfdist.report.events import load_runs
 

@@ -75,3 +75,24 @@ def test_long_records_are_skipped_unread():
     records, reader = _read(data, max_record=100)
     assert [r.data for r in records] == [b"a", b"b"] and (reader.skipped, reader.skipped_bytes) == (1, 5000)
     assert reader.read_bytes == len(data) - 5000 - 4
+
+
+def test_the_lane_checksum_of_long_data_is_the_byte_by_byte_one():
+    """Long records are checked over numpy lanes (issue 34: every record is checked now, graphs too);
+    it must be the CRC-32C of the bytes, at every length around the lane sizes and the switch-over."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboards
+
+    from tfdist.report.records import _crc32c_bytes
+
+    @settings(database=None, deadline=None, max_examples=60)
+    @given(data=st.binary(min_size=2000, max_size=70_000))
+    def same(data: bytes) -> None:
+        assert crc32c(data) == _crc32c_bytes(data) ^ 0xFFFFFFFF
+
+    same()
+    for size in (2047, 2048, 2049, 4096, 4097, 65535, 65536, 65537, 1 << 20):
+        data = os.urandom(size)
+        assert masked_crc32c(data) == tensorboards(data), size

@@ -3,7 +3,8 @@
 Thin layer: check the arguments, call :func:`tfdist.report.write_report`, print the path written.
 Bad input is a usage error (exit 2) naming the argument and the fix, found before any event file
 is read: a missing RUNS_DIR, one without runs or over a limit, an --out that cannot be written.
-Runs read in part or not read are one ``Warning:`` line each on stderr; when none could be read,
+Runs read in part or not read (a damaged file, values no run logs) are one ``Warning:`` line each on
+stderr, as is a figure that cannot be computed; when none could be read,
 or the output cannot be written after all, the command exits 1.
 """
 from __future__ import annotations
@@ -49,7 +50,9 @@ def _check_runs_dir(ctx: click.Context, param: click.Parameter, value: str) -> s
 def report(ctx: click.Context, runs_dir: str, out: str | None) -> None:
     """Draw the runs of RUNS_DIR side by side: loss and accuracy against wall-clock time, examples/s
     per run and per worker, scaling efficiency, time-to-target, predicted against measured examples/s
-    (runs started from an advise plan), system metrics and the HParams.
+    (runs started from an advise plan), system metrics, and the HParams beside each run's results (last
+    loss and accuracy, test figures, examples/s, time to target). A panel with nothing to draw is left
+    out with a line saying what would fill it.
 
         tfdist report runs                      # writes runs/report.html
         tfdist report runs --out report.png

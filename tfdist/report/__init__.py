@@ -5,9 +5,11 @@
 
 :mod:`~tfdist.report.files` finds the runs and their event files (bounded, nothing opened),
 :mod:`~tfdist.report.events` reads them (:mod:`~tfdist.report.records` frames the records),
-:mod:`~tfdist.report.data` turns them into the numbers each figure shows,
-:mod:`~tfdist.report.figures` draws them, :mod:`~tfdist.report.html` builds the page and
-:mod:`~tfdist.report.output` checks and writes the file.
+leaving out values no run logs (:mod:`~tfdist.report.values`), :mod:`~tfdist.report.data` turns them
+into the numbers each figure shows (the tags it reads: :mod:`~tfdist.report.tags`) and
+:mod:`~tfdist.report.results` into each run's results, :mod:`~tfdist.report.panels` draws each panel
+(or says why it is left out), :mod:`~tfdist.report.figures` renders them, :mod:`~tfdist.report.html`
+builds the page and :mod:`~tfdist.report.output` checks and writes the file.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ def write_report(runs_dir: str, out: str, warn: Callable[[str], None] | None = N
     """Read the runs of ``runs_dir``, draw them and write ``out`` (.html or .png); returns ``out``.
 
     ``warn`` gets one line per run read in part or not read (at most ``MAX_LISTED``, then ``... and N
-    more``; default: this module's logger); those runs are also listed on the page. Raises
+    more``; default: this module's logger), one per figure that could not be computed or drawn; those
+    are also on the page. Raises
     ``ArgumentValueError`` for a bad ``out``, :class:`~tfdist.report.files.RunsDirError` for a runs
     folder without runs or over a limit, :class:`NothingReadError` when no run could be read and
     :class:`ReportError` when ``out`` cannot be written (nothing is left half-written).
@@ -61,11 +64,17 @@ def write_report(runs_dir: str, out: str, warn: Callable[[str], None] | None = N
             f"none of the {len(runs):,} run(s) of {runs_dir!r} could be read (each is named above with why)",
             "fix or remove the files named, or pass the --logdir your training wrote to"),
             listed(data.not_read, MAX_LISTED, "runs not read"))
+    warn = warn or _log.warning
     for line in listed(data.not_read, MAX_LISTED, "runs read in part or not read"):
-        (warn or _log.warning)(line)
+        warn(line)
+    for line in data.notes:
+        warn(line)
+    failed: list[str] = []
     if suffix == ".png":
-        content = page_png(data)
+        content = page_png(data, failed)
     else:
-        content = render_html(data, panel_pngs(data), runs_dir).encode("utf-8", "backslashreplace")
+        content = render_html(data, panel_pngs(data, failed), runs_dir).encode("utf-8", "backslashreplace")
+    for line in failed:
+        warn(line)
     write_atomic(out, content)
     return out

@@ -10,11 +10,13 @@ Choices, each visible in the figures' labels:
 * **examples/s of a run**: the run's ``mean_examples_per_second`` record when present (Throughput's
   summary: first epoch left out), else the mean of ``epoch_examples_per_second`` over the epochs
   after the first (all epochs when there is only one); per worker the same over
-  ``epoch_worker/<rank>/examples_per_second``;
+  ``epoch_worker/<rank>/examples_per_second`` (each worker's training examples over the epoch's time:
+  a run's workers add up to about the run's figure; ``Throughput.per_worker_sum`` shows it);
 * **scaling efficiency**: runs whose hparams are equal except ``workers``, ``global_batch_size``
   and ``time_to_*`` form a group; repeats of one worker count are averaged; efficiency at ``n``
   workers = ``throughput(n) / ((n / m) * throughput(m))``, ``m`` the group's smallest worker count
-  (1.0 at ``m``; ``m`` = 1 gives the textbook ``throughput(n) / (n * throughput(1))``);
+  (1.0 at ``m``; ``m`` = 1 gives the textbook ``throughput(n) / (n * throughput(1))``); only runs
+  with a rate above 0 take part, and a group whose efficiency is not a usable number is a note;
 * **time-to-target**: the run's ``time_to_target/<target>`` scalars (last value) and every hparam
   whose name starts with ``time_to_``; NaN means never reached;
 * **predicted vs measured** (runs started from an advisor plan): ``advice/predicted_examples_per_second``
@@ -24,7 +26,10 @@ Choices, each visible in the figures' labels:
   hparams, the other ``plan/<option>`` hparams (all but ``tfdist.advise.plan.HPARAM_FIELDS``) as the
   plan's options;
 * **runs shown**: those with a scalar or an hparam; the others, and the files read in part, are
-  ``not_read`` lines saying why.
+  ``not_read`` lines saying why (values no run logs, infinite or beyond 1e15, are left out as they
+  are read: :mod:`tfdist.report.values`); a figure that cannot be computed from what was read is a
+  ``notes`` line;
+* **results** (beside the HParams): :mod:`tfdist.report.results`.
 """
 from __future__ import annotations
 
@@ -36,24 +41,17 @@ from statistics import fmean, median
 
 from tfdist.advise.plan import HPARAM_FIELDS
 from tfdist.report.events import MAIN, Run, run_line
+from tfdist.report.results import result_table
+from tfdist.report.tags import (LOSS_TAG, MEAN_RATE_TAG, MEASURED_RATE_TAG, MEASURED_STEP_TAG, PLAN_PREFIX,
+                                PREDICTED_RATE_TAG, PREDICTED_STEP_TAG, RATE_TAG, RATIO_TAG, SCALING_FREE,
+                                SYSTEM_PREFIX, SYSTEM_TAGS, TIME_TO_HPARAM_PREFIX, TIME_TO_TARGET_PREFIX, TRAIN,
+                                VALIDATION, WALL_TIME_TAG, accuracy_tag)
+from tfdist.report.values import is_positive, shown, usable_value
 
-TRAIN, VALIDATION = "train", "validation"
-WALL_TIME_TAG = "epoch_wall_time_s"
-LOSS_TAG = "epoch_loss"
-RATE_TAG = "epoch_examples_per_second"
-MEAN_RATE_TAG = "mean_examples_per_second"
-TIME_TO_TARGET_PREFIX = "time_to_target/"
-TIME_TO_HPARAM_PREFIX = "time_to_"
-#: hparams that may differ between runs of one scaling group.
-SCALING_FREE = ("workers", "global_batch_size")
-SYSTEM_PREFIX = "system/"
-SYSTEM_TAGS = ("system/cpu_percent", "system/rss_mb", "system/net_sent_mbit_s", "system/net_recv_mbit_s")
-PREDICTED_RATE_TAG = "advice/predicted_examples_per_second"
-PREDICTED_STEP_TAG = "advice/predicted_step_ms"
-MEASURED_RATE_TAG = "advice/measured_examples_per_second"
-MEASURED_STEP_TAG = "advice/measured_step_ms"
-RATIO_TAG = "advice/measured_over_predicted"
-PLAN_PREFIX = "plan/"
+__all__ = ["TRAIN", "VALIDATION", "Curve", "Prediction", "ReportData", "ScalingPoint", "Throughput",
+           "TimeToTarget", "accuracy_tag", "curve", "hparam_table", "prediction", "report_data", "scaling",
+           "throughput", "time_to_target"]
+
 _WORKER_TAG = re.compile(r"^epoch_worker/(?P<rank>[^/]+)/(?P<metric>.+)$")
 
 
@@ -79,6 +77,11 @@ class Throughput:
     per_worker: tuple[tuple[str, float], ...] = ()
     step_time_ms_per_worker: tuple[tuple[str, float], ...] = ()
     spread: float | None = None
+
+    @property
+    def per_worker_sum(self) -> float | None:
+        """The workers' examples/s added up (about ``examples_per_second``), None without them."""
+        return math.fsum(rate for _, rate in self.per_worker) if self.per_worker else None
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,9 @@ class ReportData:
     hparam_rows: tuple[tuple[str, ...], ...]
     predictions: tuple[Prediction, ...] = ()
     not_read: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    result_columns: tuple[str, ...] = ()
+    result_rows: tuple[tuple[str, ...], ...] = ()
 
 
 def _mean_after_first(values: Sequence[float]) -> float | None:
@@ -154,10 +160,6 @@ def _median_after_first(values: Sequence[float]) -> float | None:
     return median(kept) if kept else None
 
 
-def _is_positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
 def prediction(run: Run) -> Prediction | None:
     """The run's predicted-vs-measured record (None without ``advice/predicted_examples_per_second``)."""
     predicted = run.series(MAIN, PREDICTED_RATE_TAG)
@@ -167,10 +169,12 @@ def prediction(run: Run) -> Prediction | None:
     measured = run.series(MAIN, MEASURED_RATE_TAG)
     measured_rate = _median_after_first(measured.values) if measured is not None else None
     epochs = len(measured.values) if measured is not None else 0
-    ratio = measured_rate / rate if measured_rate is not None and _is_positive(rate) else None
+    ratio = measured_rate / rate if measured_rate is not None and is_positive(rate) else None
     if measured_rate is None and (ratios := run.series(MAIN, RATIO_TAG)) is not None:
         ratio, epochs = _median_after_first(ratios.values), len(ratios.values)
         measured_rate = ratio * rate if ratio is not None and math.isfinite(rate) else None
+    if ratio is not None and not usable_value(ratio):  # against a rate near 0: no figure to draw
+        ratio = None
     step = run.series(MAIN, PREDICTED_STEP_TAG)
     measured_step = run.series(MAIN, MEASURED_STEP_TAG)
     plan = {k[len(PLAN_PREFIX):]: v for k, v in run.hparams.items() if k.startswith(PLAN_PREFIX)}
@@ -195,23 +199,25 @@ def curve(run: Run, sub: str, tag: str) -> Curve | None:
     wall = run.series(TRAIN, WALL_TIME_TAG)
     by_step = dict(zip(wall.steps, wall.values)) if wall is not None else {}
     if by_step and all(step in by_step for step in series.steps):
-        return Curve(run.name, sub, tag, tuple(by_step[s] for s in series.steps), series.values, WALL_TIME_TAG)
-    origin = run.first_wall_time or 0.0
-    return Curve(run.name, sub, tag, tuple(t - origin for t in series.wall_times), series.values, "event time")
+        times, clock = [by_step[s] for s in series.steps], WALL_TIME_TAG
+    else:
+        origin = run.first_wall_time or 0.0
+        times, clock = [t - origin for t in series.wall_times], "event time"
+    return _drawn(Curve(run.name, sub, tag, tuple(times), series.values, clock))
 
 
-def accuracy_tag(run: Run) -> str | None:
-    """``epoch_accuracy`` when logged, else the first ``epoch_*accuracy`` tag of ``train/``, else None."""
-    tags = run.tags(TRAIN)
-    if "epoch_accuracy" in tags:
-        return "epoch_accuracy"
-    return next((t for t in tags if t.startswith("epoch_") and t.endswith("accuracy")), None)
+def _drawn(c: Curve) -> Curve | None:
+    """``c`` without its NaN points (nothing to draw: the tables show them), None when none is left."""
+    points = [(t, v) for t, v in zip(c.times, c.values) if math.isfinite(t) and math.isfinite(v)]
+    if not points:
+        return None
+    return Curve(c.run, c.sub, c.tag, tuple(t for t, _ in points), tuple(v for _, v in points), c.clock)
 
 
 def throughput(run: Run) -> Throughput:
     """The run's examples/s overall and per worker (see the module doc for which epochs count)."""
     record = run.series(MAIN, MEAN_RATE_TAG)
-    if record is not None:
+    if record is not None and math.isfinite(record.last):
         rate, source = record.last, MEAN_RATE_TAG
     else:
         series = run.series(TRAIN, RATE_TAG)
@@ -259,22 +265,34 @@ def _group_label(key: tuple[tuple[str, str], ...], keys: Iterable[tuple[tuple[st
     return ", ".join(f"{k}={v.strip(chr(39))}" for k, v in sorted(shown.items()))
 
 
-def scaling(runs: Sequence[Run], rates: dict[str, float | None]) -> tuple[ScalingPoint, ...]:
-    """Scaling efficiency of every group with two or more worker counts (see the module doc)."""
+def scaling(runs: Sequence[Run], rates: dict[str, float | None],
+            notes: list[str] | None = None) -> tuple[ScalingPoint, ...]:
+    """Scaling efficiency of every group with two or more worker counts (see the module doc); a group
+    whose efficiency is not a usable number (a rate near 0 at its fewest workers) is left out with a
+    line in ``notes``."""
     groups: dict[tuple, dict[int, list[Run]]] = {}
     for run in runs:
-        workers = _workers(run)
-        if workers is not None and rates.get(run.name) is not None and run.hparams:
+        workers, rate = _workers(run), rates.get(run.name)
+        if workers is None or rate is None or not run.hparams:
+            continue
+        if is_positive(rate):
             groups.setdefault(_group_key(run), {}).setdefault(workers, []).append(run)
+        elif notes is not None:
+            notes.append(f"run {run.name!r} is left out of the scaling figure: its examples/s is {shown(rate)}, "
+                         "and efficiency is taken against a rate above 0")
     points: list[ScalingPoint] = []
     scaling_groups = {key: counts for key, counts in groups.items() if len(counts) >= 2}
     for key, counts in sorted(scaling_groups.items()):
         label = _group_label(key, scaling_groups)
         means = {n: fmean(rates[r.name] for r in members) for n, members in counts.items()}
         base = min(means)
-        for n in sorted(means):
-            points.append(ScalingPoint(label, n, tuple(r.name for r in counts[n]), means[n], base,
-                                       means[n] / ((n / base) * means[base])))
+        group = [ScalingPoint(label, n, tuple(r.name for r in counts[n]), means[n], base,
+                              means[n] / ((n / base) * means[base])) for n in sorted(means)]
+        if all(usable_value(p.efficiency) and math.isfinite(p.efficiency) for p in group):
+            points += group
+        elif notes is not None:
+            notes.append(f"scaling group {label!r} is not drawn: its examples/s at {base:,} workers, "
+                         f"{shown(means[base])}, is too close to 0 for an efficiency against it")
     return tuple(points)
 
 
@@ -285,7 +303,8 @@ def time_to_target(run: Run) -> tuple[TimeToTarget, ...]:
         if tag.startswith(TIME_TO_TARGET_PREFIX):
             found[tag[len(TIME_TO_TARGET_PREFIX):]] = run.series(MAIN, tag).last
     for name, value in sorted(run.hparams.items()):
-        if name.startswith(TIME_TO_HPARAM_PREFIX) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if (name.startswith(TIME_TO_HPARAM_PREFIX) and isinstance(value, (int, float))
+                and not isinstance(value, bool) and usable_value(float(value))):
             found.setdefault(name[len(TIME_TO_HPARAM_PREFIX):].removeprefix("target/"), float(value))
     return tuple(TimeToTarget(run.name, target, seconds) for target, seconds in found.items())
 
@@ -299,7 +318,7 @@ def _cell(value: object) -> str:
 def hparam_table(runs: Sequence[Run]) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """Columns (``run``, then the set-up hparams in a fixed order, then the rest sorted) and one row
     per run; a run without an hparam shows an empty cell."""
-    first = ("strategy", "workers", "batch_size", "global_batch_size")
+    first = ("strategy", "workers", "batch_size", "global_batch_size", "learning_rate")
     names = {name for run in runs for name in run.hparams}
     columns = ("run", *[n for n in first if n in names], *sorted(names - set(first)))
     rows = tuple((run.name, *(_cell(run.hparams[c]) if c in run.hparams else "" for c in columns[1:]))
@@ -322,13 +341,17 @@ def report_data(runs: Sequence[Run]) -> ReportData:
     system = [c for run in runs for sub in run.subs(SYSTEM_PREFIX) for tag in SYSTEM_TAGS
               if (c := _system_curve(run, sub, tag))]
     columns, rows = hparam_table(runs)
+    notes: list[str] = []
+    targets = tuple(t for run in runs for t in time_to_target(run))
+    result_columns, result_rows = result_table(runs, {t.run: t.examples_per_second for t in rates},
+                                               [(t.run, t.target, t.seconds) for t in targets])
     return ReportData(
         runs=tuple(run.name for run in runs), loss=tuple(loss), accuracy=tuple(accuracy),
         throughput=tuple(rates),
-        scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}),
-        time_to_target=tuple(t for run in runs for t in time_to_target(run)),
-        system=tuple(system), hparam_columns=columns, hparam_rows=rows,
-        predictions=tuple(p for run in runs if (p := prediction(run)) is not None), not_read=not_read)
+        scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}, notes),
+        time_to_target=targets, system=tuple(system), hparam_columns=columns, hparam_rows=rows,
+        predictions=tuple(p for run in runs if (p := prediction(run)) is not None), not_read=not_read,
+        notes=tuple(notes), result_columns=result_columns, result_rows=result_rows)
 
 
 def _system_curve(run: Run, sub: str, tag: str) -> Curve | None:
@@ -336,4 +359,4 @@ def _system_curve(run: Run, sub: str, tag: str) -> Curve | None:
     series = run.series(sub, tag)
     if series is None:
         return None
-    return Curve(run.name, sub, tag, tuple(float(s) for s in series.steps), series.values, "step (s)")
+    return _drawn(Curve(run.name, sub, tag, tuple(float(s) for s in series.steps), series.values, "step (s)"))

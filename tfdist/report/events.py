@@ -13,6 +13,8 @@ TensorFlow) and decoded with TensorBoard's protos: scalars written as TF2 tensor
 ``simple_value`` are both read; the HParams record (``session_start_info``) gives ``Run.hparams``.
 A file that is not an event file, damaged, empty, unreadable, or a FIFO/socket/device (never opened)
 is a :class:`~tfdist.report.files.FileProblem` of its run; nothing it holds can stop the others.
+Scalars no run could log (infinite, beyond 1e15, at an absurd step or wall time) are left out and
+named as their file's problem (:mod:`tfdist.report.values`).
 """
 from __future__ import annotations
 
@@ -30,15 +32,17 @@ from tfdist.report.files import (EVENT_FILE_MARK, MAIN, EventFile, FileProblem, 
                                  find_runs, open_event_file, run_files, run_folders, shown_path)
 from tfdist.report.limits import MAX_FILE_BYTES, MAX_RECORD_BYTES, MAX_TOTAL_BYTES, size_text
 from tfdist.report.records import DAMAGED, LIMIT, PARTIAL, RECORD_OVERHEAD, RecordReader
+from tfdist.report.values import NAMED, left_out_note, usable_point
 
 __all__ = ["EVENT_FILE_MARK", "MAIN", "Run", "RunsDirError", "Series", "load_run", "load_runs", "run_folders",
            "run_line"]
 
 _SESSION_START_TAG = "_hparams_/session_start_info"
-#: Records up to this size always have their checksum checked, so damage that makes a scalar event look
-#: like something else is found; longer ones only when they hold a scalar or the HParams.
-ALWAYS_CHECKED = 4096
+#: Most magnitude an HParams number is shown as an integer at (beyond, float64 holds no exact integer).
+_EXACT_INTEGERS = 2 ** 53
 _REMOVE = "remove it or move it out of the runs folder (only TensorBoard's writers make '*tfevents*' files)"
+_ABSURD = ("no training run measures such values: look at what logged them (the other values are shown); "
+           "remove the file to have no warning")
 
 
 @dataclass(frozen=True)
@@ -144,20 +148,13 @@ def _hparams_of(value) -> dict[str, object] | None:
         kind, name = proto.WhichOneof("kind"), shown_path(name)
         if kind == "number_value":
             number = proto.number_value
-            hparams[name] = int(number) if math.isfinite(number) and number == int(number) else number
+            exact = math.isfinite(number) and abs(number) <= _EXACT_INTEGERS and number == int(number)
+            hparams[name] = int(number) if exact else number
         elif kind == "string_value":
             hparams[name] = shown_path(proto.string_value)
         elif kind == "bool_value":
             hparams[name] = proto.bool_value
     return hparams
-
-
-def _wanted(event) -> bool:
-    """Whether an event holds something the report uses (then its checksum is checked)."""
-    if not event.HasField("summary"):
-        return False
-    return any(v.WhichOneof("value") in ("simple_value", "tensor") or _is_hparams(v)
-               for v in event.summary.value)
 
 
 class _Budget:
@@ -168,17 +165,26 @@ class _Budget:
 
 
 class _Points:
-    """Scalars of one run as they are read: ``(sub, tag) -> step -> (wall_time, value)``."""
+    """Scalars of one run as they are read: ``(sub, tag) -> step -> (wall_time, value)``; the points
+    :func:`~tfdist.report.values.usable_point` refuses go to ``left_out`` of the file being read."""
 
     def __init__(self) -> None:
         self.by_tag: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
+        self.left_out: list[tuple[str, int, float, float]] = []  # the first NAMED of them
+        self.left_out_count = 0
 
     def add(self, sub: str, event) -> None:
         for value in event.summary.value:
             number = _scalar_of(value)
             if number is None:
                 continue
-            tag_points = self.by_tag.setdefault((sub, shown_path(value.tag)), {})
+            tag = shown_path(value.tag)
+            if not usable_point(number, event.wall_time, event.step):
+                self.left_out_count += 1
+                if len(self.left_out) < NAMED:
+                    self.left_out.append((tag, event.step, number, event.wall_time))
+                continue
+            tag_points = self.by_tag.setdefault((sub, tag), {})
             previous = tag_points.get(event.step)
             if previous is None or event.wall_time >= previous[0]:
                 tag_points[event.step] = (event.wall_time, number)
@@ -191,17 +197,18 @@ class _Counts:
 
 
 def _decode(reader: RecordReader, run: Run, points: _Points, sub: str, counts: _Counts) -> None:
-    """Every record of ``reader`` into ``points``/``run.hparams``; stops the reader at a damaged record."""
+    """Every record of ``reader`` into ``points``/``run.hparams``; stops the reader at a damaged record.
+
+    Every record's checksum is checked, the ones the report does not use too (a graph, a histogram):
+    a file with one flipped bit anywhere is damaged, never read as valid."""
     for record in reader:
+        if not record.intact():
+            reader.stop_damaged(record)
+            return
         try:
             event = Event.FromString(record.data)
         except DecodeError:
             event = None
-        checked = (counts.events == 0 or event is None or len(record.data) <= ALWAYS_CHECKED
-                   or _wanted(event))
-        if checked and not record.intact():
-            reader.stop_damaged(record)
-            return
         if event is None:
             counts.not_events += 1
             continue
@@ -229,6 +236,7 @@ def _read_file(run: Run, event_file: EventFile, points: _Points, budget: _Budget
     limit = min(MAX_FILE_BYTES, budget.left)
     reader = RecordReader(file, size, max_bytes=limit, max_record=MAX_RECORD_BYTES)
     counts = _Counts()
+    points.left_out, points.left_out_count = [], 0
     try:
         with file:
             _decode(reader, run, points, event_file.sub, counts)
@@ -257,6 +265,9 @@ def _read_file(run: Run, event_file: EventFile, points: _Points, budget: _Budget
     if counts.not_events and counts.events:
         run.problems.append(FileProblem(relative, f"{counts.not_events:,} record(s) are not TensorBoard "
                                         "events and were skipped", _REMOVE, partly_read=True))
+    if points.left_out_count:
+        run.problems.append(FileProblem(relative, left_out_note(points.left_out, points.left_out_count),
+                                        _ABSURD, partly_read=True))
 
 
 def _ending_problem(relative: str, reader: RecordReader, size: int, events: int,

@@ -1,10 +1,12 @@
 """Matplotlib figures of a :class:`~tfdist.report.data.ReportData`, as PNG bytes.
 
-    pngs = panel_pngs(data)      # [(title, png bytes)], one per panel, for the HTML page
-    png = page_png(data)         # every panel and the HParams table on one image
+    pngs = panel_pngs(data)      # [(title, png bytes)], one per panel with something to draw
+    png = page_png(data)         # those panels, a line per panel left out, the HParams and results table
 
 Drawn with the Agg canvas on ``matplotlib.figure.Figure`` objects (no pyplot, no global backend),
-so it runs headless and leaves matplotlib's state alone. Each run keeps one colour on every panel.
+so it runs headless and leaves matplotlib's state alone. What each panel shows, its colours and when
+it is left out: :mod:`tfdist.report.panels`. A panel that fails to draw shows why instead (and the
+reason is added to ``failed``), so one panel cannot cost the page.
 """
 from __future__ import annotations
 
@@ -15,217 +17,39 @@ from collections.abc import Callable
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
-from tfdist.report.data import TRAIN, ReportData
+from tfdist.report.data import ReportData
+from tfdist.report.panels import (LABEL_CHARACTERS, draw_accuracy, draw_loss, draw_per_worker, draw_predictions,
+                                  draw_scaling, draw_system, draw_throughput, draw_time_to_target, left_out,
+                                  left_out_lines, panels)
+
+__all__ = ["DPI", "LABEL_CHARACTERS", "PANEL_SIZE", "draw_accuracy", "draw_loss", "draw_per_worker",
+           "draw_predictions", "draw_scaling", "draw_system", "draw_throughput", "draw_time_to_target",
+           "left_out", "left_out_lines", "page_png", "page_size", "panel_pngs", "panels"]
 
 #: Inches of one panel, and the resolution of every PNG.
 PANEL_SIZE = (7.0, 4.2)
 DPI = 100
 _TABLE_ROW_INCHES = 0.28
-#: Longest run or folder name in a legend or on an axis (the HTML table has them whole).
-LABEL_CHARACTERS = 40
+_LINE_INCHES = 0.22
+_TABLE_FONT = 7
 
 
-def _colours(data: ReportData) -> dict[str, tuple]:
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if len(data.runs) <= 10 else "tab20"]
-    return {run: cmap(i % cmap.N) for i, run in enumerate(data.runs)}
-
-
-def _short(text: str, limit: int = LABEL_CHARACTERS) -> str:
-    """A label cut to ``limit`` characters, on one line, so a long run name cannot squash a panel."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _note(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, color="0.35",
-            transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _curves(ax: Axes, data: ReportData, curves, ylabel: str, empty: str) -> None:
-    if not curves:
-        _note(ax, empty)
-        return
-    colours = _colours(data)
-    for c in curves:
-        ax.plot(c.times, c.values, "-" if c.sub == TRAIN else "--", marker="o", markersize=2.5,
-                color=colours[c.run], label=f"{_short(c.run)} ({_short(c.sub)})")
-    clocks = sorted({c.clock for c in curves})
-    ax.set_xlabel(f"wall-clock seconds since training start ({', '.join(clocks)})")
-    ax.set_xlim(left=0)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="best")
-
-
-def draw_loss(ax: Axes, data: ReportData) -> None:
-    """Training (solid) and validation (dashed) loss of every run against wall-clock time."""
-    _curves(ax, data, data.loss, "loss", "no epoch_loss logged")
-
-
-def draw_accuracy(ax: Axes, data: ReportData) -> None:
-    """Training and validation accuracy of every run against wall-clock time."""
-    _curves(ax, data, data.accuracy, "accuracy", "no epoch_*accuracy logged")
-
-
-def draw_throughput(ax: Axes, data: ReportData) -> None:
-    """Examples/s of every run (all workers together), one bar per run."""
-    rows = [t for t in data.throughput if t.examples_per_second is not None]
-    if not rows:
-        _note(ax, "no epoch_examples_per_second logged (add strategy.throughput(batch_size) to fit)")
-        return
-    colours = _colours(data)
-    ax.barh(range(len(rows)), [t.examples_per_second for t in rows], color=[colours[t.run] for t in rows])
-    ax.set_yticks(range(len(rows)), [_short(t.run) for t in rows], fontsize=7)
-    ax.invert_yaxis()
-    for i, t in enumerate(rows):
-        ax.text(t.examples_per_second, i, f" {t.examples_per_second:,.0f}", va="center", fontsize=7)
-    ax.set_xlabel("examples/s, all workers (first epoch left out)")
-    ax.grid(axis="x", alpha=0.3)
-
-
-def draw_per_worker(ax: Axes, data: ReportData) -> None:
-    """Each worker's examples/s, grouped by run; the title of a run's group gives its spread."""
-    rows = [t for t in data.throughput if t.per_worker]
-    if not rows:
-        _note(ax, "no per-worker figures logged (epoch_worker/<rank>/examples_per_second)")
-        return
-    width = 0.8 / max(len(t.per_worker) for t in rows)
-    labels, seen = [], set()
-    for i, t in enumerate(rows):
-        for j, (rank, rate) in enumerate(t.per_worker):
-            ax.bar(i - 0.4 + width * (j + 0.5), rate, width * 0.9, color=f"C{j % 10}",
-                   label=None if rank in seen else f"worker {rank}")
-            seen.add(rank)
-        spread = f"\nspread {t.spread:.2f}" if t.spread is not None and math.isfinite(t.spread) else ""
-        labels.append(f"{_short(t.run)}{spread}")
-    ax.set_xticks(range(len(rows)), labels, fontsize=6, rotation=20, ha="right")
-    ax.set_ylabel("examples/s per worker")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=6)
-
-
-def draw_scaling(ax: Axes, data: ReportData) -> None:
-    """Scaling efficiency against worker count, one line per group of runs that differ only in workers."""
-    if not data.scaling:
-        _note(ax, "no scaling figure: it needs runs whose hparams differ only in workers")
-        return
-    groups: dict[str, list] = {}
-    for point in data.scaling:
-        groups.setdefault(point.group, []).append(point)
-    for group, points in groups.items():
-        ax.plot([p.workers for p in points], [p.efficiency for p in points], marker="o", label=group)
-    counts = sorted({p.workers for p in data.scaling})
-    ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":")
-    ax.set_xticks(counts)
-    ax.set_xlabel("workers    (efficiency at n = rate(n) / ((n / m) * rate(m)), m = the fewest workers)")
-    ax.set_ylabel("scaling efficiency (1 = linear)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-
-
-def draw_time_to_target(ax: Axes, data: ReportData) -> None:
-    """Seconds each run took to reach each target; runs that never reached it are marked."""
-    records = data.time_to_target
-    if not records:
-        _note(ax, "no time-to-target recorded (TensorBoardRun(..., targets={'val_accuracy': 0.9}))")
-        return
-    targets = sorted({r.target for r in records})
-    runs = [run for run in data.runs if any(r.run == run for r in records)]
-    colours = _colours(data)
-    width = 0.8 / len(runs)
-    labelled: set[str] = set()
-    for j, run in enumerate(runs):
-        for i, target in enumerate(targets):
-            seconds = next((r.seconds for r in records if r.run == run and r.target == target), None)
-            x = i - 0.4 + width * (j + 0.5)
-            if seconds is None:
-                continue
-            if math.isfinite(seconds):
-                ax.bar(x, seconds, width * 0.9, color=colours[run],
-                       label=None if run in labelled else _short(run))
-                labelled.add(run)
-            else:
-                ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=6, color=colours[run])
-    ax.set_xticks(range(len(targets)), targets, fontsize=7)
-    ax.set_ylabel("seconds from training start")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=6)
-
-
-def draw_system(ax: Axes, data: ReportData, tag: str, ylabel: str) -> None:
-    """One system metric of every task of every run against seconds since training started."""
-    curves = [c for c in data.system if c.tag == tag]
-    if not curves:
-        _note(ax, f"no {tag} logged (SystemMetrics callback)")
-        return
-    colours = _colours(data)
-    styles = ["-", "--", ":", "-."]
-    tasks = sorted({c.sub for c in curves})
-    for c in curves:
-        ax.plot(c.times, c.values, styles[tasks.index(c.sub) % len(styles)], color=colours[c.run],
-                label=f"{_short(c.run)} {_short(c.sub.split('/', 1)[-1])}")
-    ax.set_xlabel("seconds since training start")
-    ax.set_xlim(left=0)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
-
-
-def draw_predictions(ax: Axes, data: ReportData) -> None:
-    """Each planned run's predicted examples/s (hatched) beside its measured median, with the ratio."""
-    rows = data.predictions
-    if not rows:
-        _note(ax, "no advice/predicted_examples_per_second logged (runs started from a tfdist advise plan)")
-        return
-    colours = _colours(data)
-    height = 0.38
-    for i, p in enumerate(rows):
-        predicted = p.predicted_examples_per_second if math.isfinite(p.predicted_examples_per_second) else 0.0
-        ax.barh(i - height / 2, predicted, height, color="white", edgecolor=colours[p.run], hatch="//")
-        measured = p.measured_examples_per_second
-        if measured is None or not math.isfinite(measured):
-            measured = None
-        else:
-            ax.barh(i + height / 2, measured, height, color=colours[p.run])
-        ratio = f"measured/predicted {p.ratio:.2f}" if p.ratio is not None else "not measured"
-        ax.text(max(predicted, measured or 0.0), i, f"  {ratio}", va="center", fontsize=7)
-    ax.set_yticks(range(len(rows)), [f"{_short(p.run)}\n{_short(p.plan)}" for p in rows], fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xlabel("examples/s, all workers (measured: median over epochs 2..)")
-    ax.margins(x=0.35)
-    ax.set_xlim(left=0)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=[Patch(facecolor="white", edgecolor="0.3", hatch="//", label="predicted"),
-                       Patch(facecolor="0.45", label="measured (median)")], fontsize=6, loc="lower right")
-
-
-Panel = tuple[str, Callable[[Axes, ReportData], None]]
-
-
-def panels(data: ReportData) -> list[Panel]:
-    """The panels of the report in page order; the system ones and predicted-vs-measured only when some
-    run logged them."""
-    chosen: list[Panel] = [
-        ("Loss against wall-clock time", draw_loss),
-        ("Accuracy against wall-clock time", draw_accuracy),
-        ("Examples per second per run", draw_throughput),
-        ("Examples per second per worker", draw_per_worker),
-        ("Scaling efficiency against workers", draw_scaling),
-        ("Time to target", draw_time_to_target),
-    ]
-    if data.predictions:
-        chosen.append(("Predicted against measured examples per second", draw_predictions))
-    if data.system:
-        chosen += [("CPU per task", lambda ax, d: draw_system(ax, d, "system/cpu_percent", "CPU %")),
-                   ("Resident memory per task", lambda ax, d: draw_system(ax, d, "system/rss_mb", "RSS (MB)"))]
-    return chosen
+def _draw(ax: Axes, title: str, draw: Callable[[Axes, ReportData], None], data: ReportData,
+          failed: list[str] | None) -> None:
+    """``draw`` on ``ax`` under ``title``; a failure is written on the panel and added to ``failed``."""
+    try:
+        draw(ax, data)
+    except Exception as exc:  # noqa: BLE001 - the drawing boundary: one panel never costs the page
+        reason = f"the panel {title!r} could not be drawn ({type(exc).__name__}: {str(exc)[:200]})"
+        ax.clear()
+        ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=8, color="0.35",
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if failed is not None:
+            failed.append(reason)
+    ax.set_title(title, fontsize=10)
 
 
 def _png(figure: Figure) -> bytes:
@@ -234,49 +58,87 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def panel_pngs(data: ReportData) -> list[tuple[str, bytes]]:
-    """One PNG of ``PANEL_SIZE`` inches at ``DPI`` per panel, with its title."""
+def panel_pngs(data: ReportData, failed: list[str] | None = None) -> list[tuple[str, bytes]]:
+    """One PNG of ``PANEL_SIZE`` inches at ``DPI`` per panel with something to draw, with its title."""
     out = []
     for title, draw in panels(data):
         figure = Figure(figsize=PANEL_SIZE, dpi=DPI, layout="constrained")
-        ax = figure.add_subplot()
-        draw(ax, data)
-        ax.set_title(title, fontsize=10)
+        _draw(figure.add_subplot(), title, draw, data, failed)
         out.append((title, _png(figure)))
     return out
-
-
-def page_size(data: ReportData) -> tuple[int, int]:
-    """Pixels ``(width, height)`` of :func:`page_png`: two panels a row, then the HParams table."""
-    rows = math.ceil(len(panels(data)) / 2)
-    width = 2 * PANEL_SIZE[0]
-    height = rows * PANEL_SIZE[1] + _table_inches(data)
-    return round(width * DPI), round(height * DPI)
 
 
 def _table_inches(data: ReportData) -> float:
     return 0.6 + _TABLE_ROW_INCHES * (len(data.hparam_rows) + 1)
 
 
-def page_png(data: ReportData) -> bytes:
-    """Every panel, two a row, and the HParams table below them, on one PNG of :func:`page_size`."""
+def _lines_inches(data: ReportData) -> float:
+    lines = left_out_lines(data)
+    return 0.2 + _LINE_INCHES * len(lines) if lines else 0.0
+
+
+def page_size(data: ReportData) -> tuple[int, int]:
+    """Pixels ``(width, height)`` of :func:`page_png`: two panels a row, the panels left out, then the
+    table."""
+    rows = math.ceil(len(panels(data)) / 2)
+    width = 2 * PANEL_SIZE[0]
+    height = rows * PANEL_SIZE[1] + _lines_inches(data) + _table_inches(data)
+    return round(width * DPI), round(height * DPI)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= LABEL_CHARACTERS else text[: LABEL_CHARACTERS - 1] + "\u2026"
+
+
+def _table(ax: Axes, data: ReportData) -> None:
+    """The HParams and the results of every run, one row each; result headers on a tinted ground."""
+    ax.axis("off")
+    ax.set_title("HParams and results (results: last epoch; test: evaluate; examples/s: epochs 2..)",
+                 fontsize=10)
+    if not data.hparam_rows:
+        return
+    columns = [*data.hparam_columns, *data.result_columns]
+    results = data.result_rows or tuple(() for _ in data.hparam_rows)
+    labels = [_short(c) for c in columns]
+    cells = [[_short(c) for c in (*row, *result)] for row, result in zip(data.hparam_rows, results)]
+    room = 0.94 * 2 * PANEL_SIZE[0]  # inches: the page less its margins
+    font, ems = _table_font([labels, *cells], room)
+    table = ax.table(cellText=cells, colLabels=labels, loc="upper center", cellLoc="left",
+                     colWidths=[em * font / 72.0 / room * 0.94 for em in ems])
+    table.set_in_layout(False)  # placed in its axes; constrained layout would shift the axes around it
+    table.auto_set_font_size(False)
+    table.set_fontsize(font)
+    for i in range(len(data.hparam_columns), len(columns)):
+        table[0, i].set_facecolor("#e8eef7")
+
+
+def _table_font(cells: list[list[str]], inches: float) -> tuple[float, list[float]]:
+    """The font size (points) at which a table of ``cells`` (header row first) fits ``inches``, at most
+    ``_TABLE_FONT``, and each column's width in ems (0.66 em a character and 1.6 em of padding)."""
+    ems = [0.66 * max(len(row[i]) for row in cells) + 1.6 for i in range(len(cells[0]))]
+    return max(3.0, min(float(_TABLE_FONT), 72.0 * inches / sum(ems))), ems
+
+
+def page_png(data: ReportData, failed: list[str] | None = None) -> bytes:
+    """The panels, two a row, a line per panel left out and the table below, on one PNG of
+    :func:`page_size`."""
     chosen = panels(data)
     rows = math.ceil(len(chosen) / 2)
     width, height = page_size(data)
     figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
-    grid = figure.add_gridspec(rows + 1, 2, height_ratios=[PANEL_SIZE[1]] * rows + [_table_inches(data)])
-    for i, (title, draw) in enumerate(chosen):
-        ax = figure.add_subplot(grid[i // 2, i % 2])
-        draw(ax, data)
-        ax.set_title(title, fontsize=10)
-    table_ax = figure.add_subplot(grid[rows, :])
-    table_ax.axis("off")
-    table_ax.set_title("HParams", fontsize=10)
-    if data.hparam_rows:
-        table = table_ax.table(cellText=[[_short(c) for c in r] for r in data.hparam_rows],
-                               colLabels=[_short(c) for c in data.hparam_columns],
-                               loc="upper center", cellLoc="left")
-        table.auto_set_font_size(False)
-        table.set_fontsize(7)
-        table.auto_set_column_width(list(range(len(data.hparam_columns))))
+    # the table in a sub-figure of its own: the panels' axis labels do not narrow it
+    upper_inches = rows * PANEL_SIZE[1] + _lines_inches(data)
+    upper, lower = figure.subfigures(2, 1, height_ratios=[upper_inches or 1e-6, _table_inches(data)])
+    heights = [PANEL_SIZE[1]] * rows + ([_lines_inches(data)] if _lines_inches(data) else [])
+    if heights:
+        grid = upper.add_gridspec(len(heights), 2, height_ratios=heights)
+        for i, (title, draw) in enumerate(chosen):
+            _draw(upper.add_subplot(grid[i // 2, i % 2]), title, draw, data, failed)
+        if _lines_inches(data):
+            notes = upper.add_subplot(grid[rows, :])
+            notes.axis("off")
+            notes.text(0.0, 1.0, "\n".join(left_out_lines(data)), ha="left", va="top", fontsize=8, color="0.3",
+                       transform=notes.transAxes)
+    _table(lower.add_subplot(), data)
     return _png(figure)
