@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from typing import Any
 
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
-from tfdist.advise.plan import PLAN_RESULT_ENV, Plan, compare, slow_warning
+from tfdist.atomic_write import write_atomically
+from tfdist.plan import PLAN_RESULT_ENV, Plan, compare, slow_warning
 
 log = logging.getLogger("tfdist")
 #: The epoch (0-based) after which a slow run is reported: the first timed one.
@@ -81,15 +81,8 @@ def _plain(record: dict[str, float]) -> dict[str, float]:
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically; a failure is logged, never raised (training is done)."""
-    temporary = None
+    """Write ``payload`` to ``path`` whole or not at all; a failure is logged, never raised (training is done)."""
     try:
-        handle, temporary = tempfile.mkstemp(prefix=".plan-result-", suffix=".json",
-                                             dir=os.path.dirname(os.path.abspath(path)))
-        with os.fdopen(handle, "w") as out:
-            json.dump(payload, out, allow_nan=False)
-        os.replace(temporary, path)
+        write_atomically(path, json.dumps(payload, allow_nan=False))
     except (OSError, ValueError) as exc:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
         log.warning("tfdist plan: could not write the measured figures to %s (%s)", path, exc)

@@ -162,7 +162,7 @@ def _write_scalars(log_dir: str, scalars: Mapping[str, float], step: int) -> Non
 
 def _write_plan(log_dir: str, plan: Any) -> None:
     """The plan beside the run (``plan.json``) and its prediction as ``advice/`` scalars at step 0."""
-    from tfdist.advise.plan import plan_json, predicted_record
+    from tfdist.plan import plan_json, predicted_record
 
     os.makedirs(log_dir, exist_ok=True)
     with open(os.path.join(log_dir, "plan.json"), "w") as out:
@@ -223,7 +223,7 @@ def _hparams_tensorboard(flavour: str) -> type:
                 newly[f"target_reached/{tag}"] = 1.0
         rate = _number(logs.get("examples_per_second"))
         if self.plan is not None and rate is not None and rate > 0:
-            from tfdist.advise.plan import compare
+            from tfdist.plan import compare
 
             newly.update(compare(self.plan, rate))
         _write_scalars(self.log_dir, newly, step=epoch + 1)

@@ -221,7 +221,7 @@ def test_a_cluster_too_large_for_the_ps_model_is_refused_quickly():
 
 
 def test_save_writes_the_plan_the_advice_recommends(tmp_path):
-    from tfdist.advise.plan import load_plan
+    from tfdist.plan import load_plan
 
     path = tmp_path / "plan.json"
     result = invoke("advise", "--workers", "2", "--ps", "1", "--params", "669706", "--batch-size", "64",
@@ -277,7 +277,7 @@ def test_a_model_that_fits_nowhere_is_refused_with_the_numbers():
 
 
 def test_the_plan_saved_under_a_memory_cap_carries_its_shards(tmp_path):
-    from tfdist.advise.plan import load_plan
+    from tfdist.plan import load_plan
 
     path = tmp_path / "plan.json"
     result = run(*TABLE[:3], "3", *TABLE[4:], "--ps-memory", "1.5GiB", "--worker-memory", "1.5GiB",

@@ -1,4 +1,4 @@
-"""The plan (tfdist/advise/plan.py) and its application (tfdist/strategies/planning.py), without TensorFlow:
+"""The plan (tfdist/plan.py) and its application (tfdist/strategies/planning.py), without TensorFlow:
 advice -> plan -> file -> environment -> the options make_strategy("auto") builds, per backend; the
 script's explicit options win with one notice; every bad plan gives one error naming the file and field."""
 from __future__ import annotations
@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfdist.advise import Cluster, Workload, advise, parse_rate
-from tfdist.advise.plan import (PLAN_ENV, SLOW_RATIO, Plan, PlanError, compare, load_plan, parse_plan,
-                                plan_from_advice, plan_json, save_plan, slow_warning)
+from tfdist.advise.planner import plan_from_advice
+from tfdist.plan import (PLAN_ENV, SLOW_RATIO, Plan, PlanError, compare, load_plan, parse_plan,
+                         plan_json, save_plan, slow_warning)
 from tfdist.strategies.options import StrategyOptions
 from tfdist.strategies.planning import resolve_plan, run_size
 
@@ -286,7 +287,7 @@ def test_the_comparison_and_the_slow_warning():
 
 
 def test_the_launcher_passes_the_plan_inline_and_reads_the_result_back(tmp_path):
-    from tfdist.advise.plan import PLAN_RESULT_ENV, plan_environment, result_summary
+    from tfdist.plan import PLAN_RESULT_ENV, plan_environment, result_summary
 
     plan = _plan("50mbit")
     env = plan_environment(plan, str(tmp_path / "measured.json"))

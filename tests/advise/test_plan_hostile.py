@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfdist.advise import Cluster, Workload, advise, parse_rate
-from tfdist.advise.plan import PLAN_ENV, PlanError, load_plan, parse_plan, plan_from_advice
+from tfdist.advise.planner import plan_from_advice
+from tfdist.plan import PLAN_ENV, PlanError, load_plan, parse_plan
 from tfdist.strategies.options import StrategyOptions
 from tfdist.strategies.planning import resolve_plan
 

@@ -1,4 +1,4 @@
-"""check_plan_path (tfdist/advise/plan.py), the early check of `advise --save` and `launch --save-plan`
+"""check_plan_path (tfdist/plan.py), the early check of `advise --save` and `launch --save-plan`
 (issue 34): /proc/plan.json, /sys/plan.json, a 300-character name and `sub/` passed it and failed after the
 probe. Now the name is checked against the file system's limits and the folder takes a real temporary file,
 as save_plan will write one, and nothing is left behind. Pure: no TensorFlow, no probe."""
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tfdist.advise.plan import PlanError, check_plan_path, load_plan, save_plan
+from tfdist.plan import PlanError, check_plan_path, load_plan, save_plan
 
 
 def _refused(path: str) -> str:
@@ -94,7 +94,7 @@ def test_a_writable_path_passes_and_nothing_is_left_behind(tmp_path, monkeypatch
 
 def test_an_existing_plan_passes_untouched_and_the_save_then_replaces_it(tmp_path):
     from tfdist.advise import Cluster, Workload, advise, parse_rate
-    from tfdist.advise.plan import plan_from_advice
+    from tfdist.advise.planner import plan_from_advice
 
     path = tmp_path / "plan.json"
     path.write_text("old")

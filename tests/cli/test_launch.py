@@ -760,7 +760,7 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
     import tfdist.cli.launch as module
     from tfdist.advise import probe
     from tfdist.advise.host_memory import HostMemory
-    from tfdist.advise.plan import PLAN_ENV
+    from tfdist.plan import PLAN_ENV
     from tfdist.launch.hosts import parse_hosts
 
     monkeypatch.chdir(tmp_path)
@@ -807,7 +807,7 @@ def test_auto_with_the_models_embedding_table_plans_for_the_rows_a_step_moves(mo
 
     import tfdist.cli.launch as module
     from tfdist.advise import probe
-    from tfdist.advise.plan import PLAN_ENV
+    from tfdist.plan import PLAN_ENV
     from tfdist.launch.hosts import parse_hosts
 
     monkeypatch.chdir(tmp_path)

@@ -152,14 +152,14 @@ def test_too_many_workers_for_the_slots_is_a_usage_error(launched):
 
 
 def _plan_of(environ: dict):
-    from tfdist.advise.plan import PLAN_ENV, load_plan
+    from tfdist.plan import PLAN_ENV, load_plan
 
     return load_plan(environ[PLAN_ENV])[0]
 
 
 def test_slow_links_launch_horovod_with_the_planned_fp16_in_every_tasks_environment(monkeypatch, launched,
                                                                                     tmp_path):
-    from tfdist.advise.plan import PLAN_RESULT_ENV
+    from tfdist.plan import PLAN_RESULT_ENV
 
     slow = [LinkMeasure(a, b, 50e6, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
     _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, links=slow)

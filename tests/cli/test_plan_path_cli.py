@@ -1,7 +1,7 @@
 """`advise --save` and `launch --save-plan` check the plan's path while the command line is parsed, before
 anything is probed or started (issue 34: /proc/plan.json, /sys/plan.json, a 300-character name and
 `paths/sub/` passed and failed after 8-12 s of probing). The option's callback is
-tfdist.cli.types.writable_plan_path over tfdist.advise.plan.check_plan_path (its cases:
+tfdist.cli.types.writable_plan_path over tfdist.plan.check_plan_path (its cases:
 tests/advise/test_plan_path.py). No TensorFlow, no ssh: the probe and the launchers are replaced."""
 from __future__ import annotations
 

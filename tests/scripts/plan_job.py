@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from tfdist.advise.plan import PLAN_RESULT_ENV
+from tfdist.plan import PLAN_RESULT_ENV
 from tfdist.callbacks import TensorBoardRun
 
 OUTDIR = sys.argv[1]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tensorflow")
 
-from tfdist.advise.plan import PLAN_ENV, PlanError  # noqa: E402
+from tfdist.plan import PLAN_ENV, PlanError  # noqa: E402
 from tfdist.strategies import STRATEGIES, build_options, load_backends  # noqa: E402
 from tfdist.strategies.options import field_names  # noqa: E402
 from tfdist.strategies.planning import resolve_plan  # noqa: E402

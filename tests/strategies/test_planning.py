@@ -16,7 +16,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import tfdist  # noqa: E402
-from tfdist.advise.plan import _VARIANT_OPTIONS, PLAN_ENV, PLAN_RESULT_ENV, Plan, PlanError, save_plan  # noqa: E402
+from tfdist.plan import VARIANTS, PLAN_ENV, PLAN_RESULT_ENV, Plan, PlanError, save_plan  # noqa: E402
 from tfdist.advise.recommend import backend_of  # noqa: E402
 from tfdist.strategies import option_names  # noqa: E402
 
@@ -31,8 +31,8 @@ def _plan(backend: str = "single", options=None, workers: int = 1, rate: float =
 
 
 def test_every_planned_option_is_an_option_of_its_backend():
-    for variant, options in _VARIANT_OPTIONS.items():
-        assert set(options) <= set(option_names(backend_of(variant))), variant
+    for variant, (backend, options) in VARIANTS.items():
+        assert backend == backend_of(variant) and set(options) <= set(option_names(backend)), variant
     assert set(option_names("parameter_server")) >= {"shards"}
 
 
@@ -156,7 +156,7 @@ def test_under_horovodrun_each_rank_runs_the_planned_compression(planned_horovod
 def test_the_planned_shards_and_the_scripts_own_sharding_build_the_backends_options(explicit):
     """A plan's shards=2 under make_strategy('auto') with the script's own min_shard_bytes= used to
     give both to ParameterServerOptions, which refuses the pair: the script's now wins."""
-    from tfdist.advise.plan import plan_json
+    from tfdist.plan import plan_json
     from tfdist.strategies import build_options
     from tfdist.strategies.planning import resolve_plan
 

@@ -218,7 +218,8 @@ def _print(result: Advice, cluster: Cluster, workload: Workload, as_json: bool,
         text = render(result, cluster, workload)
         click.echo(render_measured(found) + "\n\n" + text if found is not None else text)
     if save_path is not None:
-        from tfdist.advise.plan import plan_from_advice, save_plan
+        from tfdist.advise.planner import plan_from_advice
+        from tfdist.plan import save_plan
 
         plan = plan_from_advice(result, cluster, workload)
         try:

@@ -200,7 +200,7 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
         code = _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
                                   ssh, bind_all, grace, task_timeout, environ)
     if plan is not None:
-        from tfdist.advise.plan import result_summary
+        from tfdist.plan import result_summary
 
         _report(result_summary(plan, result_path))
     raise SystemExit(code)
@@ -210,7 +210,7 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
 def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str]:
     """Print and save ``plan``; the tasks' environment with it inline, and where the chief writes its
     measured figures (beside the saved plan)."""
-    from tfdist.advise.plan import PlanError, default_plan_path, plan_environment, save_plan
+    from tfdist.plan import PlanError, default_plan_path, plan_environment, save_plan
 
     path = save_path or default_plan_path()
     try:
@@ -260,7 +260,7 @@ def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model
     from tfdist.advise import AdviseError
     from tfdist.advise import advise as advise_cluster
     from tfdist.advise.inputs import build_inputs, memory_check
-    from tfdist.advise.plan import plan_from_advice
+    from tfdist.advise.planner import plan_from_advice
     from tfdist.advise.probe import default_workers, probe_hosts
     from tfdist.advise.render import render, render_measured
     from tfdist.launch.hosts import parse_hosts, place_tasks

@@ -203,7 +203,7 @@ EMBEDDING = Parsed("ROWSxDIM[:LOOKUPS]", _embedding)
 def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A click callback: a plan file's path (``advise --save``, ``launch --save-plan``) must be
     writable before anything is probed or started; the option's usage error names the problem."""
-    from tfdist.advise.plan import PlanError, check_plan_path
+    from tfdist.plan import PlanError, check_plan_path
 
     if value is not None:
         try:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tfdist.atomic_write import write_atomically
 from tfdist.cluster.tf_config import TF_CONFIG_ENV
 from tfdist.errors import ArgumentValueError
 
@@ -56,45 +56,14 @@ def file_name(name: str) -> str:
 def write_dir(configs: Mapping[str, Mapping[str, Any]], directory: str | os.PathLike[str]) -> list[Path]:
     """Write one ``type-index.json`` per task into `directory` (created if needed), each atomically.
 
-    Each file is written to a temporary file in the same directory, fsynced, then renamed over the
-    target with ``os.replace``, so a crash never leaves a half-written TF_CONFIG.
+    Each file is written whole or not at all (:func:`tfdist.atomic_write.write_atomically`), so a crash
+    never leaves a half-written TF_CONFIG.
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, config in configs.items():
         target = root / file_name(name)
-        _atomic_write(target, compact_json(config) + "\n")
+        write_atomically(target, compact_json(config) + "\n")
         paths.append(target)
-    _fsync_directory(root)
     return paths
-
-
-def _atomic_write(target: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the renames durable; not every platform can open a directory, so best effort."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -23,6 +23,7 @@ import socket
 import tempfile
 from typing import Any, Iterator
 
+from tfdist.atomic_write import new_file_problem
 from tfdist.errors import TfdistError, with_fix
 
 #: What each export format writes: a SavedModel directory or a Keras zip file.
@@ -93,12 +94,7 @@ def _unwritable(directory: str) -> str | None:
         probe = parent
     if not os.path.isdir(probe):
         return f"{probe!r} is not a directory"
-    try:
-        with tempfile.NamedTemporaryFile(dir=probe, prefix=".tfdist-write-check-"):
-            pass
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    return None
+    return new_file_problem(probe)
 
 
 def _sibling(target: str, kind: str) -> str:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from tfdist.atomic_write import write_atomically
 from tfdist.errors import TfdistError
 
 SHIM_SOURCE = Path(__file__).with_name("bind_shim.c")
@@ -40,12 +41,6 @@ def _verified(library: Path, source_hash: str) -> bool:
         return record == {"source": source_hash, "library": _sha256(library.read_bytes())}
     except (OSError, ValueError):
         return False
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)
 
 
 def shim_library(cache_dir: Path | None = None) -> Path:
@@ -80,7 +75,7 @@ def shim_library(cache_dir: Path | None = None) -> Path:
                                 "or pass --bind-all")
         record = {"source": source_hash, "library": _sha256(built.read_bytes())}
         os.replace(built, library)  # atomic: never a half-written library in the cache
-    _write_atomically(library.with_name(library.name + ".sha256"), json.dumps(record).encode())
+    write_atomically(library.with_name(library.name + ".sha256"), json.dumps(record).encode())
     return library
 
 

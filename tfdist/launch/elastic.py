@@ -47,6 +47,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tfdist.atomic_write import default_mode, write_atomically
 from tfdist.errors import with_fix
 from tfdist.launch.hosts import parse_hosts
 from tfdist.launch.plan import LaunchError, launcher_argv
@@ -95,10 +96,8 @@ def write_discovery_script(workdir: Path, hosts: Sequence[tuple[str, int]], ssh_
     path = workdir / DISCOVERY_SCRIPT
     text = _SCRIPT.format(python=python or sys.executable, hosts=[tuple(h) for h in hosts], port=int(ssh_port),
                           timeout=float(timeout))
-    partial = path.with_suffix(".tmp")
-    partial.write_text(text)
-    partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    os.replace(partial, path)  # horovodrun may already be polling an older one
+    mode = default_mode(str(path)) | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    write_atomically(path, text, mode=mode)  # horovodrun may already be polling an older one
     return path
 
 

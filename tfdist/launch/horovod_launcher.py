@@ -33,9 +33,10 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+
+from tfdist.atomic_write import write_atomically
 
 XDG_CACHE_HOME = "XDG_CACHE_HOME"
 CACHE_SUBDIR = "tfdist"
@@ -114,21 +115,11 @@ class BuildCheckCache:
         """Add ``name: value`` to the file (temporary file, then ``os.replace``); a directory that cannot
         be written is logged and skipped (the next launch asks Horovod again)."""
         answers = {**self.read(), name: value}
-        partial = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            handle, partial = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
-                                               dir=self.directory)
-            with os.fdopen(handle, "w") as stream:
-                json.dump({"key": self.key, "answers": answers}, stream)
-            os.replace(partial, self.path)
+            write_atomically(self.path, json.dumps({"key": self.key, "answers": answers}))
         except OSError as exc:
             log.debug("cannot store the Horovod build-check cache in %s: %s", self.directory, exc)
-            if partial is not None:
-                try:
-                    os.unlink(partial)
-                except OSError:
-                    pass
 
 
 def install_cache(environ: Mapping[str, str] | None = None) -> Callable[[], None] | None:

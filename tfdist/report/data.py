@@ -23,7 +23,7 @@ Choices, each visible in the figures' labels:
   (written once) beside the *median* of ``advice/measured_examples_per_second`` over the epochs after
   the first (all epochs when there is only one), ratio = measured / predicted; the same for step
   times (``advice/*_step_ms``); backend and variant from the ``plan/backend`` and ``plan/variant``
-  hparams, the other ``plan/<option>`` hparams (all but ``tfdist.advise.plan.HPARAM_FIELDS``) as the
+  hparams, the other ``plan/<option>`` hparams (all but ``tfdist.plan.HPARAM_FIELDS``) as the
   plan's options;
 * **runs shown**: those with a scalar or an hparam; the others, and the files read in part, are
   ``not_read`` lines saying why (values no run logs, infinite or beyond 1e15, are left out as they
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import fmean, median
 
-from tfdist.advise.plan import HPARAM_FIELDS
+from tfdist.plan import HPARAM_FIELDS
 from tfdist.report.events import MAIN, Run, run_line
 from tfdist.report.results import result_table
 from tfdist.report.tags import (LOSS_TAG, MEAN_RATE_TAG, MEASURED_RATE_TAG, MEASURED_STEP_TAG, PLAN_PREFIX,

@@ -5,14 +5,14 @@
 
 ``check_out`` refuses what can be known in advance (a wrong suffix, a folder or FIFO at the path, a
 file where a folder should be, a folder nothing can be created in: it creates and removes a temporary
-folder there); a write that fails later raises :class:`ReportError` with one line.
+file there); a write that fails later raises :class:`ReportError` with one line.
 """
 from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
+from tfdist.atomic_write import new_file_problem, write_atomically
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 
 #: The file kinds the report can write, by suffix.
@@ -49,45 +49,20 @@ def check_out(out: str) -> str:
     if not os.path.isdir(existing):
         raise ArgumentValueError(with_fix(
             f"`out` {out!r} cannot be written: {existing!r} is a file, not a folder", _WRITABLE_FIX))
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".tfdist-report-check-"))
-    except OSError as exc:
+    problem = new_file_problem(existing)
+    if problem is not None:
         raise ArgumentValueError(with_fix(f"`out` {out!r} cannot be written: nothing can be created in "
-                                          f"{existing!r} ({exc.strerror or exc})", _WRITABLE_FIX)) from None
+                                          f"{existing!r} ({problem})", _WRITABLE_FIX))
     return suffix
 
 
-def _mode(target: str) -> int:
-    """The mode the written file gets: the replaced file's, else what ``open`` gives (0666 less umask)."""
-    try:
-        return stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
 def write_atomic(out: str, data: bytes) -> None:
-    """Write ``data`` to ``out`` through a temporary sibling renamed over it; :class:`ReportError` (one
-    line) when that fails, and then no temporary file is left and ``out`` is as it was."""
+    """Write ``data`` to ``out`` whole or not at all (:func:`tfdist.atomic_write.write_atomically`, into a
+    symbolic link's target, its folders made first); :class:`ReportError` (one line) when that fails, and
+    then no temporary file is left and ``out`` is as it was."""
     target = _target(out)
-    parent = os.path.dirname(os.path.abspath(target))
-    tmp = None
     try:
-        os.makedirs(parent, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(tmp, _mode(target))
-        os.replace(tmp, target)
-        tmp = None
+        os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+        write_atomically(target, data)
     except OSError as exc:
         raise ReportError(with_fix(f"cannot write {out!r}: {exc.strerror or exc}", _WRITABLE_FIX)) from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

@@ -6,7 +6,7 @@ backend's, each value passing the backend's own option checks (its options datac
 ``make_strategy`` checks a script's options), so ``checkpoint_dir: 5`` stops the task before anything
 is built. The script's explicit options win over the plan's, each override reported in one line; an
 option that says the same thing another way replaces the plan's (the script's ``min_shard_bytes=``
-drops the plan's ``shards=``: ``tfdist.advise.plan.EXCLUSIVE_OPTIONS``).
+drops the plan's ``shards=``: ``tfdist.plan.EXCLUSIVE_OPTIONS``).
 A named backend (``make_strategy("horovod")``) does not apply a plan: it says so in one line.
 
     option_types = {name: STRATEGIES.get(name).Options for name in STRATEGIES.names()}
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from tfdist.advise.plan import PLAN_ENV, Plan, PlanError, check_options, check_run, load_plan, merge_options
+from tfdist.plan import PLAN_ENV, Plan, PlanError, check_options, check_run, load_plan, merge_options
 from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
 from tfdist.errors import with_fix
 from tfdist.strategies.options import (CLUSTER_OPTIONS, OptionValueError, StrategyOptions, UnknownOptionError,
