@@ -337,3 +337,16 @@ def test_hostile_python_objects_give_problems_not_exceptions():
     long_key = {"x" * 5000 + "\n": 1, **_tf_config({"worker": ["a:1"]})}
     (problem,) = validate_tf_config(long_key)
     assert "\n" not in str(problem) and len(str(problem)) < 400
+
+
+@pytest.mark.parametrize("address", ["\x1e", "h:1\u2028", "\x85"])
+def test_a_string_task_list_with_a_line_separator_stays_one_line(address):
+    """The fuzzer's find: the fix echoed ``["\x1e"]`` raw, and \x1e, \x85 and U+2028 split a line."""
+    problems = validate_tf_config({"cluster": {"worker": address}, "task": {"type": "worker", "index": 0}})
+    (problem,) = [p for p in problems if p.field == "cluster.worker"]
+    assert len(str(problem).splitlines()) == 1 and problem.fix.startswith('write it as ["')
+
+
+def test_a_printable_string_task_list_is_echoed_as_written():
+    problems = validate_tf_config({"cluster": {"worker": "hé:2222"}, "task": {"type": "worker", "index": 0}})
+    assert 'write it as ["hé:2222"]' in [p.fix for p in problems]

@@ -1,5 +1,9 @@
 """Cluster specs and TF_CONFIG: pure functions and frozen dataclasses, importable without TensorFlow.
 
+The renderers for other schedulers (Kubernetes manifests in ``k8s``, SLURM batch scripts in ``sbatch``)
+load on first use, so a training task that reads TF_CONFIG does not load them. This package imports
+only :mod:`tfdist.errors` and :mod:`tfdist.atomic_write` of tfdist.
+
 >>> from tfdist.cluster import ClusterSpec, all_tf_configs, render_env
 >>> spec = ClusterSpec.from_dict({"chief": ["h1:2222"], "worker": ["h2:2222"], "ps": ["h3:2222"]})
 >>> list(all_tf_configs(spec))
@@ -9,17 +13,8 @@ from tfdist.cluster.build import ClusterOptions, build_cluster
 from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, Problem
 from tfdist.cluster.files import load_cluster_file
 from tfdist.cluster.limits import MAX_DEPTH, MAX_EVERY_TASK, MAX_INPUT_BYTES, MAX_TASKS
-from tfdist.cluster.k8s import (
-    K8S_MODES,
-    TaskResources,
-    k8s_manifests,
-    parse_cpu,
-    parse_memory,
-    render_k8s,
-)
 from tfdist.cluster.render import render_env, render_json, write_dir
 from tfdist.cluster.slurm import expand_hostlist, slurm_cluster, slurm_tf_config
-from tfdist.cluster.sbatch import BatchJob, render_sbatch
 from tfdist.cluster.source import SourceCheck, check_source
 from tfdist.cluster.spec import (
     TASK_TYPES,
@@ -42,3 +37,17 @@ __all__ = [
     "render_env", "render_json", "render_k8s", "render_sbatch", "round_robin_cluster", "slurm_cluster",
     "slurm_tf_config", "tf_config_for", "validate_cluster", "validate_tf_config", "warnings_for", "write_dir",
 ]
+
+#: Names of the scheduler renderers, loaded from their module on first use (PEP 562).
+_LAZY = {"K8S_MODES": "k8s", "TaskResources": "k8s", "k8s_manifests": "k8s", "parse_cpu": "k8s",
+         "parse_memory": "k8s", "render_k8s": "k8s", "BatchJob": "sbatch", "render_sbatch": "sbatch"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"tfdist.cluster.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tfdist.cluster' has no attribute {name!r}")

@@ -9,6 +9,7 @@ Pure data and pure functions, except :func:`free_ports`, which binds sockets.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import socket
 from collections.abc import Mapping, Sequence
@@ -290,7 +291,7 @@ def parse_task_lists(data: Any, field: str, *, allow_evaluator: bool) -> tuple[T
             continue
         if not isinstance(items, (list, tuple)):
             problems.append(Problem(where, f"must be a list of 'HOST:PORT' strings, got {_kind(items)}",
-                                    f'write it as ["{items}"]' if isinstance(items, str) and len(items) <= 80
+                                    f"write it as {_as_list(items)}" if isinstance(items, str) and len(items) <= 80
                                     else 'write it as ["node1:2222"]'))
             continue
         if not items:
@@ -401,3 +402,9 @@ def _kind(value: Any) -> str:
     echo = shown(value, limit=40)
     small = isinstance(value, (str, int, float)) and len(echo) < 40 and not echo.startswith("a number of")
     return names.get(type(value), type(value).__name__) + (f" {echo}" if small else "")
+
+
+def _as_list(address: str) -> str:
+    """``address`` as the one-item JSON list it should have been: ``["h:2222"]``; a character that is
+    not printable (a line separator such as ``\x1e``) is escaped, so the message stays one line."""
+    return json.dumps([address], ensure_ascii=not address.isprintable())
