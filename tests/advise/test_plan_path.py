@@ -5,6 +5,7 @@ as save_plan will write one, and nothing is left behind. Pure: no TensorFlow, no
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -51,13 +52,13 @@ def test_a_path_over_path_max_is_refused(tmp_path):
     ("sub/..", "names a folder, not a file"),
     ("sub", "is a folder, not a file"),
     ("missing/plan.json", "does not exist"),
-    ("file.txt/plan.json", "file.txt') is not a folder"),
+    ("file.txt/plan.json", r"file\.txt'( \(\d+ characters\))?\) is not a folder"),  # CI's longer folder is cut
     ("", "names a folder, not a file"),
 ])
 def test_folders_and_missing_folders_are_refused(tmp_path, suffix, words):
     (tmp_path / "sub").mkdir()
     (tmp_path / "file.txt").write_text("")
-    assert words in _refused(str(tmp_path) + "/" + suffix)
+    assert re.search(words, _refused(str(tmp_path) + "/" + suffix))
 
 
 def test_a_long_path_keeps_its_end_in_the_message(tmp_path):

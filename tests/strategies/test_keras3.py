@@ -122,7 +122,7 @@ def test_a_keras_3_model_trains_with_tfdist_callbacks(kind, tmp_path):
         (epoch, pytest.approx(loss)) for epoch, loss in enumerate(history.history["loss"])]
     assert [value for _, value in _scalars(run / "train", "epoch_lr")] == pytest.approx([0.175, 0.2, 0.1])
     assert _hparams(run) == {"strategy": kind, "workers": 1.0, "batch_size": 16.0, "global_batch_size": 16.0,
-                             "lr": pytest.approx(0.2)}
+                             "lr": pytest.approx(0.2), "learning_rate": pytest.approx(0.2)}  # the rate fit started at
 
 
 def test_a_keras_3_learning_rate_is_scaled_by_replicas():
