@@ -16,8 +16,9 @@ demo: setup
 report: setup  ## one page comparing the runs of runs/ (what `make demo` ends with): runs/report.html
 	@$(VENV)/bin/tfdist report runs --out runs/report.html
 
-lint: setup  ## ruff with the rules of pyproject.toml (seconds; CI runs it before the tests)
+lint: setup  ## ruff, then import-linter's layer contracts, both from pyproject.toml (seconds; CI runs it before the tests)
 	@$(VENV)/bin/ruff check --quiet .
+	@$(PY) scripts/lint_imports.py
 
 # The suite starts ~900 Python processes, each importing tfdist's modules; an editable install leaves them
 # uncompiled, and with PYTHONDONTWRITEBYTECODE set each process would compile them again (~0.1 CPU-s

@@ -25,8 +25,11 @@ setup(
         "tfdist.export",
         "tfdist.horovod",
         "tfdist.advise",
+        "tfdist.auto",
         "tfdist.launch",
+        "tfdist.probe",
         "tfdist.report",
+        "tfdist.runtime",
         "tfdist.strategies",
         "tfdist.testing",
         "tfdist.callbacks",
@@ -44,8 +47,8 @@ setup(
     extras_require={
         # Horovod is built from source by scripts/setup.sh (see README); this extra pins it.
         "horovod": ["horovod==0.28.1"],
-        "test": ["pytest>=8", "pytest-xdist>=3.8", "hypothesis>=6.100", "ruff>=0.17",
-                 "kubernetes-validate>=1.30"],  # ruff: `make lint`; kubernetes-validate: the manifests
+        "test": ["pytest>=8", "pytest-xdist>=3.8", "hypothesis>=6.100", "ruff>=0.17", "import-linter>=2.17",
+                 "kubernetes-validate>=1.30"],  # ruff, import-linter: `make lint`; kubernetes-validate: manifests
         "gpu": ["tensorflow[and-cuda]~=2.21.0"],
     },
     entry_points={"console_scripts": ["tfdist=tfdist.cli.main:main"]},

@@ -99,7 +99,7 @@ def schedule(configs: Sequence[str], rates: Sequence[float | None], repeats: int
 
 def tables(users: int, items: int, dim: int) -> tuple:
     """The example's two tables as the advisor takes them (``--embedding``): one id of each per example."""
-    from tfdist.advise.cluster import Embedding
+    from tfdist.advise.model_inputs import Embedding
 
     return Embedding(users, dim, 1), Embedding(items, dim, 1)
 

@@ -20,6 +20,9 @@ already does the job; WorkerMetrics (Horovod) and ParameterServerMetrics refuse 
 (``strategy.metrics(batch_size)`` picks the right one, on one ``EpochClock`` with ``Throughput``, and
 keeps their figures off the progress line). Modules: one per concern (``throughput``,
 ``horovod_metrics``, ``ps_metrics``, ``epoch_clock``, ``progress``, ...).
+
+Layering: it may import :mod:`tfdist.runtime`, :mod:`tfdist.plan`, :mod:`tfdist.cluster` and the
+ground modules; never :mod:`tfdist.strategies` (which imports it).
 """
 import tfdist  # noqa: F401  (tf.keras routing before TensorFlow loads)
 

@@ -11,7 +11,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from tfdist.strategies.state import current_strategy
+from tfdist.cluster import TFConfig
+from tfdist.runtime.state import current_strategy
 
 
 def horovod() -> ModuleType | None:
@@ -57,8 +58,6 @@ def is_chief(model: Any = None) -> bool:
     cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
     if not cluster:
         return True
-    from tfdist.cluster import TFConfig
-
     config = TFConfig(cluster={k: tuple(v) for k, v in cluster.items()}, task_type=resolver.task_type,
                       task_index=int(resolver.task_id or 0))
     return config.is_chief

@@ -6,7 +6,7 @@ import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit 
 from tfdist import upstream
 from tfdist.errors import ArgumentValueError, with_fix
 from tfdist.callbacks import _runtime
-from tfdist.strategies.allreduce import broadcast_variables
+from tfdist.runtime.allreduce import broadcast_variables
 
 
 class BroadcastInitialState(tf_keras.callbacks.Callback):

@@ -32,7 +32,7 @@ import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit 
 from tfdist import system_metrics
 from tfdist.callbacks import _runtime
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
-from tfdist.strategies.state import current_strategy
+from tfdist.runtime.state import current_strategy
 
 #: The folder under the run directory that holds one sub-folder per task.
 SYSTEM_FOLDER = "system"

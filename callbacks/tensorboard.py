@@ -56,7 +56,7 @@ from tfdist.callbacks import _runtime
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.callbacks.learning_rate import learning_rate_value
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
-from tfdist.strategies.state import current_strategy
+from tfdist.runtime.state import current_strategy
 
 #: Comparisons a target may use.
 AT_LEAST, AT_MOST = ">=", "<="

@@ -15,7 +15,7 @@ from support import subprocess_env
 
 _BLOCKING_PROBE = """\
 import os, sys, time
-import tfdist.advise.probe as probe
+import tfdist.probe.driver as probe
 def blocking_probe(*args, **kwargs):
     open(os.path.join({folder!r}, 'probing'), 'w').close()
     time.sleep(600)

@@ -38,7 +38,7 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
     """Run ``tests/scripts/<script>`` as a real ``horovodrun -np N -H localhost:N --gloo`` job.
 
     It runs what ``tfdist launch --backend horovod`` runs: ``python -m tfdist.launch.horovod_launcher``
-    (``tfdist.launch.plan.horovod_launcher``), Horovod's own launcher with horovodrun's argv, its build
+    (``tfdist.launch.commands.horovod_launcher``), Horovod's own launcher with horovodrun's argv, its build
     check answered from tfdist's cache instead of a child importing TensorFlow (~4 CPU-s per job, ~20
     jobs in the suite). ``binary=True`` runs the ``horovodrun`` script itself, for the jobs that run a
     ``horovodrun`` command README.md or docs/ show: users type that one, as they would, in Horovod's
@@ -50,7 +50,7 @@ def horovodrun(script: str, *args: str, np: int = 2, timeout: float = 240,
     (hvd_train.py kerases: 44.6 against 36.7 CPU-s, 3 runs each, interleaved). The cycle only batches
     tensors into fewer allreduces; what these jobs check (weights, metrics, files) does not depend on
     it, and the lab's Horovod jobs, whose speed is compared with `tfdist advise`, keep the default."""
-    from tfdist.launch.plan import find_horovodrun, horovod_launcher
+    from tfdist.launch.commands import find_horovodrun, horovod_launcher
 
     if binary:
         found = find_horovodrun()

@@ -23,7 +23,7 @@ _LAZY = {
     "make_strategy": "tfdist.strategies",
     "available_strategies": "tfdist.strategies",
     "select_strategy": "tfdist.strategies.selection",
-    "current_strategy": "tfdist.strategies.state",
+    "current_strategy": "tfdist.runtime.state",
     "options_for": "tfdist.strategies.options",
 }
 

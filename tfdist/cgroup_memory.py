@@ -1,7 +1,7 @@
 """A process's memory cgroup, read from files: its tightest limit and its OOM-kill counter. Pure.
 
 The one reader of memory cgroups in tfdist: ``tfdist advise --probe`` reports a host's limit
-(:mod:`tfdist.advise.host_memory`), the launcher tells an OOM kill from a kill by hand
+(:mod:`tfdist.probe.host_memory`), the launcher tells an OOM kill from a kill by hand
 (:mod:`tfdist.launch.oom`). ``/proc/PID/cgroup`` names the group: cgroup v1's ``memory`` controller
 (mounted at ``ROOT/memory``) first, as hybrid machines mount both, else v2's unified tree (``ROOT``).
 The limit is read along the group and its ancestors (a parent's limit holds for its children, so

@@ -284,7 +284,7 @@ def lazy_keras_version(loader: Any) -> tuple[bool, str | None]:
     return True, state.get("_tfll_keras_version")
 
 
-# --- mixed precision and gradient accumulation (tfdist.strategies.allreduce) ----------------------
+# --- mixed precision and gradient accumulation (tfdist.runtime.allreduce) -------------------------
 def loss_scale_inner(optimizer: Any) -> Any:
     """The optimizer a tf-keras or Keras 3 ``LossScaleOptimizer`` wraps (its public
     ``inner_optimizer``), or ``None`` when ``optimizer`` is not a loss-scale optimizer."""

@@ -1,11 +1,11 @@
-"""The described cluster and workload (tfdist/advise/cluster.py): defaults, placement, refused values."""
+"""The described cluster and workload (tfdist/advise/model_inputs.py): defaults, placement, refused values."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 
 GBIT = 125e6
@@ -130,7 +130,7 @@ def test_colocated_ps_count_per_host_is_round_robin(workers, per_host, ps):
 
 
 def test_example_speeds_is_short_whatever_the_count():
-    from tfdist.advise.cluster import example_speeds
+    from tfdist.advise.model_inputs import example_speeds
 
     assert example_speeds(1) == "1,0.25" and example_speeds(3) == "1,1,0.25"
     assert example_speeds(10**9) == "1,1,...,0.25 (1,000,000,000 values)"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.advise import cost
-from tfdist.advise.cluster import DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, Cluster, Workload
+from tfdist.advise.model_inputs import DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, Cluster, Workload
 from tfdist.advise.errors import AdviseError
 
 GBIT = 125e6

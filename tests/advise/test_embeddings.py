@@ -7,9 +7,9 @@ import pytest
 from support import invoke
 
 from tfdist.advise import AdviseError, manual_inputs, predict_all
-from tfdist.advise.cluster import INDEX_BYTES, Embedding, Workload
+from tfdist.advise.model_inputs import INDEX_BYTES, Embedding, Workload
 from tfdist.advise.cost import horovod, multi_worker_mirrored, parameter_server
-from tfdist.advise.inputs import parse_embedding
+from tfdist.advise.user_inputs import parse_embedding
 
 GBIT = 125e6  # bytes/s
 TABLE = Embedding(rows=1_000_000, dim=128, lookups=1)
@@ -134,7 +134,7 @@ def test_the_command_refuses_a_bad_table_naming_the_option(extra, words):
 
 
 def test_an_allreduce_workers_gradient_of_a_table_is_the_gathered_rows_not_the_table():
-    from tfdist.advise.inputs import memory_check
+    from tfdist.advise.user_inputs import memory_check
 
     gib = 2**30
     cluster, workload = _inputs(batch=64)
@@ -147,9 +147,8 @@ def test_an_allreduce_workers_gradient_of_a_table_is_the_gathered_rows_not_the_t
 
 
 def test_the_tables_the_probe_found_reach_the_workload_unless_given():
-    from tfdist.advise import probe
-    from tfdist.advise.inputs import build_inputs
-    from tfdist.advise.render import render_measured
+    from tfdist.probe import driver as probe
+    from tfdist.probe.result import build_inputs, render_measured
     from tfdist.launch.hosts import parse_hosts
 
     hosts = ["w1", "w2", "p1"]
@@ -176,7 +175,7 @@ def test_a_table_text_outside_ascii_is_refused_naming_the_character(text):
 
 @pytest.mark.parametrize("text", ["1,٠.25", "1,0.25\u2007"])
 def test_worker_speeds_outside_ascii_are_refused_naming_the_character(text):
-    from tfdist.advise.inputs import parse_speeds
+    from tfdist.advise.user_inputs import parse_speeds
 
     with pytest.raises(AdviseError, match=r"--worker-speeds.*not ASCII.*fix: type it as"):
         parse_speeds(text)

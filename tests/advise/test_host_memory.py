@@ -1,11 +1,11 @@
-"""The hosts' memory as ``--probe`` reads it (tfdist/advise/host_memory.py), on fake /proc and cgroup trees:
+"""The hosts' memory as ``--probe`` reads it (tfdist/probe/host_memory.py), on fake /proc and cgroup trees:
 cgroup v1 ``memory.limit_in_bytes``, v2 ``memory.max``, the smallest limit along the ancestors, and
 /proc/meminfo when no limit is set."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tfdist.advise.host_memory import HostMemory, cgroup_limit, meminfo, read_host_memory
+from tfdist.probe.host_memory import HostMemory, cgroup_limit, meminfo, read_host_memory
 
 MEMINFO = "MemTotal:       24683584 kB\nMemFree:        17716000 kB\nMemAvailable:   21452000 kB\n"
 

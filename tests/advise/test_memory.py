@@ -147,8 +147,8 @@ def test_the_bound_is_reached_by_an_unlucky_order():
 def test_a_host_holds_every_task_placed_on_it():
     """The one rule: 8 workers on a host need 8 times a worker under allreduce; a colocated ps adds to
     its workers' runtime under parameter servers only, and has what they leave."""
-    from tfdist.advise.cluster import Cluster
-    from tfdist.advise.inputs import described_hosts
+    from tfdist.advise.model_inputs import Cluster
+    from tfdist.advise.user_inputs import described_hosts
     from tfdist.advise.memory import HostLoad
 
     hosts = described_hosts(Cluster(workers=10, workers_per_host=8, ps=1, ps_placement="colocated",

@@ -13,7 +13,7 @@ tf = pytest.importorskip("tensorflow")
 
 import tfdist  # noqa: E402,F401  (first: keeps tf.keras on tf-keras)
 from tfdist.advise.memory import KERAS3_SLOTS, OPTIMIZER_SLOTS, ModelMemory  # noqa: E402
-from tfdist.advise.probe_agent import variables_of  # noqa: E402
+from tfdist.probe.agent import variables_of  # noqa: E402
 
 
 def _optimizers(K):
@@ -49,7 +49,7 @@ def test_the_counts_and_slots_match_real_models_and_optimizers():
 def test_the_probe_feeds_ids_to_a_model_with_tables_and_lists_them():
     """A two-tower model with int64 id inputs: the probe's step feeds ids valid in every table (random
     floats would index below 0) and reports each Embedding layer as rows, width and ids per example."""
-    from tfdist.advise.probe_agent import compute
+    from tfdist.probe.agent import compute
 
     found = compute("scripts.probe_model:build_two_tower", batch_size=8, steps=2, min_seconds=0.0, warmup=1,
                     windows=1)

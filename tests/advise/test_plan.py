@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tfdist.advise import Cluster, Workload, advise, parse_rate
 from tfdist.advise.planner import plan_from_advice
+from tfdist.environments import detect_environment
 from tfdist.plan import (PLAN_ENV, SLOW_RATIO, Plan, PlanError, compare, load_plan, parse_plan,
                          plan_json, save_plan, slow_warning)
 from tfdist.strategies.options import StrategyOptions
@@ -123,7 +124,7 @@ def test_the_file_round_trips_and_is_strict_json(tmp_path):
 def test_a_plan_made_under_a_memory_cap_round_trips_with_its_shards_to_the_options(tmp_path):
     """128M parameters with Adagrad, 3 ps capped at 1.5 GiB each: parameter servers fit only sharded; the
     plan's shards=3 and what the memory check was told survive the file and reach the backend's options."""
-    from tfdist.advise.inputs import memory_check
+    from tfdist.advise.user_inputs import memory_check
 
     cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=3, bandwidths=(parse_rate("10gbit"),))
     workload = Workload(params=128_000_000, batch_size=64, step_ms=50.0)
@@ -169,7 +170,7 @@ def test_a_parameter_server_plan_under_tf_config(tmp_path):
     path = save_plan(_plan("10gbit", speeds=(1.0, 0.25), ps=2), str(tmp_path / "plan.json"))
     resolved = resolve_plan("parameter_server", ps_env(2, 2, **{PLAN_ENV: path}), {}, OPTIONS)
     assert resolved.options == {"shards": 2}
-    assert run_size("parameter_server", ps_env(3, 1)) == (3, 1)
+    assert run_size("parameter_server", detect_environment(ps_env(3, 1))) == (3, 1)
 
 
 @pytest.mark.parametrize("explicit, notice", [

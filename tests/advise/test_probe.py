@@ -1,5 +1,5 @@
-"""`tfdist advise --probe` without hosts: the aggregation of made-up measurements (tfdist/advise/probe.py),
-the agent's specification, answers and link timing (probe_agent.py), and the CLI's option checks."""
+"""`tfdist advise --probe` without hosts: the aggregation of made-up measurements (tfdist/probe/result.py),
+the agent's specification, answers and link timing (tfdist/probe/agent.py, wire.py), and the CLI's option checks."""
 from __future__ import annotations
 
 import io
@@ -12,8 +12,8 @@ import pytest
 from support import invoke, usage_error
 
 from tfdist.advise import Cluster, Workload, advise
-from tfdist.advise import probe_agent as agent
-from tfdist.advise.probe import (
+from tfdist.probe import agent, wire
+from tfdist.probe.driver import (
     Agent,
     LinkMeasure,
     ProbeError,
@@ -115,7 +115,7 @@ def test_the_measured_hosts_and_default_workers_follow_launch_placement():
 
 
 def test_a_model_without_a_batch_size_is_refused_before_anything_runs():
-    from tfdist.advise.probe import probe_hosts
+    from tfdist.probe.driver import probe_hosts
 
     with pytest.raises(ProbeError, match="--model needs --batch-size; fix: add e.g. --batch-size 64"):
         probe_hosts("nosuchhost-a,nosuchhost-b", 1, 1, model="m:f")
@@ -153,7 +153,7 @@ def test_answers_are_found_among_other_output():
     agent.answer({"result": {"step_ms": 3.5}}, out)
     assert agent.parse_answer(out.getvalue() + "trailing noise\n") == {"result": {"step_ms": 3.5}}
     assert agent.parse_answer("nothing here\n") is None
-    assert agent.parse_answer(agent.MARKER + "{broken\n") is None
+    assert agent.parse_answer(wire.MARKER + "{broken\n") is None
 
 
 def test_the_rate_skips_the_burst():
@@ -202,7 +202,7 @@ def test_bad_model_names_are_refused(model, message):
 def test_a_link_measured_over_loopback_by_real_agents():
     """Two agent processes (no TensorFlow) on this machine: a rate and a latency come back."""
     def start(host, spec):
-        return Agent([sys.executable, "-m", "tfdist.advise.probe_agent"], spec, host)
+        return Agent([sys.executable, "-m", "tfdist.probe.agent"], spec, host)
 
     measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
     assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
@@ -301,7 +301,7 @@ def test_probe_is_offered_in_help():
 
 def test_the_measured_block_and_json(monkeypatch):
     """The CLI with the probe replaced by made-up measurements: the block, the table, --json."""
-    from tfdist.advise import probe
+    from tfdist.probe import driver as probe
 
     def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
         assert (hosts, workers, ps, model, batch_size) == ("w1:1,w2:1,p:1", 2, 1, "m:f", 64)
@@ -329,7 +329,7 @@ def _with_memory(links, memory):
 
 
 def test_each_hosts_memory_comes_from_its_receiver_and_holds_all_its_tasks():
-    from tfdist.advise.host_memory import HostMemory
+    from tfdist.probe.host_memory import HostMemory
     from tfdist.advise.memory import HostLoad, ModelMemory, check_memory
 
     gib = 2**30
@@ -357,8 +357,8 @@ def test_each_hosts_memory_comes_from_its_receiver_and_holds_all_its_tasks():
 def test_probed_memory_decides_and_the_block_shows_it(monkeypatch):
     """A 128M-parameter table listed by the probe, the ps host capped at 2 GiB by its cgroup: one ps
     does not fit, the text says so with the numbers, and the JSON has min_ps."""
-    from tfdist.advise import probe
-    from tfdist.advise.host_memory import HostMemory
+    from tfdist.probe import driver as probe
+    from tfdist.probe.host_memory import HostMemory
 
     gib = 2**30
     memory = {"w1": HostMemory(None, 16 * gib), "w2": HostMemory(None, 16 * gib),
@@ -387,8 +387,8 @@ def test_probed_memory_decides_and_the_block_shows_it(monkeypatch):
 def test_nothing_fits_in_the_probed_memory_names_the_hosts_not_the_refused_options(monkeypatch):
     """Under --probe --ps-memory and --worker-memory are refused, so a plan that fits nowhere names the
     probed hosts (--hosts), with the numbers and the fix."""
-    from tfdist.advise import probe
-    from tfdist.advise.host_memory import HostMemory
+    from tfdist.probe import driver as probe
+    from tfdist.probe.host_memory import HostMemory
 
     gib = 2**30
     memory = {host: HostMemory(None, 3 * gib // 2) for host in ("w1", "w2", "p")}

@@ -1,5 +1,5 @@
-"""The probe's compute phase (tfdist/advise/probe.py ``measure_compute``) and the compute agent's
-'ready'/'go' protocol (probe_agent.py), without TensorFlow: real agent processes (``probe_agent.main``,
+"""The probe's compute phase (tfdist/probe/driver.py ``measure_compute``) and the compute agent's
+'ready'/'go' protocol (tfdist/probe/agent.py), without TensorFlow: real agent processes (``probe_agent.main``,
 its stdin watcher, its gate) whose ``compute`` is replaced by a stand-in that sleeps instead of building
 a model and writes what it does to an events file. Lines appended to one file by several processes keep
 the order of their writes, so the file is the order of events across the hosts."""
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from support import process_gone
 
-from tfdist.advise import probe_agent
-from tfdist.advise.probe import Agent, ProbeError, measure_compute
+from tfdist.probe import agent as probe_agent
+from tfdist.probe.driver import Agent, ProbeError, measure_compute
 
 #: ``python -c FAKE HOST EVENTS BEHAVIOUR``: the real agent with a stand-in compute. BEHAVIOUR: seconds
 #: of start-up, "fail" (an error answer at start-up) or "hang" (never ready).
 FAKE = r"""
 import json, os, sys, time
-from tfdist.advise import probe_agent
+from tfdist.probe import agent as probe_agent
 
 host, events, behaviour = sys.argv[1:4]
 

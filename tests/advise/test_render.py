@@ -1,4 +1,4 @@
-"""The advice as text and strict JSON (tfdist/advise/render.py) and its inputs (tfdist/advise/inputs.py)."""
+"""The advice as text and strict JSON (tfdist/advise/render.py) and its inputs (tfdist/advise/user_inputs.py, tfdist/probe/result.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tfdist.advise import AdviseError, advise
-from tfdist.advise.inputs import build_inputs, manual_inputs, parse_model_ref
-from tfdist.advise.probe import LinkMeasure, aggregate, ring
+from tfdist.advise.user_inputs import manual_inputs, parse_model_ref
+from tfdist.probe.result import LinkMeasure, aggregate, build_inputs, render_measured, ring
 from tfdist.advise.recommend import Advice
-from tfdist.advise.render import advice_json, render, render_measured
+from tfdist.advise.render import advice_json, render
 from tfdist.launch.hosts import parse_hosts
 
 GBIT = 125e6
@@ -86,7 +86,7 @@ def test_bad_model_refs_name_the_option(text, words):
 
 
 def test_rate_and_speed_lists_are_counted_before_they_are_built():
-    from tfdist.advise.inputs import parse_rates, parse_speeds
+    from tfdist.advise.user_inputs import parse_rates, parse_speeds
 
     assert parse_rates("1gbit,50mbit") == (125e6, 50e6 / 8)
     assert parse_speeds("1, 0.25") == (1.0, 0.25)
@@ -101,7 +101,7 @@ def test_rate_and_speed_lists_are_counted_before_they_are_built():
     ("1,1e7", "is not from 1e-06 to 1e+06"), ("1," + "1" * 100, "is not a number"), ("", "'' is not a number"),
 ])
 def test_bad_speeds(text, words):
-    from tfdist.advise.inputs import parse_speeds
+    from tfdist.advise.user_inputs import parse_speeds
 
     with pytest.raises(AdviseError) as info:
         parse_speeds(text)

@@ -61,7 +61,7 @@ def test_the_schedule_interleaves_and_reverses_every_other_repeat(bench):
 
 def test_the_prediction_is_the_advisors_told_of_the_two_tables(bench):
     from tfdist.advise import manual_inputs, predict_all
-    from tfdist.advise.cluster import Embedding
+    from tfdist.advise.model_inputs import Embedding
 
     tables = bench.tables(1000, 500_000, 64)
     assert tables == (Embedding(1000, 64, 1), Embedding(500_000, 64, 1))

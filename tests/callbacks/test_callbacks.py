@@ -127,7 +127,7 @@ def test_callbacks_ask_the_strategy_not_the_environment(monkeypatch, tmp_path):
     import os
     from unittest import mock
 
-    from tfdist.strategies import state
+    from tfdist.runtime import state
     from tfdist.strategies.parameter_server import ParameterServerOptions, ParameterServerStrategy
 
     cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "ps": ["127.0.0.1:4"]}

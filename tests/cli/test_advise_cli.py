@@ -53,7 +53,7 @@ def test_the_help_is_short_and_every_option_is_documented():
                 "machine), or drop --model"),
 ])
 def test_time_step_options_are_checked_before_anything_starts(monkeypatch, args, message):
-    import tfdist.advise.probe as probe
+    import tfdist.probe.driver as probe
 
     monkeypatch.setattr(probe, "time_step_here", lambda *a, **k: pytest.fail("started a measurement"))
     result = CliRunner().invoke(cli, ["advise", *args])
@@ -64,7 +64,7 @@ def test_time_step_options_are_checked_before_anything_starts(monkeypatch, args,
 
 def test_time_step_prints_the_flags_advise_takes(monkeypatch):
     """The agent's answer, as the flags to paste: a step below the advisor's floor is printed at the floor."""
-    import tfdist.advise.probe as probe
+    import tfdist.probe.driver as probe
 
     answers = iter([{"step_ms": 12.3456, "params": 2762, "dtype_bytes": 4, "embeddings": [[1000, 8, 3]]},
                     {"step_ms": 0.0002, "params": 5, "dtype_bytes": 2, "embeddings": []}])

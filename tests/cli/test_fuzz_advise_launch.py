@@ -585,7 +585,7 @@ def test_launch_argument_checking(case):
             mock.patch.object(launch_module, "_launch_horovod", horovod), \
             mock.patch.object(launch_module, "_choose_backend", choose), \
             mock.patch("tfdist.launch.local.start_group", _never), \
-            mock.patch("tfdist.advise.probe.probe_hosts", _never):
+            mock.patch("tfdist.probe.driver.probe_hosts", _never):
         result = _run(case.args)
     _check_common(result, case)
     if case.exit_code == 0:

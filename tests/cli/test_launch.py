@@ -503,7 +503,7 @@ def test_elastic_horovod_gets_a_discovery_script_that_is_removed_afterwards(tmp_
                                             "  shift\n"
                                             "done\n"
                                             "exit 5\n", monkeypatch)
-    monkeypatch.setattr("tfdist.launch.plan.find_horovodrun", lambda *a, **k: str(horovodrun))
+    monkeypatch.setattr("tfdist.launch.commands.find_horovodrun", lambda *a, **k: str(horovodrun))
     result = CliRunner().invoke(launch, ["--backend", "horovod", "--elastic", "--min-np", "1", "--max-np", "2",
                                          "--hosts", "localhost:1,no-such-host.invalid:1", "--ssh-port", "2222",
                                          "--", "/bin/echo", "t.py"])
@@ -528,7 +528,7 @@ def test_elastic_horovod_refuses_a_start_size_it_would_wait_for_forever(tmp_path
     horovodrun = tmp_path / "horovodrun"
     horovodrun.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\n")
     horovodrun.chmod(0o755)
-    monkeypatch.setattr("tfdist.launch.plan.find_horovodrun", lambda *a, **k: str(horovodrun))
+    monkeypatch.setattr("tfdist.launch.commands.find_horovodrun", lambda *a, **k: str(horovodrun))
     result = CliRunner().invoke(launch, ["--backend", "horovod", "--elastic", "--hosts", "a:1,b:1", *args, "--",
                                          "/bin/echo"])
     assert result.exit_code == 2, result.output
@@ -758,8 +758,8 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
     import json
 
     import tfdist.cli.launch as module
-    from tfdist.advise import probe
-    from tfdist.advise.host_memory import HostMemory
+    from tfdist.probe import driver as probe
+    from tfdist.probe.host_memory import HostMemory
     from tfdist.plan import PLAN_ENV
     from tfdist.launch.hosts import parse_hosts
 
@@ -806,7 +806,7 @@ def test_auto_with_the_models_embedding_table_plans_for_the_rows_a_step_moves(mo
     import json
 
     import tfdist.cli.launch as module
-    from tfdist.advise import probe
+    from tfdist.probe import driver as probe
     from tfdist.plan import PLAN_ENV
     from tfdist.launch.hosts import parse_hosts
 

@@ -8,8 +8,8 @@ import pytest
 from support import invoke, usage_error
 
 import tfdist.advise
-from tfdist.advise import probe
-from tfdist.advise.probe import LinkMeasure, aggregate
+from tfdist.probe import driver as probe
+from tfdist.probe.driver import LinkMeasure, aggregate
 from tfdist.cli import launch as launch_module
 from tfdist.launch.hosts import parse_hosts
 

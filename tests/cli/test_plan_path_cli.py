@@ -11,7 +11,7 @@ import click
 import pytest
 from support import invoke, usage_error
 
-from tfdist.advise import probe
+from tfdist.probe import driver as probe
 from tfdist.cli import launch as launch_module
 from tfdist.cli.advise import advise as advise_command
 from tfdist.cli.launch import launch as launch_command

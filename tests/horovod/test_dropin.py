@@ -204,7 +204,7 @@ def test_keras_3_optimizer_keeps_its_class_and_is_marked():
     import keras
 
     import tfdist.horovod as hvd
-    from tfdist.strategies.allreduce import ALLREDUCE_MARK
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK
 
     optimizer = keras.optimizers.Adam(0.01)
     assert hvd.DistributedOptimizer(optimizer, groups=2) is optimizer
@@ -283,7 +283,7 @@ def test_load_model_reads_the_keras_from_the_file_and_keeps_the_optimizer_state(
     import tf_keras
 
     import tfdist.horovod as hvd
-    from tfdist.strategies.allreduce import ALLREDUCE_MARK
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK
 
     x, y = np.ones((8, 3), "float32"), np.ones((8, 1), "float32")
     model = _tiny(keras)

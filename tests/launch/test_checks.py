@@ -6,7 +6,7 @@ import pytest
 from tfdist.cluster.limits import MAX_TASKS
 from tfdist.launch.checks import check_cluster_size, check_host_options, check_placement, horovod_ranks
 from tfdist.launch.hosts import HostsError
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.commands import LaunchError
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -18,7 +18,7 @@ from tfdist.launch.elastic import (
     with_ssh_wrapper,
     write_discovery_script,
 )
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.commands import LaunchError
 
 COMMAND = ["python", "train.py", "--epochs", "3"]
 
@@ -62,7 +62,7 @@ def test_the_job_starts_with_min_np_ranks_by_default_and_leaves_ssh_options_out(
 
 
 def test_horovodrun_is_found_like_the_static_launcher_finds_it(tmp_path):
-    from tfdist.launch.plan import horovod_launcher
+    from tfdist.launch.commands import horovod_launcher
 
     argv = elastic_horovodrun_command(COMMAND, "h1,h2", min_np=1, max_np=2, np=None, workdir=tmp_path)
     launcher = horovod_launcher() or ["horovodrun"]

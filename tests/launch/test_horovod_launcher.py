@@ -236,7 +236,7 @@ def test_tfdist_launch_reports_the_launcher_as_horovodrun(tmp_path, monkeypatch)
     record = tmp_path / "argv"
     stand_in = [sys.executable, "-c",
                 f"import sys, json; open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))"]
-    monkeypatch.setattr("tfdist.launch.plan.horovod_launcher", lambda *a, **k: stand_in)
+    monkeypatch.setattr("tfdist.launch.commands.horovod_launcher", lambda *a, **k: stand_in)
     result = CliRunner().invoke(launch, ["--backend", "horovod", "-np", "2", "--network-interface", "lo",
                                          "--", "/bin/echo", "t.py"])
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from tfdist.launch.local import _start
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.commands import LaunchError
 
 _READ_PDEATHSIG = ("import ctypes\n"
                    "sig = ctypes.c_int()\n"
@@ -53,7 +53,7 @@ def _oom_job(ps_command: tuple[str, ...], ps_on_host: bool,
     import time
 
     from tfdist.launch.local import run_local_cluster
-    from tfdist.launch.plan import TaskProcess
+    from tfdist.launch.commands import TaskProcess
     from tfdist.launch.policy import ParameterServerPolicy
 
     env = dict(os.environ)
@@ -115,7 +115,7 @@ def test_a_chief_that_fails_first_does_not_hide_the_ps_that_ran_out_of_memory():
 
     from tfdist.launch import oom
     from tfdist.launch.local import run_local_cluster
-    from tfdist.launch.plan import TaskProcess
+    from tfdist.launch.commands import TaskProcess
     from tfdist.launch.policy import ParameterServerPolicy
 
     env = dict(os.environ)
@@ -162,7 +162,7 @@ def _exits_after(readings: list, monkeypatch):
 def test_after_one_oom_kill_a_later_sigkill_in_the_job_is_not_called_out_of_memory(monkeypatch):
     """Each exit is compared with the reading taken before it, not with the one at the job's start."""
     from tfdist.launch import oom
-    from tfdist.launch.plan import TaskProcess
+    from tfdist.launch.commands import TaskProcess
 
     exits = _exits_after([oom.MemoryRecord("/job", 0, 1 << 30), oom.MemoryRecord("/job", 1, 1 << 30),
                           oom.MemoryRecord("/job", 1, 1 << 30), oom.MemoryRecord("/job", 2, 1 << 30)], monkeypatch)

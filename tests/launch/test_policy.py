@@ -5,7 +5,7 @@ import pytest
 
 from tfdist.errors import TfdistError
 from tfdist.launch.oom import KillCause
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.commands import LaunchError
 from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy, Verdict, describe_exit
 
 TASKS = ["chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0"]

@@ -20,7 +20,7 @@ from tfdist.errors import ArgumentValueError  # noqa: E402
 # --- in-process: the mapping and its refusals ---------------------------------------------------------
 def test_keras_3_backward_passes_become_the_optimizers_gradient_accumulation_steps():
     import tfdist.horovod as hvd
-    from tfdist.strategies.allreduce import ALLREDUCE_MARK
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK
 
     optimizer = keras.optimizers.SGD(0.1)
     assert hvd.DistributedOptimizer(optimizer, backward_passes_per_step=3) is optimizer

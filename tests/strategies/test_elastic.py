@@ -19,7 +19,7 @@ import tensorflow as tf
 from support import REPO, SCRIPTS, subprocess_env
 
 from tfdist.errors import TfdistError
-from tfdist.launch.plan import find_horovodrun
+from tfdist.launch.commands import find_horovodrun
 from tfdist.strategies.elastic import (
     CommitState,
     ElasticFitError,

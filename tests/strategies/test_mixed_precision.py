@@ -205,7 +205,7 @@ def test_parameter_servers_train_bfloat16_and_refuse_float16_naming_the_fix(tmp_
 # --- in-process: where the allreduce goes, and the refusals -------------------------------------------
 def test_keras_3_under_mixed_float16_gets_its_loss_scale_optimizer_outside_the_allreduce():
     import tfdist.horovod as hvd
-    from tfdist.strategies.allreduce import ALLREDUCE_MARK
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK
 
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -221,7 +221,7 @@ def test_keras_3_under_mixed_float16_gets_its_loss_scale_optimizer_outside_the_a
 def test_keras_3_allreduce_moves_out_to_the_loss_scale_optimizer_compile_added():
     """A model whose own dtype policy is mixed_float16: compile wraps the distributed optimizer afterwards."""
     import tfdist.horovod as hvd
-    from tfdist.strategies.allreduce import rehome_under_loss_scale
+    from tfdist.runtime.allreduce import rehome_under_loss_scale
 
     plain = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
     outer = keras.optimizers.LossScaleOptimizer(plain)

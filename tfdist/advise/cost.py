@@ -60,7 +60,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.units import format_bytes, format_rate
 from tfdist.errors import with_fix

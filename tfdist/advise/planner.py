@@ -2,7 +2,7 @@
 :class:`tfdist.plan.Plan` (the file format, its checks and its reading live in :mod:`tfdist.plan`)."""
 from __future__ import annotations
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.memory import planned_shards
 from tfdist.advise.recommend import Advice
 from tfdist.plan import Plan, variant_options

@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.errors import with_fix
 from tfdist.launch.backends import MODELLED
+from tfdist.plan import backend_of  # the variant -> backend table's one copy
 
 if TYPE_CHECKING:
     from tfdist.advise.memory import MemoryCheck
@@ -31,11 +32,6 @@ if TYPE_CHECKING:
 BACKENDS = MODELLED
 #: Below this ratio between the two best backends the difference is inside the model's error.
 CLOSE_RATIO = 1.15
-
-
-def backend_of(name: str) -> str:
-    """The backend a strategy variant belongs to: ``horovod_fp16`` -> ``horovod``."""
-    return "horovod" if name.startswith("horovod") else name
 
 
 @dataclasses.dataclass(frozen=True)

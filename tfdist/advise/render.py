@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-from tfdist.advise.cluster import Cluster, Workload
+from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.recommend import Advice
-from tfdist.advise.units import format_bytes, format_memory, format_rate
+from tfdist.advise.units import format_bytes, format_rate
 from tfdist.errors import with_fix
-
-if TYPE_CHECKING:
-    from tfdist.advise.probe import ProbeResult
 
 WIDTH = 100
 _LISTED = 8  # speeds named before "... (N in all)"
@@ -80,24 +78,6 @@ def _tables(workload: Workload) -> str:
             f"{format_bytes(workload.dense_bytes)} whole.")
 
 
-def render_measured(found: ProbeResult) -> str:
-    """The "Measured:" block: per host its link rate, latency, step time and speed; the model."""
-    lines = ["Measured:"]
-    for host in found.hosts:
-        step = f", step {host.step_ms:,.1f} ms, speed {host.speed:.2f}" if host.step_ms is not None else ""
-        memory = ""
-        if host.memory is not None and host.memory.usable is not None:
-            limit = " (cgroup limit)" if host.memory.limit is not None and host.memory.usable == host.memory.limit else ""
-            memory = f", memory {format_memory(host.memory.usable)}{limit}"
-        lines.append(f"  {host.host}: link {format_rate(host.rate_bps / 8)}, latency "
-                     f"{host.latency_s * 1000:.3g} ms{step}{memory}")
-    if found.params is not None:
-        lines.append(f"  model: {found.params:,} params x {found.dtype_bytes} B, batch {found.batch_size}")
-        if found.embeddings:
-            lines.append("  Embedding layers: " + "; ".join(table.describe() for table in found.embeddings))
-    return "\n".join(lines)
-
-
 def _non_finite(value: Any, path: str = "") -> str | None:
     """The path of the first NaN or infinity in a JSON-like value, or None."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -115,8 +95,9 @@ def _non_finite(value: Any, path: str = "") -> str | None:
     return None
 
 
-def advice_json(result: Advice, measured: ProbeResult | None = None) -> str:
-    """The ``--json`` text: the advice (and ``"measured"``), strict JSON (``allow_nan=False``).
+def advice_json(result: Advice, measured: Mapping[str, Any] | None = None) -> str:
+    """The ``--json`` text: the advice (and ``"measured"``: what the probe measured, as
+    :meth:`tfdist.probe.result.ProbeResult.as_dict` gives it), strict JSON (``allow_nan=False``).
 
     A prediction that is not finite (which the bounds of :class:`Cluster` and :class:`Workload` are
     there to prevent) raises :class:`AdviseError` naming the figure, rather than writing ``Infinity``,
@@ -124,7 +105,7 @@ def advice_json(result: Advice, measured: ProbeResult | None = None) -> str:
     """
     data: dict[str, Any] = result.as_dict()
     if measured is not None:
-        data["measured"] = measured.as_dict()
+        data["measured"] = dict(measured)
     where = _non_finite(data)
     if where is not None:
         raise AdviseError(with_fix(f"the prediction {where} is not a finite number, which JSON cannot hold",

@@ -1,12 +1,12 @@
 """``tfdist advise``: which strategy for this cluster, with predicted step times and the reasons.
 
-Thin layer: parse options, call :mod:`tfdist.advise` (inputs, the model, the rendering), print a table
+Thin layer: parse options, call :mod:`tfdist.advise` (inputs, the model, the rendering) or, with
+``--probe``, :mod:`tfdist.auto` (the pipeline ``tfdist launch --backend auto`` runs too), print a table
 (100 columns) or one strict JSON object. Bad input raises click.BadParameter / click.UsageError (exit 2)
 naming the option and the fix; every number is bounded and finite before the model sees it.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import click
@@ -14,20 +14,25 @@ from click.core import ParameterSource
 
 from tfdist.advise import Advice, AdviseError, Cluster, Workload
 from tfdist.advise import advise as advise_cluster
-from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
-                                   MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
-                                   MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
-from tfdist.advise.inputs import (build_inputs, manual_inputs, memory_check, parse_model_ref, parse_rates,
-                                  parse_speeds)
 from tfdist.advise.memory import OPTIMIZER_SLOTS
-from tfdist.advise.probe import DEFAULT_SECONDS, ProbeResult
-from tfdist.advise.render import advice_json, render, render_measured
+from tfdist.advise.model_inputs import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, MAX_BATCH_SIZE,
+                                        MAX_LATENCY_S, MAX_OVERHEAD_MS, MAX_PS_EPOCHS_FACTOR, MAX_STEP_MS,
+                                        MAX_WORKERS, MIN_STEP_MS, PS_PLACEMENTS)
+from tfdist.advise.planner import plan_from_advice
+from tfdist.advise.render import advice_json, render
 from tfdist.advise.units import parse_bytes, parse_count, parse_rate
+from tfdist.advise.user_inputs import manual_inputs, memory_check, parse_model_ref, parse_rates, parse_speeds
+from tfdist.auto import AutoRequest, MeasureError, decide
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.launch.errors import LaunchError
+from tfdist.launch.hosts import HostList
 from tfdist.launch.remote import SshOptions
+from tfdist.plan import save_plan
+from tfdist.probe import driver
+from tfdist.probe.result import ProbeResult, render_measured
 
 # dataclass field -> the option that sets it
 _FLAGS = {"workers": "--workers", "speeds": "--worker-speeds", "workers_per_host": "--workers-per-host",
@@ -122,7 +127,7 @@ def _bad(exc: AdviseError) -> click.BadParameter:
               help="--probe: every host's sshd port.")
 @click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="--probe: the private key ssh uses.")
-@click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=DEFAULT_SECONDS,
+@click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=driver.DEFAULT_SECONDS,
               show_default=True, metavar="S", help="--probe: seconds per link.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--save", "save_path", metavar="PLAN.json", callback=writable_plan_path,
@@ -160,19 +165,22 @@ def _advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: 
                 raise click.UsageError(f"{flag} needs --optimizer: its slots are part of what each task holds; "
                                        "fix: add e.g. --optimizer adam (slots per variable: "
                                        + ", ".join(f"{k} {v}" for k, v in OPTIMIZER_SLOTS.items()) + ")")
-    memory = dict(optimizer=optimizer, largest=largest_variable, ps_memory=ps_memory, worker_memory=worker_memory)
     if probe:
         hosts = hosts_or_allocation(hosts)
-        cluster, workload, found = _probe(ctx, hosts, workers, ps, model, batch_size, params, step_ms,
-                                          dtype_bytes, worker_speeds, overlap,
-                                          SshOptions(ssh_port, ssh_identity_file), probe_seconds, embeddings)
+        check_probe_options(ctx, model, hosts)
+        request = AutoRequest(
+            _parsed(hosts), ps, batch_size, model, workers, ssh=SshOptions(ssh_port, ssh_identity_file),
+            probe_seconds=probe_seconds, params=params, step_ms=step_ms, dtype_bytes=dtype_bytes,
+            worker_speeds=worker_speeds, overlap=overlap, embeddings=tuple(embeddings),
+            ps_epochs_factor=ps_epochs_factor, ps_overhead_ms=ps_overhead_ms,
+            allreduce_overhead_ms=allreduce_overhead_ms, optimizer=optimizer, largest_variable=largest_variable)
         try:
-            workload = dataclasses.replace(workload, ps_epochs_factor=ps_epochs_factor,
-                                           ps_overhead_ms=ps_overhead_ms,
-                                           allreduce_overhead_ms=allreduce_overhead_ms)
+            decision = decide(request, log=lambda message: click.echo(message, err=True))
+        except (MeasureError, LaunchError) as exc:
+            raise click.UsageError(str(exc)) from None
         except AdviseError as exc:
             raise _bad(exc) from None
-        _print(_advice(cluster, workload, memory, found), cluster, workload, as_json, found, save_path)
+        _print(decision.advice, decision.cluster, decision.workload, as_json, decision.found, save_path)
         return
     for name, flag in _PROBE_ONLY.items():
         if _given(ctx, name):
@@ -192,14 +200,15 @@ def _advise(workers: int, ps: int, ps_placement: str, params: int, dtype_bytes: 
             ps_overhead_ms=ps_overhead_ms, allreduce_overhead_ms=allreduce_overhead_ms, embeddings=embeddings)
     except AdviseError as exc:
         raise _bad(exc) from None
+    memory = dict(optimizer=optimizer, largest=largest_variable, ps_memory=ps_memory, worker_memory=worker_memory)
     _print(_advice(cluster, workload, memory), cluster, workload, as_json, save_path=save_path)
 
 
-def _advice(cluster: Cluster, workload: Workload, memory: dict, found: ProbeResult | None = None) -> Advice:
-    """The advice, with the memory verdict when --optimizer is given (the hosts' memory measured by
-    --probe or given); a model that fits nowhere is a usage error naming the option (exit 2)."""
+def _advice(cluster: Cluster, workload: Workload, memory: dict) -> Advice:
+    """The advice, with the memory verdict when --optimizer is given (the hosts' memory as given); a
+    model that fits nowhere is a usage error naming the option (exit 2)."""
     try:
-        check = memory_check(cluster, workload, **memory, found=found)
+        check = memory_check(cluster, workload, **memory)
         return advise_cluster(cluster, workload, check)
     except AdviseError as exc:
         raise _bad(exc) from None
@@ -211,16 +220,13 @@ def _print(result: Advice, cluster: Cluster, workload: Workload, as_json: bool,
     reaches the output. With ``save_path`` the plan is written too (a note on stderr)."""
     if as_json:
         try:
-            click.echo(advice_json(result, found))
+            click.echo(advice_json(result, None if found is None else found.as_dict()))
         except AdviseError as exc:
             raise click.ClickException(str(exc)) from None
     else:
         text = render(result, cluster, workload)
         click.echo(render_measured(found) + "\n\n" + text if found is not None else text)
     if save_path is not None:
-        from tfdist.advise.planner import plan_from_advice
-        from tfdist.plan import save_plan
-
         plan = plan_from_advice(result, cluster, workload)
         try:
             save_plan(plan, save_path)
@@ -251,28 +257,12 @@ def check_probe_options(ctx: click.Context, model: str | None, hosts: str | None
                                        f"module:build_fn to measure it, or give {flag}")
 
 
-def _probe(ctx: click.Context, hosts: str, workers: int | None, ps: int, model: str | None, batch_size: int,
-           params: int | None, step_ms: float | None, dtype_bytes: int, worker_speeds: tuple | None,
-           overlap: float, ssh: SshOptions, seconds: float,
-           embeddings: tuple = ()) -> tuple[Cluster, Workload, ProbeResult]:
-    """Check the options, probe the hosts (progress on stderr), build the advisor's inputs."""
-    from tfdist.advise.probe import default_workers, probe_hosts
-    from tfdist.launch.hosts import parse_hosts
-    from tfdist.launch.plan import LaunchError
-
-    check_probe_options(ctx, model, hosts)
+def _parsed(hosts: str) -> HostList:
+    """--hosts parsed once (the probe, the placement and the plan read it); a bad list is a usage error."""
     try:
-        if workers is None:
-            workers = default_workers(parse_hosts(hosts), ps)
-        found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
-                            seconds=seconds, log=lambda message: click.echo(message, err=True))
-    except (AdviseError, LaunchError) as exc:
+        return HostList.parse(hosts)
+    except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
-    try:
-        return build_inputs(found, workers, ps, batch_size, params, step_ms, dtype_bytes, worker_speeds,
-                            overlap, embeddings)  # the tables given, else those the probe found
-    except AdviseError as exc:
-        raise _bad(exc) from None
 
 
 def _time_step(ctx: click.Context, model: str | None, batch_size: int, as_json: bool) -> None:
@@ -280,8 +270,6 @@ def _time_step(ctx: click.Context, model: str | None, batch_size: int, as_json: 
     --probe times each host) and print the flags to describe the cluster with: ``--step-ms ... --params
     ... --dtype-bytes ...`` (and ``--embedding`` per table found), or the agent's answer as JSON."""
     import json
-
-    from tfdist.advise.probe import time_step_here
 
     given = [p for p in ctx.command.params if p.name not in _TIME_STEP and _given(ctx, p.name)]
     if given:
@@ -293,7 +281,7 @@ def _time_step(ctx: click.Context, model: str | None, batch_size: int, as_json: 
         raise click.UsageError("--time-step needs --model, the function that builds the Keras model; fix: add "
                                "e.g. --model models:build_model")
     try:
-        found = time_step_here(model, batch_size, log=lambda message: click.echo(message, err=True))
+        found = driver.time_step_here(model, batch_size, log=lambda message: click.echo(message, err=True))
     except AdviseError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

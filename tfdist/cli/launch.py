@@ -1,88 +1,44 @@
 """``tfdist launch``: start a tf.distribute cluster (on this machine, or on ``--hosts`` over ssh), or a
-Horovod job via horovodrun."""
+Horovod job via horovodrun.
+
+Thin: click's options, their checks (which backend reads which option: :mod:`tfdist.launch.backends`),
+then the library: :mod:`tfdist.auto` decides ``--backend auto``, :mod:`tfdist.launch.runners` starts the
+backend; their errors become usage errors (exit 2) or failures (exit 1) with the same messages.
+"""
 from __future__ import annotations
 
 import os
-import sys
+import shutil
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
-from tfdist.advise.cluster import MAX_BATCH_SIZE
-from tfdist.advise.inputs import parse_model_ref
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.model_inputs import MAX_BATCH_SIZE
+from tfdist.advise.user_inputs import parse_model_ref
+from tfdist.auto import AutoRequest, MeasureError, decide
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
+from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
 from tfdist.cli.strict import StrictCommand
 from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
 from tfdist.cluster.limits import MAX_TASKS, limit_text
-from tfdist.launch.backends import LAUNCHABLE
 from tfdist.keras_compat import user_environment
+from tfdist.launch.backends import HOROVODRUN, LAUNCHABLE, backend_named
 from tfdist.launch.checks import (check_cluster_size, check_host_options, check_local_command,
                                   check_network_interface, check_placement, horovod_ranks)
-from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster, plan_worker_cluster
+from tfdist.launch.errors import LaunchError
+from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
+from tfdist.launch.remote import SshOptions
+from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
+from tfdist.plan import PlanError, default_plan_path, plan_environment, result_summary, save_plan
 
-AUTO = "auto"  # probe --hosts, ask `tfdist advise`, launch the recommended backend
 AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
 MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
 MAX_TASK_TIMEOUT = 86_400.0  # s: a day
 _TASKS = BoundedInt(1, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
 _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))  # click names the option
-_SSH = {"hosts", "ssh_port", "ssh_identity_file"}
-# which options each backend reads; giving another backend's option is an error, not ignored
-_BACKEND_OPTIONS = {
-    "parameter_server": {"workers", "ps", "evaluator", "bind_all", "task_timeout", "chief_host", "ps_hosts",
-                         *_SSH},
-    "multi_worker_mirrored": {"workers", "bind_all", *_SSH},
-    "horovod": {"num_proc", "elastic", "min_np", "max_np", "network_interface", *_SSH},
-    AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout", "optimizer", "embeddings",
-           *_SSH},
-}
-_FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
-          "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
-          "chief_host": "--chief-host",
-          "ps_hosts": "--ps-hosts", "ssh_port": "--ssh-port", "ssh_identity_file": "--ssh-identity-file",
-          "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
-          "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
-          "probe_seconds": "--probe-seconds", "save_plan": "--save-plan", "optimizer": "--optimizer",
-          "embeddings": "--embedding"}
-# options that need another one: (option, needs, fix)
-_NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
-          ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
-          ("ssh_identity_file", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
-          ("elastic", "hosts", "add --hosts h1:1,h2:1 (the hosts that may come and go)"),
-          ("min_np", "elastic", "add --elastic"), ("max_np", "elastic", "add --elastic"))
-
-
-def _given(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
-
-
-# an option of another backend that says the same as one of this backend: (given, backend) -> its name here
-_SAME_AS = {("workers", "horovod"): "num_proc", ("num_proc", "parameter_server"): "workers",
-            ("num_proc", "multi_worker_mirrored"): "workers", ("num_proc", AUTO): "workers"}
-
-
-def _reject_foreign_options(ctx: click.Context, backend: str) -> None:
-    given = [name for name in _FLAGS if _given(ctx, name) and name not in _BACKEND_OPTIONS[backend]]
-    if given:
-        flags = ", ".join(_FLAGS[name] for name in given)
-        fixes = [f"use {_FLAGS[_SAME_AS[name, backend]]} {ctx.params[name]} in place of {_FLAGS[name]} "
-                 f"{ctx.params[name]}" for name in given if (name, backend) in _SAME_AS]
-        others = ", ".join(_FLAGS[name] for name in given if (name, backend) not in _SAME_AS)
-        if others:
-            fixes.append(f"drop {others}, or pick the backend they belong to")
-        raise click.UsageError(f"{flags} do(es) not apply to --backend {backend}; fix: {'; '.join(fixes)}")
-    for name, needs, fix in _NEEDS:
-        if _given(ctx, name) and not _given(ctx, needs):
-            raise click.UsageError(f"{_FLAGS[name]} needs {_FLAGS[needs]}; fix: {fix}, or drop "
-                                   f"{_FLAGS[name]}")
-    if _given(ctx, "elastic") and not _given(ctx, "min_np"):
-        raise click.UsageError("--elastic needs --min-np, the fewest ranks training may go on with; fix: add "
-                               "e.g. --min-np 1")
-
-
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False},
                epilog="Placement, teardown, environment and every option: docs/cli.md.")
 @click.option("--backend", type=click.Choice((*LAUNCHABLE, AUTO)), default="parameter_server",
@@ -149,15 +105,8 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = ()) -> None:
     """The command's body, with click's options; a Ctrl-C before the runners take over (during
     ``--backend auto``'s probe, say) exits 130 (``exit_on_interrupt``)."""
-    import shutil
-
-    from tfdist.launch.remote import SshOptions
-
-    _reject_foreign_options(ctx, backend)
-    try:
-        check_host_options(hosts, chief_host, ps_hosts)
-    except LaunchError as exc:
-        raise click.UsageError(str(exc)) from None
+    reject_foreign_options(ctx, backend)
+    hosts = _check(check_host_options, hosts, chief_host, ps_hosts)  # --hosts parsed once, passed along
     if network_interface is not None and not network_interface.strip():
         raise click.UsageError("--network-interface is empty; fix: name the interface the ranks talk over, "
                                "e.g. --network-interface eth0, or drop --network-interface")
@@ -167,7 +116,8 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
         except LaunchError as exc:
             raise click.BadParameter(str(exc), param_hint="'--network-interface'") from None
     if backend == AUTO:
-        hosts = hosts_or_allocation(hosts)
+        allocation = hosts_or_allocation(hosts)
+        hosts = None if allocation is None else _check(HostList.parse, allocation)
         _check_auto(ctx, hosts)
     if hosts is None:  # tasks on --hosts are checked on their hosts (the preflight)
         try:
@@ -180,38 +130,34 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
     ssh = SshOptions(ssh_port, ssh_identity_file)
     environ, plan, result_path = user_environment(), None, None
     if backend == AUTO:
-        if _given(ctx, "workers"):
+        if given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
         backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
                                                         probe_seconds, optimizer, embeddings)
         if plan is not None:
             environ, result_path = _apply_plan(plan, save_plan, environ)
-    if backend == "horovod":
-        given_np = num_proc if _given(ctx, "num_proc") else None
+    chosen = _check(backend_named, backend)
+    if chosen.launcher == HOROVODRUN:
+        given_np = num_proc if given(ctx, "num_proc") else None
         num_proc = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
         code = _launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
                                network_interface, environ)
     else:
-        peers = backend == "multi_worker_mirrored"
-        _check(check_cluster_size, workers, 0 if peers else ps, evaluator, chief=not peers)
+        tasks_ps = ps if chosen.ps else 0
+        _check(check_cluster_size, workers, tasks_ps, evaluator, chief=chosen.chief)
         if hosts is not None:
-            _check(check_placement, hosts, workers, 0 if peers else ps, evaluator, chief=not peers,
+            _check(check_placement, hosts, workers, tasks_ps, evaluator, chief=chosen.chief,
                    chief_host=chief_host, ps_hosts=ps_hosts)
         code = _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
                                   ssh, bind_all, grace, task_timeout, environ)
     if plan is not None:
-        from tfdist.plan import result_summary
-
         _report(result_summary(plan, result_path))
     raise SystemExit(code)
-
 
 
 def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str]:
     """Print and save ``plan``; the tasks' environment with it inline, and where the chief writes its
     measured figures (beside the saved plan)."""
-    from tfdist.plan import PlanError, default_plan_path, plan_environment, save_plan
-
     path = save_path or default_plan_path()
     try:
         save_plan(plan, path)
@@ -229,7 +175,7 @@ def _shown(text: str, limit: int = 80) -> str:
 
 
 def _check(check, *args, **kwargs):
-    """Call a check of :mod:`tfdist.launch.checks`; its LaunchError is a usage error (exit 2)."""
+    """Call a check of the library; its LaunchError is a usage error (exit 2)."""
     try:
         return check(*args, **kwargs)
     except LaunchError as exc:
@@ -244,169 +190,60 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
                                "or on one machine pick --backend "
                                "parameter_server, multi_worker_mirrored or horovod")
     for name, example in (("model", "--model models:build_model"), ("batch_size", "--batch-size 64")):
-        if not _given(ctx, name):
-            raise click.UsageError(f"--backend auto needs {_FLAGS[name]} to time a step on each worker host; "
+        if not given(ctx, name):
+            raise click.UsageError(f"--backend auto needs {FLAGS[name]} to time a step on each worker host; "
                                    f"fix: add e.g. {example}")
 
 
-def _choose_backend(ctx: click.Context, hosts: str, workers: int, ps: int, model: str,
-                    batch_size: int, ssh, probe_seconds: float,
-                    optimizer: tuple[str, int] | None = None,
-                    embeddings: tuple = ()) -> tuple[str, str, int, object]:
-    """--backend auto: probe, advise, print the advice to stderr; ``(backend, hosts, workers, plan)``
-    to launch. horovod and multi_worker_mirrored get only the hosts that the placement gives workers.
-    With ``optimizer`` the probed memory is checked: a backend that would not fit is not chosen, and
-    when none fits nothing is launched (a usage error with the numbers)."""
-    from tfdist.advise import AdviseError
-    from tfdist.advise import advise as advise_cluster
-    from tfdist.advise.inputs import build_inputs, memory_check
-    from tfdist.advise.planner import plan_from_advice
-    from tfdist.advise.probe import default_workers, probe_hosts
-    from tfdist.advise.render import render, render_measured
-    from tfdist.launch.hosts import parse_hosts, place_tasks
-
+def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, model: str, batch_size: int,
+                    ssh: SshOptions, probe_seconds: float, optimizer: tuple[str, int] | None = None,
+                    embeddings: tuple = ()) -> tuple[str, HostList, int, object]:
+    """--backend auto (:func:`tfdist.auto.decide`), the advice printed to stderr: ``(backend, hosts,
+    workers, plan)`` to launch. horovod and multi_worker_mirrored get only the hosts that the placement
+    gives workers. With ``optimizer`` the probed memory is checked: a backend that would not fit is not
+    chosen, and when none fits nothing is launched (a usage error with the numbers)."""
+    request = AutoRequest(hosts, ps, batch_size, model, workers if given(ctx, "workers") else None, ssh,
+                          probe_seconds, embeddings=tuple(embeddings), optimizer=optimizer)
     try:
-        slots = parse_hosts(hosts)
-        if not _given(ctx, "workers"):
-            workers = default_workers(slots, ps)
-        found = probe_hosts(hosts, workers, ps, model=model, batch_size=batch_size, options=ssh,
-                            seconds=probe_seconds, log=_report)
-        cluster, workload, _ = build_inputs(found, workers, ps, batch_size, embeddings=embeddings)
-        memory = memory_check(cluster, workload, optimizer, found=found)
-        advice = advise_cluster(cluster, workload, memory)
-        placed = place_tasks(slots, workers, ps)
+        decision = decide(request, log=_report)
+    except (MeasureError, LaunchError) as exc:
+        raise click.UsageError(str(exc)) from None
     except AdviseError as exc:  # the tables are the one value of the advice that launch's user gave
         raise click.UsageError(f"--embedding: {exc}" if exc.field == "embeddings" else str(exc)) from None
-    except LaunchError as exc:
-        raise click.UsageError(str(exc)) from None
-    _report(render_measured(found) + "\n\n" + render(advice, cluster, workload))
-    backend = advice.recommended
-    if backend != "parameter_server":
-        from collections import Counter
-
-        counts = Counter(p.host for p in placed if p.task_type == "worker")
-        hosts = ",".join(f"{host}:{n}" for host, n in counts.items())
-    _report(f"tfdist launch --backend auto: launching {backend} ({advice.variant}) on {hosts}")
-    return backend, hosts, workers, plan_from_advice(advice, cluster, workload)
+    _report(decision.describe())
+    _report(f"tfdist launch --backend auto: launching {decision.backend.name} ({decision.advice.variant}) on "
+            f"{decision.hosts}")
+    return decision.backend.name, decision.hosts, decision.workers, decision.plan()
 
 
 def _report(message: str) -> None:
     click.echo(message, err=True)
 
 
-def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None, ssh,
-                    elastic: bool, min_np: int | None, max_np: int | None, grace: float,
+def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
+                    ssh: SshOptions, elastic: bool, min_np: int | None, max_np: int | None, grace: float,
                     network_interface: str | None, environ: dict[str, str] | None = None) -> int:
-    """Find horovodrun (``tfdist.launch.plan.horovod_launcher``: Horovod's own launcher run by this
-    interpreter, else the horovodrun script) and run it (in ``environ``, default this process's); its
-    exit code."""
-    from tfdist.launch.local import run_command
-    from tfdist.launch.plan import horovod_launcher
-
-    horovodrun = horovod_launcher()
-    if horovodrun is None:
-        raise click.UsageError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
-                               "`make setup` and use .venv/bin/tfdist, or install Horovod with "
-                               "TensorFlow and Gloo")
+    """horovodrun with ``num_proc`` ranks (:func:`tfdist.launch.runners.run_horovodrun`), in ``environ``
+    (default this process's); its exit code."""
+    given_np = num_proc if given(ctx, "num_proc") else None
     try:
-        import functools
-
-        return _run_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, horovodrun, grace,
-                            functools.partial(run_command, env=environ), network_interface)
+        return run_horovodrun(command, num_proc, hosts, ssh, elastic, min_np, max_np, given_np, grace,
+                              network_interface, environ)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
 
 
 def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps: int, evaluator: bool,
-                       hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh, bind_all: bool,
-                       grace: float, task_timeout: float, environ: dict[str, str] | None = None) -> int:
-    """A parameter_server or multi_worker_mirrored cluster, here or on ``hosts``, its tasks started in
-    ``environ`` (default this process's); the chief's exit code."""
+                       hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh: SshOptions,
+                       bind_all: bool, grace: float, task_timeout: float,
+                       environ: dict[str, str] | None = None) -> int:
+    """A parameter_server or multi_worker_mirrored cluster (:func:`tfdist.launch.runners.run_tf_cluster`),
+    here or on ``hosts``, its tasks started in ``environ`` (default: the user's); the chief's exit code."""
     environ = user_environment() if environ is None else environ
-    from tfdist.cluster import free_ports
-    from tfdist.launch.bind import BindShimError, shim_library
-    from tfdist.launch.local import report_to_stderr, run_local_cluster
-    from tfdist.launch.policy import ParameterServerPolicy, PeerPolicy
-    from tfdist.launch.host_cluster import prepare_host_cluster
-
     try:
-        shim = None if bind_all or hosts is not None else shim_library()
-        if hosts is not None:
-            peers = backend == "multi_worker_mirrored"
-            _, tasks = prepare_host_cluster(command, hosts, workers, 0 if peers else ps, environ,
-                                            os.getcwd(), evaluator=evaluator, chief=not peers,
-                                            chief_host=chief_host, ps_hosts=ps_hosts, options=ssh,
-                                            bind=not bind_all, grace=grace)
-        elif backend == "multi_worker_mirrored":
-            ports = free_ports(workers)
-            _, tasks = plan_worker_cluster(command, workers, ports, environ, bind_shim=shim)
-        else:
-            ports = free_ports(1 + workers + ps + int(evaluator))
-            _, tasks = plan_local_cluster(command, workers, ps, ports, environ, evaluator=evaluator,
-                                          bind_shim=shim)
-    except (LaunchError, BindShimError) as exc:
+        return run_tf_cluster(backend_named(backend), command, workers, ps, evaluator, hosts, chief_host,
+                              ps_hosts, ssh, bind_all, grace, task_timeout, environ)
+    except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
-    except OSError as exc:  # e.g. EMFILE: more ports than this process may open
-        raise click.UsageError(f"cannot reserve the cluster's ports on this machine, nothing was started "
-                               f"({exc.strerror or exc}); fix: launch fewer tasks, or raise the open-file "
-                               "limit (ulimit -n)") from None
-    except KeyboardInterrupt:  # Ctrl-C while checking the hosts: nothing was started yet
-        report_to_stderr("interrupted before any task started")
-        return 130
-    if backend == "multi_worker_mirrored":
-        policy = PeerPolicy(task.name for task in tasks)
-    else:
-        policy = ParameterServerPolicy((task.name for task in tasks), timeout=task_timeout)
-    if bind_all:
-        report_to_stderr("warning: --bind-all: the servers listen on every interface and the gRPC runtime "
-                         "has no authentication; anyone who reaches these ports can run code in them")
-    if hosts is not None:
-        where = "every interface" if bind_all else "its host's address only"
-        report_to_stderr(f"{', '.join(f'{task.name} on {task.address}' for task in tasks)}; each server "
-                         f"listens on {where}")
-    else:
-        where = "every interface, ports" if bind_all else "127.0.0.1 ports"
-        report_to_stderr(f"{', '.join(task.name for task in tasks)} on {where} {', '.join(map(str, ports))}")
-    try:
-        return run_local_cluster(tasks, policy, grace=grace)
-    except OSError as exc:  # a task could not be started (EMFILE, EAGAIN, ...); the started ones are stopped
-        raise click.ClickException(f"cannot start every task ({exc.strerror or exc}); the tasks already "
-                                   "started were stopped; fix: launch fewer tasks on this machine, or raise "
-                                   "its limits (ulimit -n, ulimit -u)") from None
-
-
-def _run_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
-                 ssh, elastic: bool, min_np: int | None, max_np: int | None, horovodrun: list[str],
-                 grace: float, run_command, network_interface: str | None = None) -> int:
-    """horovodrun (elastic or not) with -H/-p/-i and ``num_proc`` ranks (checked and defaulted by
-    ``tfdist.launch.checks.horovod_ranks``). With --hosts, horovodrun's ssh is tfdist's wrapper
-    (``tfdist.launch.ssh_wrapper``: host keys checked, keepalives, every rank supervised so it
-    stops with the launcher), installed in a temporary directory removed afterwards. When horovodrun
-    fails, the last line says why (``tfdist.launch.horovod_output``); its own output stays above."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from tfdist.launch.horovod_output import explain_failure
-
-    if hosts is None:
-        argv = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
-                                  ssh_identity_file=ssh.identity_file, network_interface=network_interface)
-        return run_command(argv, grace=grace, name="horovodrun", explain=explain_failure)
-    from tfdist.launch.elastic import elastic_horovodrun_command, with_ssh_wrapper
-
-    workdir = Path(tempfile.mkdtemp(prefix="tfdist-horovod-"))
-    try:
-        if elastic:
-            argv = elastic_horovodrun_command(command, hosts, min_np, max_np,
-                                              num_proc if _given(ctx, "num_proc") else None, workdir,
-                                              ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
-                                              horovodrun=horovodrun, network_interface=network_interface)
-        else:
-            static = horovodrun_command(command, num_proc, hosts, horovodrun=horovodrun, ssh_port=ssh.port,
-                                        ssh_identity_file=ssh.identity_file,
-                                        network_interface=network_interface)
-            argv = with_ssh_wrapper(static, workdir)
-        return run_command(argv, grace=grace, name="horovodrun", explain=explain_failure)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    except StartError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -191,7 +191,7 @@ OPTIMIZER = Parsed("NAME", _optimizer)
 
 
 def _embedding(text: str) -> Any:
-    from tfdist.advise.inputs import parse_embedding
+    from tfdist.advise.user_inputs import parse_embedding
 
     return parse_embedding(text, field="")
 

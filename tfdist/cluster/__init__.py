@@ -8,6 +8,9 @@ only :mod:`tfdist.errors` and :mod:`tfdist.atomic_write` of tfdist.
 >>> spec = ClusterSpec.from_dict({"chief": ["h1:2222"], "worker": ["h2:2222"], "ps": ["h3:2222"]})
 >>> list(all_tf_configs(spec))
 ['chief:0', 'worker:0', 'ps:0']
+
+Layering: the lowest package: it imports only the ground modules (``tfdist.errors``,
+``tfdist.atomic_write``); ``k8s`` and ``sbatch`` load on first use, so a training task never loads them.
 """
 from tfdist.cluster.build import ClusterOptions, build_cluster
 from tfdist.cluster.errors import ClusterConfigError, ClusterOptionError, Problem

@@ -2,6 +2,9 @@
 
 ``detect_environment`` tries them in the order of ``DETECTION_ORDER``, the same order the
 docs/strategies.md documents for ``make_strategy("auto")``.
+
+Layering: beside ``tfdist.runtime`` and ``tfdist.plan``: it may import :mod:`tfdist.cluster` (TF_CONFIG
+is parsed here, once, for the whole run) and the ground modules.
 """
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ DETECTION_ORDER: tuple[type[ClusterEnvironment], ...] = (
 def detect_environment(environ: Mapping[str, str] | None = None) -> ClusterEnvironment:
     """The first environment of ``DETECTION_ORDER`` whose ``detect`` accepts ``environ``."""
     environ = os.environ if environ is None else environ
-    for environment in DETECTION_ORDER:
-        if environment.detect(environ):
-            return environment(environ)
+    for environment_type in DETECTION_ORDER:
+        environment = environment_type(environ)
+        if environment.applies():
+            return environment
     raise AssertionError("LocalEnvironment.detect always accepts")  # pragma: no cover
 
 

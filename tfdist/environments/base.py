@@ -1,7 +1,7 @@
 """The small interface every environment detector implements."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Mapping
 
 from tfdist.errors import TfdistError, with_fix
@@ -13,10 +13,12 @@ class EnvironmentVariableError(TfdistError, ValueError):
 
 @dataclass(frozen=True)
 class Selection:
-    """The strategy ``auto`` resolves to, and the rule that chose it (for logs and errors)."""
+    """The strategy ``auto`` resolves to, the rule that chose it (for logs and errors), and the
+    environment detected on the way, which ``make_strategy`` hands to the backend it builds."""
 
     kind: str
     reason: str
+    environment: ClusterEnvironment | None = field(default=None, compare=False, repr=False)
 
 
 class ClusterEnvironment:
@@ -34,6 +36,16 @@ class ClusterEnvironment:
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:
         raise NotImplementedError
+
+    def applies(self) -> bool:
+        """``detect`` on the variables this environment was built from (detectors that parse a
+        variable answer from the copy they keep, so it is read once)."""
+        return self.detect(self._environ)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The snapshot of environment variables this environment was read from."""
+        return dict(self._environ)
 
     def auto_strategy(self, gpu_count: int) -> Selection | None:
         """The strategy ``make_strategy("auto")`` picks here, or ``None`` to ask the next detector."""

@@ -45,7 +45,7 @@ class HorovodRunEnvironment(ClusterEnvironment):
         return HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK
 
     def auto_strategy(self, gpu_count: int) -> Selection:
-        return Selection("horovod", f"{self.launcher} variables are set")
+        return Selection("horovod", f"{self.launcher} variables are set", self)
 
     @property
     def launcher(self) -> str:

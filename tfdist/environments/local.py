@@ -17,5 +17,5 @@ class LocalEnvironment(ClusterEnvironment):
 
     def auto_strategy(self, gpu_count: int) -> Selection:
         if gpu_count > 1:
-            return Selection("mirrored", f"{gpu_count} local GPUs")
-        return Selection("single", "no launcher variables, TF_CONFIG or multiple GPUs")
+            return Selection("mirrored", f"{gpu_count} local GPUs", self)
+        return Selection("single", "no launcher variables, TF_CONFIG or multiple GPUs", self)

@@ -23,6 +23,9 @@ the path, what happened, that the previous export was kept, and the fix (``failu
 Module layout: ``paths`` (where, atomically), ``destination`` (a path declared before ``fit``),
 ``saved_model`` (what: the serving function), ``failures`` (disk limits, told), ``verify`` (the
 fresh-process reload), ``check`` and ``files`` (``tfdist export-check``, its inputs checked).
+
+Layering: beside ``tfdist.callbacks``: it may import the ground modules only (``keras_compat``,
+``upstream``, ``atomic_write``, ``errors``).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Why: Horovod 0.28.1's ``DistributedOptimizer`` hooks ``_aggregate_gradients``, w
 calls, so with a Keras 3 optimizer it trains without ever allreducing (each rank drifts on its own
 shard, silently); its callbacks crash on TF 2.21. Here every Keras-level object is handled by the
 Keras its class comes from (``tfdist.keras_compat.flavour_of``): tf-keras optimizers get Horovod's
-own wrapper, Keras 3 optimizers allreduce in ``apply`` (``tfdist.strategies.allreduce``), and keep
+own wrapper, Keras 3 optimizers allreduce in ``apply`` (``tfdist.runtime.allreduce``), and keep
 their class, so ``model.save`` and ``load_model`` work.
 
 Which Keras ``tf.keras`` is stays TensorFlow's choice, as for Horovod users: import TensorFlow
@@ -42,6 +42,9 @@ Arguments tfdist cannot honour for an optimizer's Keras are refused, never dropp
 ``backward_passes_per_step=k`` becomes the optimizer's ``gradient_accumulation_steps=k`` (one
 allreduce per update), and under a ``mixed_float16`` global policy ``DistributedOptimizer`` returns a
 ``LossScaleOptimizer`` that allreduces the scaled gradients (docs/mixed-precision.md).
+
+Layering: beside ``tfdist.strategies`` (neither imports the other): it may import
+:mod:`tfdist.callbacks`, :mod:`tfdist.runtime` and the ground modules.
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.horovod import callbacks  # noqa: F401  (hvd.callbacks.*, as in Horovod)
 from tfdist.keras_compat import KERAS_3, PACKAGES, TF_KERAS, flavour_of, keras_module
-from tfdist.strategies import allreduce as _allreduce
+from tfdist.runtime import allreduce as _allreduce
 
 
 class NotProvidedError(TfdistError, AttributeError):

@@ -26,7 +26,7 @@ from tfdist import upstream
 from tfdist.callbacks import MetricAverage, _runtime
 from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
-from tfdist.strategies.allreduce import broadcast_variables
+from tfdist.runtime.allreduce import broadcast_variables
 
 
 class _FirstTraceStopped(Exception):

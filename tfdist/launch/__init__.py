@@ -1,7 +1,11 @@
 """Launchers: a tf.distribute cluster of processes (on this machine, or on ``--hosts`` over ssh), or
-horovodrun."""
+horovodrun.
+
+Layering: above the training layers (it starts them as processes, never imports them): it may import
+:mod:`tfdist.cluster` and the ground modules; the probe, the advisor, ``auto`` and the CLI import it.
+"""
 from tfdist.launch.hosts import HostsError, parse_hosts, place_tasks
-from tfdist.launch.plan import (
+from tfdist.launch.commands import (
     LaunchError,
     TaskProcess,
     find_horovodrun,

@@ -1,6 +1,6 @@
 """What ``tfdist launch`` checks before anything starts: sizes, hosts, placement, Horovod's ranks. Pure.
 
-Every function raises :class:`~tfdist.launch.plan.LaunchError` (or its ``HostsError``) with one line
+Every function raises :class:`~tfdist.launch.commands.LaunchError` (or its ``HostsError``) with one line
 naming the option and the fix, and touches no process, socket or file, so a request that cannot
 work fails at once, before ports are reserved or ssh is run. The size limit is tf-config's
 (:data:`tfdist.cluster.limits.MAX_TASKS`), so ``tfdist tf-config`` and ``tfdist launch`` accept the
@@ -22,8 +22,8 @@ import sys
 from typing import Sequence
 
 from tfdist.cluster.limits import MAX_TASKS, limit_text
-from tfdist.launch.hosts import HostsError, check_reachable_names, parse_hosts, place_tasks, total_slots
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.hosts import HostList, HostsError, check_reachable_names, parse_hosts, place_tasks, total_slots
+from tfdist.launch.commands import LaunchError
 
 __all__ = ["INTERFACE_NAME", "MAX_TASKS", "check_cluster_size", "check_host_options", "check_local_command",
            "check_network_interface", "check_placement", "horovod_ranks", "python_script"]
@@ -40,18 +40,18 @@ _PYTHON = re.compile(r"python[0-9.]*")
 _PYTHON_ARGUMENT_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})  # take the next argument
 
 
-def check_host_options(hosts: str | None, chief_host: str | None = None, ps_hosts: str | None = None) -> None:
+def check_host_options(hosts: str | None, chief_host: str | None = None,
+                       ps_hosts: str | None = None) -> HostList | None:
     """Refuse an empty ``--hosts``, ``--chief-host`` or ``--ps-hosts`` (given, but with nothing in it:
     never read as "no hosts", which would run everything on this machine) and a ``--hosts`` list that
-    does not parse."""
+    does not parse; ``--hosts`` parsed (a :class:`HostList`, None when not given)."""
     for flag, text, example in (("--hosts", hosts, "h1:2,h2:2,h3:1"), ("--chief-host", chief_host, "h1"),
                                 ("--ps-hosts", ps_hosts, "h3")):
         if text is not None and not text.strip():
             raise HostsError(f"{flag} is empty; fix: give e.g. {flag} {example}, or drop {flag} "
                              + ("to run every task on this machine" if flag == "--hosts" else
                                 "for the default placement"))
-    if hosts is not None:
-        parse_hosts(hosts)
+    return None if hosts is None else HostList.parse(hosts)
 
 
 def check_cluster_size(workers: int, ps: int = 0, evaluator: bool = False, chief: bool = True) -> int:

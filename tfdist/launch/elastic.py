@@ -50,7 +50,7 @@ from pathlib import Path
 from tfdist.atomic_write import default_mode, write_atomically
 from tfdist.errors import with_fix
 from tfdist.launch.hosts import parse_hosts
-from tfdist.launch.plan import LaunchError, launcher_argv
+from tfdist.launch.commands import LaunchError, launcher_argv
 
 DISCOVERY_SCRIPT = "discover_hosts.py"
 PROBE_TIMEOUT = 1.0  # seconds per TCP probe; Horovod polls the script every second
@@ -156,7 +156,7 @@ def elastic_horovodrun_command(command: Sequence[str], hosts: str, min_np: int, 
     (a failed host never comes back). ``path`` is the PATH horovodrun would otherwise get
     (default: this process's); the argv starts with ``env PATH=WORKDIR/bin:PATH`` for the ssh
     wrapper (``with_ssh_wrapper``). ``network_interface`` is horovodrun's ``--network-interface``.
-    ``horovodrun``: the launcher's argv (``tfdist.launch.plan.launcher_argv``; default
+    ``horovodrun``: the launcher's argv (``tfdist.launch.commands.launcher_argv``; default
     ``horovod_launcher()``, which runs Horovod's own code without its TensorFlow-importing build check).
     """
     if not command:

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 from tfdist.cluster import ClusterSpec
 from tfdist.launch.hosts import check_reachable_names, parse_hosts, place_tasks
-from tfdist.launch.plan import TaskProcess, plan_host_cluster
+from tfdist.launch.commands import TaskProcess, plan_host_cluster
 from tfdist.launch.remote import SshOptions, forwarded_env, is_local_host, run_preflight
 
 

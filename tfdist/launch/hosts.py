@@ -57,11 +57,45 @@ class Placement:
         return f"{self.task_type}:{self.index}"
 
 
+class HostList(str):
+    """The ``--hosts`` text, parsed once: still the text (what horovodrun's ``-H``, the messages and every
+    function that takes ``--hosts`` read), with its entries in ``slots``; :func:`parse_hosts` of one
+    returns them without parsing again. A str, so a caller handed the text and one handed a HostList
+    see the same value.
+
+    >>> hosts = HostList.parse("a:2,b")
+    >>> hosts.slots
+    (HostSlots(host='a', slots=2), HostSlots(host='b', slots=1))
+    >>> HostList.of([HostSlots("b", 1)])
+    'b:1'
+    """
+
+    slots: tuple[HostSlots, ...]
+
+    def __new__(cls, text: str, slots: Sequence[HostSlots]) -> HostList:
+        hosts = super().__new__(cls, text)
+        hosts.slots = tuple(slots)
+        return hosts
+
+    @classmethod
+    def parse(cls, text: str, flag: str = "--hosts") -> HostList:
+        """``text`` parsed (:func:`parse_hosts`, its :class:`HostsError`), kept beside its entries."""
+        return text if isinstance(text, HostList) else cls(text, parse_hosts(text, flag))
+
+    @classmethod
+    def of(cls, slots: Sequence[HostSlots]) -> HostList:
+        """The list of ``slots`` as ``--hosts`` writes it: ``h1:2,h2:1``."""
+        return cls(",".join(f"{entry.host}:{entry.slots}" for entry in slots), slots)
+
+
 def parse_hosts(text: str, flag: str = "--hosts") -> tuple[HostSlots, ...]:
-    """``"h1:2,h2:2,h3"`` as ``(HostSlots("h1", 2), ...)``; a host without ``:SLOTS`` has 1 slot.
+    """``"h1:2,h2:2,h3"`` as ``(HostSlots("h1", 2), ...)``; a host without ``:SLOTS`` has 1 slot; a
+    :class:`HostList` gives its entries, parsed once.
 
     Refuses an empty list, a host listed twice, a bad host name and slots that are not 1 or more.
     """
+    if isinstance(text, HostList):
+        return text.slots
     example = "e.g. h1:2,h2:2,h3:1"
     if not text or not text.strip():
         raise HostsError(f"{flag} is empty; fix: list HOST:SLOTS entries separated by commas, {example}")

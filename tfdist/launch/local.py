@@ -12,7 +12,7 @@ that forked the task exits, so tasks are started from the main thread only (the 
 installed here already require it), before any output thread exists. It reaches the task itself,
 not processes the task starts (horovodrun passes it on to its ranks by itself).
 
-Tasks on ``--hosts`` (``tfdist.launch.plan.plan_host_cluster``) run the same way: the local
+Tasks on ``--hosts`` (``tfdist.launch.commands.plan_host_cluster``) run the same way: the local
 process is the ``ssh`` client (or, for this machine, the supervisor itself), whose stdin gets the
 task's specification, then a heartbeat every ``HEARTBEAT_SECONDS`` (``tfdist.launch.processes``;
 non-blocking writes, so a cut link never blocks the launcher). Teardown first closes those stdins,
@@ -43,7 +43,7 @@ from collections import deque
 from typing import IO, Callable, Mapping, Sequence
 
 from tfdist.launch import oom
-from tfdist.launch.plan import LaunchError, TaskProcess
+from tfdist.launch.commands import LaunchError, TaskProcess
 from tfdist.launch.policy import Policy, describe_exit, exit_code
 from tfdist.launch.processes import SSH_EXIT_FAILED, Heartbeat, StopSignals, close_stdins, start_group, terminate
 from tfdist.lifecycle import reachable

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from tfdist.launch.oom import KillCause
-from tfdist.launch.plan import LaunchError
+from tfdist.launch.commands import LaunchError
 
 DEFAULT_TASK_TIMEOUT = 60.0
 STOPPED_EXIT_CODE = 1  # the launcher ended a job that could not go on

@@ -10,6 +10,9 @@ into the numbers each figure shows (the tags it reads: :mod:`~tfdist.report.tags
 :mod:`~tfdist.report.results` into each run's results, :mod:`~tfdist.report.panels` draws each panel
 (or says why it is left out), :mod:`~tfdist.report.figures` renders them, :mod:`~tfdist.report.html`
 builds the page and :mod:`~tfdist.report.output` checks and writes the file.
+
+Layering: beside ``tfdist.advise``: it may import :mod:`tfdist.plan` and the ground modules; only the
+CLI imports it.
 """
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 
     strategy = tfdist.make_strategy("auto")        # see selection.py for the auto table
     strategy = tfdist.make_strategy("horovod", compression="fp16", warmup_epochs=3)
+
+Layering: beside ``tfdist.horovod``: it may import :mod:`tfdist.callbacks`, :mod:`tfdist.export`,
+:mod:`tfdist.runtime`, :mod:`tfdist.plan`, :mod:`tfdist.environments`, :mod:`tfdist.cluster` and the
+ground modules; never the advisor, the probe, the launcher or the CLI.
 """
 from __future__ import annotations
 
@@ -10,13 +14,15 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from tfdist.environments import detect_environment
 from tfdist.errors import with_fix
+from tfdist.runtime.state import current_strategy, set_current
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, UnknownOptionError, field_names,
                                        options_for)
 from tfdist.strategies.options import build_options as _build_options
+from tfdist.strategies.planning import resolve_plan
 from tfdist.strategies.registry import STRATEGIES, UnknownStrategyError
 from tfdist.strategies.selection import Selection, select_strategy
-from tfdist.strategies.state import current_strategy, set_current
 
 if TYPE_CHECKING:
     from tfdist.strategies.base import DistributedStrategy
@@ -83,21 +89,24 @@ def make_strategy(kind: str = "auto", **options: Any) -> "DistributedStrategy":
     Under ``auto``, a plan named by ``TFDIST_PLAN`` (``tfdist advise --save``, ``tfdist launch --backend
     auto``) adds its options; the ones given here win (``tfdist.strategies.planning``).
     """
-    from tfdist.strategies.planning import resolve_plan
-
     load_backends()
     refuse_keras_distribution()
     auto = kind == "auto"
     if auto:
         selection = select_strategy(os.environ, local_gpu_count())
         log.info("tfdist auto strategy: %s (%s)", selection.kind, selection.reason)
-        kind = selection.kind
+        kind, detected = selection.kind, selection.environment
+    else:
+        detected = None
     backend = STRATEGIES.get(kind)
+    # Detected once (TF_CONFIG read once), then handed to the plan check and to the backend.
+    environment = backend.environment_for(detected if detected is not None else detect_environment(os.environ))
     option_types = {name: STRATEGIES.get(name).Options for name in STRATEGIES.names()}
-    resolved = resolve_plan(kind, os.environ, options, option_types, auto=auto)  # checks the plan's values
+    resolved = resolve_plan(kind, os.environ, options, option_types, auto=auto,  # checks the plan's values
+                            environment=environment)
     for notice in resolved.notices:
         log.warning("%s", notice)
-    strategy = backend(build_options(kind, resolved.options, auto=auto))
+    strategy = backend(build_options(kind, resolved.options, auto=auto), environment)
     strategy.plan = resolved.plan
     set_current(strategy)
     strategy.take_role()  # ps and worker tasks of a parameter-server job serve here and exit

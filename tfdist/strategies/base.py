@@ -8,8 +8,14 @@ from typing import Any, Callable, ClassVar, Iterator
 
 import tensorflow as tf
 
-from tfdist.errors import ArgumentTypeError, ArgumentValueError
 from tfdist import keras_compat
+from tfdist.callbacks import Throughput, progress_lines
+from tfdist.callbacks.backup import SafeBackup
+from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
+from tfdist.callbacks.plan_check import PlanCheck
+from tfdist.callbacks.system_metrics import SystemMetrics
+from tfdist.environments import ClusterEnvironment, detect_environment
+from tfdist.errors import ArgumentTypeError, ArgumentValueError
 from tfdist.strategies import inputs, outputs
 from tfdist.strategies.options import StrategyOptions
 
@@ -37,8 +43,18 @@ class DistributedStrategy:
     _export_destination: Any = None
     Options: ClassVar[type[StrategyOptions]] = StrategyOptions
 
-    def __init__(self, options: StrategyOptions) -> None:
+    def __init__(self, options: StrategyOptions, environment: ClusterEnvironment | None = None) -> None:
         self.options = options
+        #: Where this process runs (``tfdist.environments``), detected once and handed down by
+        #: ``make_strategy``; the backends that have a launcher's identity read it from here.
+        self.environment = self.environment_for(environment if environment is not None else detect_environment())
+
+    @classmethod
+    def environment_for(cls, detected: ClusterEnvironment) -> ClusterEnvironment:
+        """The environment this backend reads its identity from, given the ``detected`` one: that one
+        itself, unless the backend reads a particular launcher's (the tf.distribute cluster backends:
+        TF_CONFIG, read from the same variables)."""
+        return detected
 
     # --- identity -------------------------------------------------------------------------
     @property
@@ -107,8 +123,6 @@ class DistributedStrategy:
             raise ArgumentValueError("this optimizer's learning rate was already scaled by "
                                      "strategy.optimizer(); fix: pass a new optimizer, or scale_lr=False")
         if scale and self.lr_scale != 1.0:
-            from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
-
             if uses_schedule(optimizer):
                 raise ArgumentTypeError(
                     "cannot scale a LearningRateSchedule by the number of replicas; fix: pass "
@@ -147,9 +161,6 @@ class DistributedStrategy:
     def _with_plan_check(self, callbacks: list, batch_size: int | None) -> list:
         """``callbacks`` measured against the plan: a ``Throughput`` first when none is there (at the
         fit's batch size, else the plan's), and ``PlanCheck`` last."""
-        from tfdist.callbacks.plan_check import PlanCheck
-        from tfdist.callbacks.throughput import Throughput
-
         plan = self.plan
         if batch_size is not None and batch_size != plan.batch_size:
             log.warning("tfdist plan: the plan was made for batch %d per worker and fit trains with %d: its "
@@ -161,8 +172,6 @@ class DistributedStrategy:
     def _safe_backup(self, callback: Any) -> Any:
         """A ``BackupAndRestore`` (or the ChiefOnly around it) wrapped in ``SafeBackup``: a verified
         previous copy, a clean error when a save fails, and a fallback when the newest is unreadable."""
-        from tfdist.callbacks.backup import SafeBackup
-
         if isinstance(getattr(callback, "callback", callback), _tf_keras_backup()):
             return SafeBackup(callback, is_chief=self.is_chief)
         return callback
@@ -179,8 +188,6 @@ class DistributedStrategy:
 
     def throughput(self, batch_size: int, **kwargs: Any) -> Any:
         """A ``Throughput`` callback that knows how many replicas consume ``batch_size`` each."""
-        from tfdist.callbacks import Throughput
-
         return Throughput(batch_size, replicas=self.num_replicas_in_sync, workers=self.num_workers, **kwargs)
 
     def metrics(self, batch_size: int, show_workers: bool = False) -> list:
@@ -195,8 +202,6 @@ class DistributedStrategy:
         not onto Keras' progress line, which keeps to loss, the model's metrics and Throughput's
         figures: a progress line (``tfdist.callbacks.progress``) ends the list and stands in for
         Keras' own. ``show_workers=True`` leaves it out, and Keras' progress bar prints them all."""
-        from tfdist.callbacks import progress_lines
-
         if not isinstance(show_workers, bool):
             raise ArgumentTypeError(f"`show_workers` must be True or False, got {show_workers!r}; fix: "
                                     "leave it out (per-worker figures off the progress line) or pass True")
@@ -299,8 +304,6 @@ class DistributedStrategy:
 def _stop_samplers(callbacks: list) -> None:
     """Stop the background threads of ``SystemMetrics`` callbacks: neither Keras calls
     ``on_train_end`` when ``fit`` raises, and a failed run must leave no thread behind."""
-    from tfdist.callbacks.system_metrics import SystemMetrics
-
     for callback in callbacks:
         inner = getattr(callback, "callback", callback)
         if isinstance(inner, SystemMetrics):

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 import tf_keras
 
+from tfdist.callbacks import LearningRateWarmup
+from tfdist.callbacks.learning_rate import learning_rate_value
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 
@@ -165,17 +167,12 @@ class CommitState(tf_keras.callbacks.Callback):
         warmup = self.warmup
         if warmup is not None and warmup.target_lr is not None and epoch < math.ceil(warmup.warmup_epochs):
             return float(warmup.target_lr)
-        from tfdist.callbacks.learning_rate import learning_rate_value
-
         return learning_rate_value(self.model.optimizer)
 
 
 def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwargs: dict) -> Any:
     """``strategy.fit`` with ``elastic=True``: see the module docstring."""
     import horovod.tensorflow.elastic as hvd_elastic
-
-    from tfdist.callbacks import LearningRateWarmup
-    from tfdist.callbacks.learning_rate import learning_rate_value
 
     kwargs = dict(fit_kwargs)
     callbacks = list(kwargs.pop("callbacks", None) or [])

@@ -2,18 +2,24 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import tensorflow as tf
 
-import logging
-
 from tfdist import keras_compat, upstream
-from tfdist.environments import HorovodRunEnvironment
+from tfdist.callbacks import (BroadcastInitialState, ChiefOnly, LearningRateWarmup, MetricAverage,
+                              WorkerMetrics)
+from tfdist.callbacks.learning_rate import uses_schedule
+from tfdist.callbacks.metric_average import average_over_ranks
+from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
-from tfdist.strategies import inputs
+from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer,
+                                      refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale)
+from tfdist.strategies import inputs, outputs
 from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.elastic import elastic_fit
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.registry import STRATEGIES
 
@@ -109,14 +115,21 @@ class HorovodStrategy(DistributedStrategy):
     """Synchronous data parallelism with Horovod, one process per GPU (or CPU slot).
 
     Launch: ``horovodrun -np 4 -H host1:2,host2:2 python train.py``.
+
+    The detected environment (``environment``, or one detected from ``environ``) says whether
+    horovodrun or mpirun started this process; rank and size are Horovod's own once it is
+    initialised (an elastic job renumbers its ranks).
     """
 
     Options = HorovodOptions
     options: HorovodOptions
 
-    def __init__(self, options: HorovodOptions, environ: dict[str, str] | None = None) -> None:
-        super().__init__(options)
-        environ = dict(os.environ if environ is None else environ)
+    def __init__(self, options: HorovodOptions, environment: ClusterEnvironment | None = None, *,
+                 environ: Mapping[str, str] | None = None) -> None:
+        if environment is None and environ is not None:
+            environment = detect_environment(environ)
+        super().__init__(options, environment)
+        environ = self.environment.environ
         if options.elastic and environ.get(HOROVOD_ELASTIC) != "1":
             raise HorovodLaunchError(with_fix(
                 f"make_strategy('horovod', elastic=True) needs an elastic Horovod launch, and "
@@ -125,7 +138,7 @@ class HorovodStrategy(DistributedStrategy):
                 "launch with `tfdist launch --backend horovod --elastic --min-np 1 --max-np N --hosts "
                 "h1:1,h2:1 -- python script.py`, or with `horovodrun --min-np 1 --max-np N "
                 "--host-discovery-script discover.sh python script.py`; or drop elastic=True"))
-        if not HorovodRunEnvironment.detect(environ):
+        if not isinstance(self.environment, HorovodRunEnvironment):
             raise HorovodLaunchError(
                 "make_strategy('horovod') must run under horovodrun or mpirun, and no HOROVOD_RANK/"
                 "OMPI_COMM_WORLD_RANK variable is set; fix: launch with `horovodrun -np N python "
@@ -172,8 +185,6 @@ class HorovodStrategy(DistributedStrategy):
         return self._hvd.size()
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
-        from tfdist.strategies.allreduce import AllreduceSettings, distributed_optimizer
-
         hvd = self._hvd
         return distributed_optimizer(optimizer, AllreduceSettings(
             op=hvd.Average if self.options.average_gradients else hvd.Sum,
@@ -192,8 +203,6 @@ class HorovodStrategy(DistributedStrategy):
         must have it too."""
         scale = self.options.scale_lr if scale_lr is None else scale_lr
         if self.options.elastic and scale and self.lr_scale == 1.0:
-            from tfdist.callbacks.learning_rate import uses_schedule
-
             if keras_compat.is_keras(optimizer, "optimizers.Optimizer") and uses_schedule(optimizer):
                 raise ArgumentTypeError(with_fix(
                     "cannot rescale a LearningRateSchedule by the number of replicas, which elastic=True does "
@@ -207,8 +216,6 @@ class HorovodStrategy(DistributedStrategy):
 
     def _worker_figures(self, batch_size: int, clock: Any) -> list:
         """Every rank's step, allreduce and compute time (``WorkerMetrics``), for ``metrics``."""
-        from tfdist.callbacks import WorkerMetrics
-
         return [WorkerMetrics(batch_size, clock=clock)]
 
     # --- training -----------------------------------------------------------------------------
@@ -217,15 +224,11 @@ class HorovodStrategy(DistributedStrategy):
         survives ranks leaving and joining (see ``tfdist.strategies.elastic``)."""
         if not self.options.elastic:
             return super().fit(model, x, y, **fit_kwargs)
-        from tfdist.strategies.elastic import elastic_fit
-
         return elastic_fit(self, model, x, y, fit_kwargs)
 
     # --- the hooks elastic fit drives (tfdist.strategies.elastic) ------------------------------
     def check_fit(self, model: Any, callbacks: list) -> None:
         """What ``fit`` checks before training: the model, and (on the chief) every output path."""
-        from tfdist.strategies import outputs
-
         self._check_model(model)
         if self.is_chief:
             self._check_export_destination()
@@ -261,8 +264,6 @@ class HorovodStrategy(DistributedStrategy):
         Keras 3 allreduce out to the ``LossScaleOptimizer`` compile put around it; keep a Keras 3
         model's train step out of XLA, which has no kernel for Horovod's ops."""
         build_from_first_batch(model, x)
-        from tfdist.strategies.allreduce import refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale
-
         if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
             rehome_under_loss_scale(model.optimizer)  # compile added loss scaling after optimizer()
         refuse_tf_keras_loss_scale_accumulation(model.optimizer, self.options.backward_passes_per_step)
@@ -273,8 +274,6 @@ class HorovodStrategy(DistributedStrategy):
 
     def _reduce_evaluation(self, result: Any) -> Any:
         """Average ``evaluate``'s per-rank results so every rank returns the global figures."""
-        from tfdist.callbacks.metric_average import average_over_ranks
-
         if isinstance(result, dict):
             return average_over_ranks(self._hvd, result, "tfdist.evaluate")
         values = [float(v) for v in (result if isinstance(result, (list, tuple)) else [result])]
@@ -284,8 +283,6 @@ class HorovodStrategy(DistributedStrategy):
 
     # --- callbacks ----------------------------------------------------------------------------
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
-        from tfdist.callbacks import BroadcastInitialState, LearningRateWarmup, MetricAverage
-
         _refuse_batch_summaries(callbacks)
         ours: list = []
         # Elastic: Horovod's state sync broadcasts from rank 0 at every (re)start instead.
@@ -304,8 +301,6 @@ class HorovodStrategy(DistributedStrategy):
     def _evaluate_callbacks(self, callbacks: list) -> list:
         """``evaluate`` figures a writer records are the mean over ranks too (no writer, no
         averaging here: ``_reduce_evaluation`` averages the returned figures)."""
-        from tfdist.callbacks import MetricAverage
-
         writers = [cb for cb in callbacks if isinstance(_unwrapped(cb), _writers())]
         averaged = not writers or any(isinstance(cb, MetricAverage) for cb in callbacks)
         ours = [] if averaged else [MetricAverage()]
@@ -315,8 +310,6 @@ class HorovodStrategy(DistributedStrategy):
         """File writers (checkpoints, TensorBoard, CSV) and progress bars run on the chief only;
         BackupAndRestore restores on every rank (so all resume at the same epoch) and saves on
         the chief only."""
-        from tfdist.callbacks import ChiefOnly
-
         if keras_compat.is_keras(callback, "callbacks.BackupAndRestore") and not self.is_chief:
             return ChiefOnly(callback, is_chief=False, everywhere=("on_train_begin",))
         if (isinstance(callback, _writers()) or keras_compat.is_keras(callback, "callbacks.ProgbarLogger")) \
@@ -343,8 +336,6 @@ def _writers() -> tuple[type, ...]:
 
 
 def _unwrapped(callback: Any) -> Any:
-    from tfdist.callbacks import ChiefOnly
-
     return callback.callback if isinstance(callback, ChiefOnly) else callback
 
 

@@ -5,6 +5,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfdist.environments import ClusterEnvironment
 from tfdist.strategies.base import DistributedStrategy, StrategyOptions
 from tfdist.strategies.options import require_strings
 from tfdist.strategies.registry import STRATEGIES
@@ -28,8 +29,8 @@ class MirroredStrategy(DistributedStrategy):
     Options = MirroredOptions
     options: MirroredOptions
 
-    def __init__(self, options: MirroredOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: MirroredOptions, environment: ClusterEnvironment | None = None) -> None:
+        super().__init__(options, environment)
         devices = list(options.devices) if options.devices else None
         self._strategy = tf.distribute.MirroredStrategy(devices=devices)
 

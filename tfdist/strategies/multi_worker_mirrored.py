@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Literal
 
 import tensorflow as tf
 
 from tfdist import keras_compat
-from tfdist.cluster import TFConfig
+from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
@@ -43,15 +42,17 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     Keras' ModelCheckpoint, BackupAndRestore and TensorBoard already write on the chief only
     under this strategy (others write to temporary directories), so tfdist adds nothing there.
-    Without TF_CONFIG it is one worker.
+    Without TF_CONFIG it is one worker. Which task this is comes from the TF_CONFIG environment
+    ``make_strategy`` detected (``self.environment``).
     """
 
     Options = MultiWorkerMirroredOptions
     options: MultiWorkerMirroredOptions
+    environment: TFConfigEnvironment
 
-    def __init__(self, options: MultiWorkerMirroredOptions) -> None:
-        super().__init__(options)
-        self._config = TFConfig.from_environ(os.environ)
+    def __init__(self, options: MultiWorkerMirroredOptions, environment: ClusterEnvironment | None = None) -> None:
+        super().__init__(options, environment)
+        self.environment.config  # a malformed TF_CONFIG fails here, naming every problem, before TensorFlow reads it
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
                                  _IMPLEMENTATIONS[options.communication])
         self._strategy = tf.distribute.MultiWorkerMirroredStrategy(
@@ -62,17 +63,21 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def tf_strategy(self) -> tf.distribute.Strategy:
         return self._strategy
 
+    @classmethod
+    def environment_for(cls, detected: ClusterEnvironment) -> TFConfigEnvironment:
+        return TFConfigEnvironment.of(detected)
+
     @property
     def rank(self) -> int:
-        return self._config.rank if self._config is not None else 0
+        return self.environment.rank
 
     @property
     def num_workers(self) -> int:
-        return max(1, self._config.num_training_tasks) if self._config is not None else 1
+        return max(1, self.environment.size)
 
     @property
     def is_chief(self) -> bool:
-        return self._config.is_chief if self._config is not None else True
+        return self.environment.is_chief
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
         keras_compat.refuse_keras_3(

@@ -2,16 +2,18 @@
 
 ``output_paths`` finds the directories the callbacks of a ``fit`` write to (checkpoints, backups,
 TensorBoard logs, CSV logs, tfdist's own ``checkpoint_dir``); ``check_writable`` creates each one
-if needed and writes and removes a probe file there, so a read-only disk, a path under a regular
-file or a missing permission fails at once with one line naming the path and the fix.
+if needed and writes and removes a probe file there (``tfdist.atomic_write.new_file_problem``), so a
+read-only disk, a path under a regular file or a missing permission fails at once with one line
+naming the path and the fix.
 """
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Iterable
 
+from tfdist.atomic_write import new_file_problem
 from tfdist.errors import TfdistError, with_fix
+from tfdist.keras_compat import is_keras
 
 
 class OutputPathError(TfdistError, OSError):
@@ -20,8 +22,6 @@ class OutputPathError(TfdistError, OSError):
 
 def output_paths(callbacks: Iterable[Any]) -> list[tuple[str, str]]:
     """``(what, directory)`` for every callback that writes files; wrappers (ChiefOnly) unwrapped."""
-    from tfdist.keras_compat import is_keras
-
     found: list[tuple[str, str]] = []
     for callback in callbacks:
         inner = getattr(callback, "callback", callback)  # ChiefOnly and TensorBoardRun wrap a writer
@@ -60,13 +60,12 @@ def check_writable(paths: Iterable[tuple[str, str]]) -> None:
 
 
 def _unwritable_reason(directory: str) -> str | None:
-    """Why ``directory`` cannot be created or written, or ``None`` when a probe file was written."""
+    """Why ``directory`` cannot be created or written, or ``None`` when a probe file was written (the
+    probe is ``new_file_problem``'s; creating the directory first is this check's own)."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         return "Not a directory"
     try:
         os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tfdist-write-check-"):
-            pass
     except OSError as exc:
         return exc.strerror or type(exc).__name__
-    return None
+    return new_file_problem(directory)

@@ -8,9 +8,10 @@ Every task runs the same script. ``make_strategy("parameter_server")``:
 * on the ``chief`` checks that every task answers, then returns the strategy; ``strategy.fit``
   runs ``Model.fit`` through the ClusterCoordinator.
 
-The cluster comes from ``TF_CONFIG``, or from ``cluster=``: a dict, a ``tf.train.ClusterSpec`` or
-a ``tf.distribute.cluster_resolver.ClusterResolver`` (as in TensorFlow's parameter-server
-tutorial, whose in-process cluster has no chief: this process is then the coordinator).
+The cluster comes from ``TF_CONFIG`` (the environment ``make_strategy`` detected), or from ``cluster=``:
+a dict, a ``tf.train.ClusterSpec`` or a ``tf.distribute.cluster_resolver.ClusterResolver`` (as in
+TensorFlow's parameter-server tutorial, whose in-process cluster has no chief: this process is then
+the coordinator), which builds that environment instead.
 
 Variables are placed on the ps tasks; with ``shards=N`` or ``min_shard_bytes=B`` large ones
 (embedding tables, big kernels) are split across them: hybrid data + model parallelism.
@@ -27,11 +28,14 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist import keras_compat, lifecycle, tf_noise, upstream
+from tfdist.callbacks import ParameterServerMetrics
 from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import grpc_task_env
+from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.cluster_config import checked_cluster, checked_tf_config
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, require_bool,
                                        require_number, require_path)
 from tfdist.strategies.registry import STRATEGIES
@@ -154,17 +158,17 @@ def _explicit_role(options: ParameterServerOptions) -> tuple[dict[str, list[str]
     return plain, task_type, task_index
 
 
-def _role(options: ParameterServerOptions) -> TFConfig:
-    """Which task this process is, in which cluster: parsed once, asked everywhere."""
-    from tfdist.strategies.cluster_config import checked_cluster, checked_tf_config
-
+def _role(options: ParameterServerOptions, detected: TFConfigEnvironment) -> TFConfigEnvironment:
+    """Which task this process is, in which cluster: the TF_CONFIG environment ``detected``, or the one
+    ``cluster=`` (and ``task_type=``, ``task_index=``) builds instead; read once, asked everywhere."""
     if options.cluster is not None:
         cluster, task_type, task_index = _explicit_role(options)
         if task_type is None and COORDINATOR not in cluster:
             # TensorFlow's in-process pattern: the coordinator is this process, outside the cluster.
             checked_cluster(cluster, coordinator_outside=True)
-            return _require_ps_job(TFConfig(cluster=cluster, task_type=COORDINATOR, task_index=0),
-                                   coordinator_outside=True)
+            config = TFConfig(cluster=cluster, task_type=COORDINATOR, task_index=0)
+            _require_ps_job(config, coordinator_outside=True)
+            return TFConfigEnvironment(detected.environ, config)
         if task_type is None:  # every task runs the same script: each would take itself for the chief
             raise OptionValueError(with_fix(
                 "`cluster` lists a chief but nothing says which task this process is",
@@ -172,14 +176,15 @@ def _role(options: ParameterServerOptions) -> TFConfig:
                 "knows its task"))
         task = {"type": task_type, "index": int(task_index or 0)}
         config = checked_tf_config({"cluster": cluster, "task": task})
-    else:
-        config = TFConfig.from_environ(os.environ)
-        if config is None:
-            raise ParameterServerError(with_fix(
-                "make_strategy('parameter_server') needs a cluster, and TF_CONFIG is not set",
-                "launch locally with `tfdist launch --workers 2 --ps 1 -- python script.py`, set "
-                "TF_CONFIG on every task (`tfdist tf-config --help`), or pass cluster=..., task_type=..."))
-    return _require_ps_job(config)
+        _require_ps_job(config)
+        return TFConfigEnvironment(detected.environ, config)
+    if detected.tf_config is None:
+        raise ParameterServerError(with_fix(
+            "make_strategy('parameter_server') needs a cluster, and TF_CONFIG is not set",
+            "launch locally with `tfdist launch --workers 2 --ps 1 -- python script.py`, set "
+            "TF_CONFIG on every task (`tfdist tf-config --help`), or pass cluster=..., task_type=..."))
+    _require_ps_job(detected.config)
+    return detected
 
 
 def _require_ps_job(role: TFConfig, coordinator_outside: bool = False) -> TFConfig:
@@ -243,10 +248,11 @@ class ParameterServerStrategy(DistributedStrategy):
 
     Options = ParameterServerOptions
     options: ParameterServerOptions
+    environment: TFConfigEnvironment
 
-    def __init__(self, options: ParameterServerOptions) -> None:
-        super().__init__(options)
-        self._role = _role(options)
+    def __init__(self, options: ParameterServerOptions, environment: ClusterEnvironment | None = None) -> None:
+        super().__init__(options, environment)
+        self.environment = _role(options, self.environment)
         self._strategy: tf.distribute.ParameterServerStrategy | None = None
         if self.is_chief:
             _fail_fast_grpc()
@@ -283,8 +289,12 @@ class ParameterServerStrategy(DistributedStrategy):
             self.chief_address, self.options.chief_grace_seconds, self.options.chief_startup_timeout,
             exit=exit)
 
+    @classmethod
+    def environment_for(cls, detected: ClusterEnvironment) -> TFConfigEnvironment:
+        return TFConfigEnvironment.of(detected)
+
     def _cluster_spec(self) -> tf.train.ClusterSpec:
-        return tf.train.ClusterSpec({job: list(tasks) for job, tasks in self._role.cluster.items()})
+        return tf.train.ClusterSpec(self.environment.cluster)
 
     # --- identity -----------------------------------------------------------------------------
     @property
@@ -293,21 +303,21 @@ class ParameterServerStrategy(DistributedStrategy):
 
     @property
     def task_type(self) -> str:
-        return self._role.task_type
+        return self.environment.task_type
 
     @property
     def task_index(self) -> int:
-        return self._role.task_index
+        return self.environment.task_index
 
     @property
     def chief_address(self) -> str | None:
         """The chief's address; ``None`` when the coordinator is this process, outside the cluster."""
-        chief = self._role.cluster.get(COORDINATOR)
+        chief = self.environment.cluster.get(COORDINATOR)
         return chief[0] if chief else None
 
     @property
     def is_chief(self) -> bool:
-        return self.task_type == COORDINATOR
+        return self.environment.is_chief
 
     @property
     def is_evaluator(self) -> bool:
@@ -315,15 +325,15 @@ class ParameterServerStrategy(DistributedStrategy):
 
     @property
     def rank(self) -> int:
-        return self._role.rank
+        return self.environment.rank
 
     @property
     def num_workers(self) -> int:
-        return len(self._role.cluster["worker"])
+        return len(self.environment.cluster["worker"])
 
     @property
     def num_ps(self) -> int:
-        return len(self._role.cluster["ps"])
+        return len(self.environment.cluster["ps"])
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -336,8 +346,6 @@ class ParameterServerStrategy(DistributedStrategy):
     def _worker_figures(self, batch_size: int, clock: Any) -> list:
         """The coordinator's step time against one step's compute, and each worker's steps
         (``ParameterServerMetrics``), for ``metrics``."""
-        from tfdist.callbacks import ParameterServerMetrics
-
         return [ParameterServerMetrics(batch_size, clock=clock)]
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
@@ -374,7 +382,7 @@ class ParameterServerStrategy(DistributedStrategy):
 
     def _server_addresses(self) -> dict[str, str]:
         return {f"{job}:{i}": address for job in SERVER_TASKS
-                for i, address in enumerate(self._role.cluster[job])}
+                for i, address in enumerate(self.environment.cluster[job])}
 
     def _lost_task_error(self, exc: Exception) -> ParameterServerError:
         """One clear line naming the task(s) that no longer answer; TensorFlow's own text, shortened,

@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from tfdist.plan import PLAN_ENV, Plan, PlanError, check_options, check_run, load_plan, merge_options
-from tfdist.environments import HorovodRunEnvironment, TFConfigEnvironment
+from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, TFConfigEnvironment, detect_environment
 from tfdist.errors import with_fix
 from tfdist.strategies.options import (CLUSTER_OPTIONS, OptionValueError, StrategyOptions, UnknownOptionError,
                                        build_options, field_names)
@@ -36,14 +36,16 @@ class ResolvedPlan:
     source: str = ""
 
 
-def run_size(kind: str, environ: Mapping[str, str]) -> tuple[int, int]:
-    """``(workers, ps)`` of this run as its launcher describes it, in the advisor's terms: Horovod
-    ranks; a parameter-server cluster's worker and ps tasks (the chief coordinates and steps none);
-    MultiWorkerMirrored's training tasks; 1 elsewhere."""
-    if kind == "horovod" and HorovodRunEnvironment.detect(environ):
-        return HorovodRunEnvironment(environ).size, 0
-    if kind in ("parameter_server", "multi_worker_mirrored") and TFConfigEnvironment.detect(environ):
-        found = TFConfigEnvironment(environ)
+def run_size(kind: str, environment: ClusterEnvironment) -> tuple[int, int]:
+    """``(workers, ps)`` of this run as its launcher describes it (``environment``: the one detected),
+    in the advisor's terms: Horovod ranks; a parameter-server cluster's worker and ps tasks (the chief
+    coordinates and steps none); MultiWorkerMirrored's training tasks; 1 elsewhere."""
+    if kind == "horovod" and isinstance(environment, HorovodRunEnvironment):
+        return environment.size, 0
+    if kind in ("parameter_server", "multi_worker_mirrored"):
+        found = TFConfigEnvironment.of(environment)
+        if not found.applies():
+            return 1, 0
         cluster = found.cluster
         if kind == "parameter_server":
             return len(cluster.get("worker", [])), len(cluster.get("ps", []))
@@ -52,11 +54,13 @@ def run_size(kind: str, environ: Mapping[str, str]) -> tuple[int, int]:
 
 
 def resolve_plan(kind: str, environ: Mapping[str, str], explicit: Mapping[str, Any],
-                 option_types: Mapping[str, type[StrategyOptions]], *, auto: bool = True) -> ResolvedPlan:
+                 option_types: Mapping[str, type[StrategyOptions]], *, auto: bool = True,
+                 environment: ClusterEnvironment | None = None) -> ResolvedPlan:
     """The options to build backend ``kind`` with, given the plan ``environ`` names (if any).
 
-    ``option_types``: every registered backend's options dataclass. Raises ``PlanError`` for a plan
-    that cannot be applied here (its file, the field and the fix in the message).
+    ``option_types``: every registered backend's options dataclass; ``environment``: where this
+    process runs, as ``make_strategy`` detected it (detected from ``environ`` when not given). Raises
+    ``PlanError`` for a plan that cannot be applied here (its file, the field and the fix in the message).
     """
     value = environ.get(PLAN_ENV)
     if value is None:
@@ -67,7 +71,7 @@ def resolve_plan(kind: str, environ: Mapping[str, str], explicit: Mapping[str, A
             "plans apply to make_strategy('auto')",))
     plan, source = load_plan(value)
     check_options(plan, source, {name: field_names(options) for name, options in option_types.items()})
-    workers, ps = run_size(kind, environ)
+    workers, ps = run_size(kind, environment if environment is not None else detect_environment(environ))
     check_run(plan, source, kind, workers, ps)
     check_values(plan, source, option_types)
     options, overridden = merge_options(plan, explicit)

@@ -14,19 +14,25 @@ a strategy wins (docs/strategies.md, "The `auto` table"):
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
-from tfdist.environments import DETECTION_ORDER
+from tfdist.environments import DETECTION_ORDER, ClusterEnvironment
 from tfdist.environments.base import Selection
 
 __all__ = ["Selection", "select_strategy"]
 
 
 def select_strategy(environ: Mapping[str, str], gpu_count: int) -> Selection:
-    """Apply the auto table to ``environ`` and ``gpu_count``; reads nothing else."""
-    for environment in DETECTION_ORDER:
-        if environment.detect(environ):
-            selection = environment(environ).auto_strategy(gpu_count)
+    """Apply the auto table to ``environ`` and ``gpu_count``; reads nothing else. The selection
+    carries the environment detected (``selection.environment``: the first detector that applies,
+    as ``detect_environment`` finds it; a one-task SLURM step stays a SLURM one), for the backend."""
+    detected: ClusterEnvironment | None = None
+    for environment_type in DETECTION_ORDER:
+        environment = environment_type(environ)
+        if environment.applies():
+            detected = detected or environment
+            selection = environment.auto_strategy(gpu_count)
             if selection is not None:
-                return selection
+                return dataclasses.replace(selection, environment=detected)
     raise AssertionError("LocalEnvironment always selects a strategy")  # pragma: no cover

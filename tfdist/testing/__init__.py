@@ -10,4 +10,7 @@ multi-host jobs run, and are tested, over real links::
         lab.run("h0", ["ssh", "-p", str(lab.ssh_port), "-i", str(lab.identity_file), "h1", "hostname"])
 
 Importing this package starts nothing and needs no privileges.
+
+Layering: the top (beside ``tfdist.cli``): it may import :mod:`tfdist.launch`, :mod:`tfdist.cluster`
+and the ground modules.
 """

@@ -1,7 +1,7 @@
-"""Build launch plans: which processes to start, with which command and environment.
+"""The processes a launch starts: which commands, with which environment (TF_CONFIG per task, horovodrun's argv).
 
-Pure functions: nothing is started here and no input is mutated, so plans are tested without
-TensorFlow or subprocesses. ``tfdist.launch.local`` runs a plan.
+Pure functions: nothing is started here and no input is mutated, so they are tested without
+TensorFlow or subprocesses. ``tfdist.launch.local`` starts them.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfdist.launch.plan import LaunchError, horovodrun_command, plan_local_cluster
+from tfdist.launch.commands import LaunchError, horovodrun_command, plan_local_cluster
 
 
 def test_every_task_gets_its_own_tf_config_and_fail_fast():
@@ -46,7 +46,7 @@ def test_horovodrun_command():
 
 
 def test_worker_cluster_has_no_chief_and_no_ps():
-    from tfdist.launch.plan import plan_worker_cluster
+    from tfdist.launch.commands import plan_worker_cluster
 
     _, tasks = plan_worker_cluster(["python"], 2, ports=[7000, 7001], base_env={})
     assert [t.name for t in tasks] == ["worker:0", "worker:1"]
@@ -54,7 +54,7 @@ def test_worker_cluster_has_no_chief_and_no_ps():
 
 
 def test_horovodrun_beside_the_interpreter_comes_before_path(tmp_path):
-    from tfdist.launch.plan import find_horovodrun
+    from tfdist.launch.commands import find_horovodrun
 
     venv, other = tmp_path / "venv" / "bin", tmp_path / "other"
     venv.mkdir(parents=True)
@@ -77,7 +77,7 @@ def test_horovodrun_command_takes_the_launchers_argv_and_puts_the_interface_afte
 def test_the_horovod_launcher_is_this_interpreter_running_horovods_own_code():
     """Not the horovodrun script: the same argv through tfdist.launch.horovod_launcher, whose build
     check does not import TensorFlow (about 4 s of every launch)."""
-    from tfdist.launch.plan import HOROVOD_LAUNCHER, horovod_launcher, launcher_argv
+    from tfdist.launch.commands import HOROVOD_LAUNCHER, horovod_launcher, launcher_argv
 
     pytest.importorskip("horovod.runner.launch")
     assert HOROVOD_LAUNCHER == "tfdist.launch.horovod_launcher"
@@ -90,7 +90,7 @@ def test_the_horovod_launcher_is_this_interpreter_running_horovods_own_code():
 def test_without_the_interpreter_or_horovods_launcher_the_horovodrun_script_runs(tmp_path, monkeypatch):
     import importlib.util
 
-    from tfdist.launch.plan import horovod_launcher
+    from tfdist.launch.commands import horovod_launcher
 
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_horovodrun_command_passes_the_ssh_port_and_identity_file():
 
 def test_host_cluster_tasks_carry_their_tf_config_and_spec_on_stdin_not_on_the_command_line():
     from tfdist.launch.hosts import parse_hosts, place_tasks
-    from tfdist.launch.plan import plan_host_cluster
+    from tfdist.launch.commands import plan_host_cluster
     from tfdist.launch.remote import SshOptions
     from tfdist.launch.remote_task import decode_spec
 
@@ -163,7 +163,7 @@ def test_keepalive_is_merged_into_the_users_grpc_options_not_dropped(user, expec
 
 def test_a_host_cluster_keeps_the_users_grpc_options():
     from tfdist.launch.hosts import parse_hosts, place_tasks
-    from tfdist.launch.plan import plan_host_cluster
+    from tfdist.launch.commands import plan_host_cluster
     from tfdist.launch.remote_task import decode_spec
 
     placements = place_tasks(parse_hosts("h1:1,h2:1"), workers=1, ps=1)
@@ -176,7 +176,7 @@ def test_a_host_cluster_keeps_the_users_grpc_options():
 
 def test_a_task_on_the_launchers_own_host_gets_the_same_filtered_environment():
     from tfdist.launch.hosts import parse_hosts, place_tasks
-    from tfdist.launch.plan import plan_host_cluster
+    from tfdist.launch.commands import plan_host_cluster
 
     placements = place_tasks(parse_hosts("h1:1,h2:1"), workers=1, ps=1)
     base = {"PATH": "/bin", "HOSTNAME": "login", "SSH_AUTH_SOCK": "/agent", "TF_CONFIG": "{}", "X": "1"}

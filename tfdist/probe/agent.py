@@ -1,6 +1,10 @@
-"""What ``tfdist advise --probe`` runs on each host: ``python -m tfdist.advise.probe_agent``.
+"""What ``tfdist advise --probe`` runs on each host: ``python -m tfdist.probe.agent``.
 
-The prober (:mod:`tfdist.advise.probe`) starts one agent per measurement, over ssh (or directly on
+May import :mod:`tfdist.errors`, :mod:`tfdist.probe.wire`, :mod:`tfdist.probe.host_memory` and
+``tfdist.launch.remote_task.bind_address`` (the address a task binds), and TensorFlow in the
+``compute`` role only: it runs on every probed host, so it stays light.
+
+The prober (:mod:`tfdist.probe.driver`) starts one agent per measurement, over ssh (or directly on
 this machine), and writes its specification to the agent's stdin as one JSON line, so the module of
 ``--model`` is imported in the launcher's working directory with the launcher's environment, as
 ``tfdist.launch.remote_task`` does for tasks. Roles:
@@ -17,18 +21,17 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   report the time per step (the fastest of three timed windows), the parameter count, the bytes per
   parameter and every variable's shape and dtype size (for the memory check).
 
-The receiver also reports its host's memory (:mod:`tfdist.advise.host_memory`: the cgroup limit,
+The receiver also reports its host's memory (:mod:`tfdist.probe.host_memory`: the cgroup limit,
 MemTotal, MemAvailable): every probed host receives once.
 
-Every answer is one stdout line ``TFDIST_PROBE {json}`` (``{"error": ...}`` on failure, exit code
-2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
+Every answer is one stdout line ``TFDIST_PROBE {json}`` (:mod:`tfdist.probe.wire`; ``{"error": ...}`` on
+failure, exit code 2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
 after ``timeout`` seconds whatever happens (a compute agent waiting for ``go`` too), so an
 interrupted probe leaves nothing running.
 Only the ``compute`` role imports TensorFlow.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -40,64 +43,13 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from tfdist.errors import TfdistError, with_fix
+from tfdist.probe.wire import (DATA, EXIT_ABANDONED, EXIT_FAILED, GO, PING, ProbeAgentError, answer,
+                               decode_spec, parse_answer)
 
-MARKER = "TFDIST_PROBE "
-ROLES = ("receive", "send", "compute")
-EXIT_FAILED = 2
-EXIT_ABANDONED = 3  # stdin ended or the hard timeout passed before the measurement finished
-MAX_TIMEOUT = 86400.0  # s: a day, the bound of a specification's timeout (a sanity check)
-GO = b"go"  # the stdin line that lets a ready compute agent time its steps
-CHUNK = 256 * 1024
-PING = b"P"
-DATA = b"D"
-_REQUIRED = {"receive": ("host", "seconds", "skip"), "send": ("peer", "port", "seconds", "pings"),
-             "compute": ("model", "batch_size", "cwd", "env", "steps", "min_seconds")}
+__all__ = ["ProbeAgentError", "answer", "compute", "decode_spec", "embeddings_of", "load_build_fn", "main",
+           "parse_answer", "rate_after_skip", "receive", "run", "send", "shapes_of", "variables_of"]
 
-
-class ProbeAgentError(TfdistError, RuntimeError):
-    """A specification or a measurement the agent cannot carry out; the message ends with the fix."""
-
-
-def decode_spec(line: bytes | str) -> dict[str, Any]:
-    """The specification from the first stdin line, checked: ``role``, ``timeout`` and the role's fields."""
-    fix = "start agents with `tfdist advise --probe` of the same tfdist version on every host"
-    if not line:
-        raise ProbeAgentError(with_fix("no probe specification on stdin (the prober went away)", fix))
-    try:
-        spec = json.loads(line)
-    except ValueError as exc:
-        raise ProbeAgentError(with_fix(f"the probe specification is not JSON ({exc})", fix)) from None
-    if not isinstance(spec, dict) or spec.get("role") not in ROLES:
-        role = spec.get("role") if isinstance(spec, dict) else type(spec).__name__
-        raise ProbeAgentError(with_fix(f"the probe specification's role is {role!r}, expected one of {ROLES}",
-                                       fix))
-    missing = [name for name in ("timeout", *_REQUIRED[spec["role"]]) if name not in spec]
-    if missing:
-        raise ProbeAgentError(with_fix(f"the {spec['role']} specification lacks {', '.join(missing)}", fix))
-    timeout = spec["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
-        raise ProbeAgentError(with_fix(f"the specification's timeout must be 0 to {MAX_TIMEOUT:.0f} s, got "
-                                       f"{timeout!r}", fix))
-    return spec
-
-
-def answer(payload: Mapping[str, Any], out: IO[str] = sys.stdout) -> None:
-    """Print one result line (``TFDIST_PROBE {json}``) and flush it."""
-    out.write(MARKER + json.dumps(dict(payload), separators=(",", ":")) + "\n")
-    out.flush()
-
-
-def parse_answer(output: str) -> dict[str, Any] | None:
-    """The last ``TFDIST_PROBE`` line of an agent's output as a dict, or None if there is none."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                value = json.loads(line[len(MARKER):])
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
-
+CHUNK = 256 * 1024  # bytes per read and per write of the bulk transfer
 
 # --- links ------------------------------------------------------------------------------------------
 def rate_after_skip(samples: list[tuple[float, int]], skip: float) -> tuple[float, int, float]:
@@ -156,7 +108,7 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
             total += count
             samples.append((time.monotonic(), total))
     bits, moved, timed = rate_after_skip(samples, skip)
-    from tfdist.advise.host_memory import read_host_memory
+    from tfdist.probe.host_memory import read_host_memory
 
     return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed,
             "memory": read_host_memory().as_dict()}  # every probed host receives once

@@ -1,30 +1,27 @@
-"""The advisor's inputs from what a user typed or what the probe measured: a Cluster and a Workload.
+"""The cost model's inputs from what a user typed: a Cluster and a Workload, and the memory verdict.
 
 Shared by ``tfdist advise`` and ``tfdist launch --backend auto``. Every problem is an
 :class:`AdviseError` whose ``field`` names the value (``bandwidths``, ``speeds``, ``model``, ...), so
-a command maps it to its own option; messages stay one short line whatever the cluster's size.
+a command maps it to its own option; messages stay one short line whatever the cluster's size. What
+the probe measured becomes a Cluster and a Workload in :mod:`tfdist.probe.result` (``build_inputs``).
 
     cluster, workload = manual_inputs(workers=2, bandwidths=(parse_rate("1gbit"),), params=669_706,
                                       batch_size=64, step_ms=10.0)
-    cluster, workload, found = build_inputs(probe_hosts(...), workers=2, ps=1, batch_size=64)
-    memory = memory_check(cluster, workload, ("adam", 2), worker_memory=64 * 2**30)  # or found=found
+    memory = memory_check(cluster, workload, ("adam", 2), worker_memory=64 * 2**30)
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-from tfdist.advise.cluster import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_HOST_BANDWIDTH,
-                                   DEFAULT_LATENCY_S, DEFAULT_PS_OVERHEAD_MS, MAX_SPEED, MAX_WORKERS,
-                                   MIN_SPEED, Cluster, Embedding, Workload, example_speeds)
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.units import parse_count, parse_rate, refuse_non_ascii
+from tfdist.advise.memory import HostLoad, MemoryCheck, ModelMemory, check_memory
+from tfdist.advise.model_inputs import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_INTRA_HOST_BANDWIDTH,
+                                        DEFAULT_LATENCY_S, DEFAULT_PS_OVERHEAD_MS, MAX_SPEED, MAX_WORKERS,
+                                        MIN_SPEED, Cluster, Embedding, Workload, example_speeds)
+from tfdist.advise.units import format_memory, parse_count, parse_rate, refuse_non_ascii
 from tfdist.errors import with_fix
-
-if TYPE_CHECKING:
-    from tfdist.advise.memory import HostLoad, MemoryCheck
-    from tfdist.advise.probe import ProbeResult
 
 _MAX_MODEL_TEXT = 200
 
@@ -158,42 +155,12 @@ def manual_inputs(workers: int, bandwidths: Sequence[float], params: int, batch_
     return cluster, workload
 
 
-def build_inputs(found: ProbeResult, workers: int, ps: int, batch_size: int, params: int | None = None,
-                 step_ms: float | None = None, dtype_bytes: int | None = None,
-                 worker_speeds: Sequence[float] | None = None,
-                 overlap: float = 0.0, embeddings: Sequence[Embedding] = ()) -> tuple[Cluster, Workload, ProbeResult]:
-    """The advisor's Cluster and Workload from what the probe measured (and what the user gave, with
-    the model's embedding tables): ``(cluster, workload, found)``. Raises :class:`AdviseError` with the
-    field that is wrong."""
-    from tfdist.launch.plan import LaunchError
-
-    try:
-        cluster = found.to_cluster(workers, ps)
-    except LaunchError as exc:  # the placement of --hosts (place_tasks)
-        raise AdviseError(str(exc), "hosts") from None
-    if worker_speeds is not None:
-        if len(worker_speeds) != workers:
-            raise AdviseError(with_fix(f"{len(worker_speeds)} speed(s) for {workers} worker(s)",
-                                       f"give one speed per worker, e.g. {example_speeds(workers)}"),
-                              "speeds")
-        cluster = dataclasses.replace(cluster, speeds=tuple(worker_speeds))
-    workload = found.to_workload(batch_size, step_ms=step_ms, params=params,
-                                 dtype_bytes=None if found.params is not None else dtype_bytes,
-                                 overlap=overlap)
-    if embeddings:
-        workload = dataclasses.replace(workload, embeddings=tuple(embeddings))
-    return cluster, workload, found
-
-
 def described_hosts(cluster: Cluster, ps_memory: int | None = None,
                     worker_memory: int | None = None) -> tuple[HostLoad, ...]:
     """The distinct hosts of a described ``cluster`` and their memory: worker hosts of
     ``workers_per_host`` workers (the last may have fewer) with ``worker_memory``, a ``colocated`` ps
     on its worker host (j on host j mod H), a ``separate`` one on a host of its own with ``ps_memory``.
     Colocated, both options would name the same hosts' memory: two different sizes are an error."""
-    from tfdist.advise.memory import HostLoad
-    from tfdist.advise.units import format_memory
-
     colocated = cluster.ps_placement == "colocated"
     if colocated and None not in (ps_memory, worker_memory) and ps_memory != worker_memory:
         raise AdviseError(with_fix(f"--ps-memory {format_memory(ps_memory)} and --worker-memory "
@@ -214,28 +181,29 @@ def described_hosts(cluster: Cluster, ps_memory: int | None = None,
 
 def memory_check(cluster: Cluster, workload: Workload, optimizer: tuple[str, int] | None,
                  largest: int | None = None, ps_memory: int | None = None, worker_memory: int | None = None,
-                 found: ProbeResult | None = None) -> MemoryCheck | None:
+                 variables: Sequence[tuple[Sequence[int], int]] | None = None,
+                 hosts: Sequence[HostLoad] | None = None) -> MemoryCheck | None:
     """The memory verdict ``advise`` weighs, for ``tfdist advise`` and ``tfdist launch --backend auto``
     alike (None without an ``optimizer``, as :func:`tfdist.advise.memory.parse_optimizer` gives it).
-    The hosts and their memory are the probe's (``found``: its placement of the tasks, each host's
-    usable memory, the model's variables) or else described (:func:`described_hosts`: the bytes of
-    each worker's and ps task's host), the variables then from the workload's parameter count and
-    ``largest`` (the largest variable's parameters).
+    The hosts and their memory are the probe's (``hosts``: its placement of the tasks and each host's
+    usable memory, ``ProbeResult.host_loads``; ``variables``: the model's, ``ProbeResult.variables``)
+    or else described (:func:`described_hosts`: the bytes of each worker's and ps task's host), the
+    variables then from the workload's parameter count and ``largest`` (the largest variable's
+    parameters).
 
         advise(cluster, workload, memory_check(cluster, workload, ("adam", 2), worker_memory=64 * 2**30))
     """
-    from tfdist.advise.memory import ModelMemory, check_memory
-
     if optimizer is None:
         return None
     name, slots = optimizer
-    if found is not None and found.variables:
-        model = ModelMemory.from_shapes(found.variables, name, slots)
+    if hosts is not None and variables:
+        model = ModelMemory.from_shapes(variables, name, slots)
     else:
         model = ModelMemory.from_counts(workload.params, workload.dtype_bytes, name, slots, largest)
     if workload.embeddings:  # allreduce: the tables' gradients are the rows every worker's step gathers
         gathered = math.ceil(workload.dense_bytes + cluster.workers * workload.sparse_step_bytes)
         model = dataclasses.replace(model, gradient_bytes=gathered)
-    hosts = (found.host_loads(cluster.workers, cluster.ps) if found is not None
-             else described_hosts(cluster, ps_memory, worker_memory))
-    return check_memory(model, cluster.ps, probed=found is not None, hosts=hosts)
+    probed = hosts is not None
+    if hosts is None:
+        hosts = described_hosts(cluster, ps_memory, worker_memory)
+    return check_memory(model, cluster.ps, probed=probed, hosts=tuple(hosts))

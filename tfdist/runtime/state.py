@@ -6,20 +6,36 @@ import TensorFlow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tfdist.strategies.base import DistributedStrategy
-
-_current: "DistributedStrategy | None" = None
+from typing import Protocol
 
 
-def set_current(strategy: "DistributedStrategy | None") -> None:
+class RunningStrategy(Protocol):
+    """What the callbacks ask of the strategy (``tfdist.strategies.DistributedStrategy`` has it all)."""
+
+    kind: str
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def is_chief(self) -> bool: ...
+
+    @property
+    def num_workers(self) -> int: ...
+
+    @property
+    def num_replicas_in_sync(self) -> int: ...
+
+
+_current: RunningStrategy | None = None
+
+
+def set_current(strategy: RunningStrategy | None) -> None:
     """Make ``strategy`` the one the callbacks ask (``make_strategy`` calls this)."""
     global _current
     _current = strategy
 
 
-def current_strategy() -> "DistributedStrategy | None":
+def current_strategy() -> RunningStrategy | None:
     """The strategy ``make_strategy`` returned last in this process, or ``None``."""
     return _current

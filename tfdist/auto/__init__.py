@@ -1,0 +1,12 @@
+"""``--backend auto``: probe -> advise -> place -> plan, once, for ``tfdist launch --backend auto`` and
+``tfdist advise --probe`` (:mod:`tfdist.auto.pipeline`).
+
+Layering: may import :mod:`tfdist.probe`, :mod:`tfdist.advise`, :mod:`tfdist.launch` (the hosts, the
+backend table, ssh options) and :mod:`tfdist.plan`; only the CLI imports it.
+
+    from tfdist.auto import AutoRequest, decide
+    decision = decide(AutoRequest(HostList.parse("h1:1,h2:1,h3:1"), ps=1, batch_size=64, model="models:build"))
+"""
+from tfdist.auto.pipeline import AutoRequest, Decision, MeasureError, decide
+
+__all__ = ["AutoRequest", "Decision", "MeasureError", "decide"]
