@@ -18,6 +18,7 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=[
         "tfdist",
+        "tfdist.adapt",
         "tfdist.cli",
         "tfdist.cluster",
         "tfdist.datasets",

@@ -1,0 +1,190 @@
+"""Re-fitting the cost model from measured epochs (tfdist/adapt/refit.py, measured.py), without
+TensorFlow: epochs are made from the model's own equations for a known "true" cluster, and the re-fit
+of a launch-time cluster must find that cluster again."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import examples
+
+from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
+from tfdist.advise import cost
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.model_inputs import Cluster, Workload
+
+GBIT = 125e6
+SMALL = Workload(params=669_706, batch_size=64, step_ms=10.0)
+LAUNCHED = Cluster(workers=2, ps=1, bandwidths=(GBIT,))
+
+
+def measure(truth: Cluster, workload: Workload, variant: str, epoch: int = 1) -> EpochMeasurement:
+    """What a job on ``truth`` reports, by the model's equations: a ring's wait is the ring plus the
+    wait for the slowest worker; a ps worker pulls then pushes the whole model over its host's link."""
+    computes = [workload.step_ms / s for s in truth.speeds]
+    m = workload.model_bytes
+    workers = []
+    for worker, compute in enumerate(computes):
+        if variant == "parameter_server":
+            bandwidth = truth.bandwidths[truth.host_of(worker)]
+            comm, moved = (2 * m / bandwidth + 2 * truth.latency_s) * 1000, 2 * m
+        else:
+            prediction = (cost.multi_worker_mirrored(truth, workload) if variant == "multi_worker_mirrored"
+                          else cost.horovod(truth, workload))
+            comm = prediction.communication_ms + max(computes) - compute
+            moved = 2 * 2 * (truth.workers - 1) / truth.workers * m  # sent and received at once
+        workers.append(WorkerEpoch(compute_ms=compute, communication_ms=comm,
+                                   examples_per_second=workload.batch_size / (compute + comm) * 1000,
+                                   bytes_per_step=moved))
+    return EpochMeasurement(epoch=epoch, variant=variant, workers=tuple(workers))
+
+
+def test_a_straggler_at_a_quarter_of_a_core_is_recovered_from_its_compute_time():
+    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25))
+    for variant in ("horovod", "parameter_server"):
+        cluster, workload = refit(LAUNCHED, SMALL, [measure(truth, SMALL, variant)])
+        assert cluster.speeds == pytest.approx((1.0, 0.25))
+        assert workload.step_ms == pytest.approx(10.0)
+        assert cluster.bandwidths == pytest.approx((GBIT, GBIT))  # the link is not blamed for the wait
+        assert (cluster.ps, cluster.ps_bandwidth, workload.params) == (1, GBIT, SMALL.params)
+
+
+def test_step_ms_is_the_fastest_workers_compute_and_speeds_are_relative_to_it():
+    truth = dataclasses.replace(LAUNCHED, speeds=(0.5, 0.25))  # both slower than at launch
+    cluster, workload = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "horovod")])
+    assert workload.step_ms == pytest.approx(20.0) and cluster.speeds == pytest.approx((1.0, 0.5))
+
+
+def test_a_slowed_link_is_recovered_from_bytes_over_communication_time():
+    truth = dataclasses.replace(LAUNCHED, bandwidths=(GBIT / 20,))  # both links at 50 Mbit/s
+    for variant in ("horovod", "parameter_server", "multi_worker_mirrored"):
+        cluster, _ = refit(LAUNCHED, SMALL, [measure(truth, SMALL, variant)])
+        assert cluster.bandwidths == pytest.approx((GBIT / 20,) * 2, rel=1e-6), variant
+
+
+def test_parameter_servers_tell_the_slow_host_apart_and_a_ring_cannot():
+    truth = dataclasses.replace(LAUNCHED, bandwidths=(GBIT, GBIT / 20))
+    cluster, _ = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "parameter_server")])
+    assert cluster.bandwidths == pytest.approx((GBIT, GBIT / 20))
+    cluster, _ = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "horovod")])
+    assert cluster.bandwidths == pytest.approx((GBIT / 20, GBIT / 20))  # the ring's pace, for every host
+
+
+def test_the_refitted_model_predicts_what_the_true_cluster_predicts():
+    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25), bandwidths=(GBIT / 20,))
+    cluster, workload = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "horovod")])
+    for name, prediction in cost.predict_all(truth, SMALL).items():
+        refitted = cost.predict_all(cluster, workload)[name]
+        assert refitted.examples_per_second == pytest.approx(prediction.examples_per_second, rel=1e-6), name
+
+
+def test_the_median_of_the_last_epochs_ignores_one_outlier_and_older_epochs():
+    steady, straggling = LAUNCHED, dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25))
+    epochs = [measure(steady, SMALL, "horovod", epoch=e) for e in (1, 2, 3)]
+    epochs[1] = measure(straggling, SMALL, "horovod", epoch=2)  # one slow epoch among three
+    assert refit(LAUNCHED, SMALL, epochs)[0].speeds == pytest.approx((1.0, 1.0))
+    later = [measure(straggling, SMALL, "horovod", epoch=e) for e in (6, 4, 5)]  # any order
+    assert refit(LAUNCHED, SMALL, epochs + later)[0].speeds == pytest.approx((1.0, 0.25))
+    assert refit(LAUNCHED, SMALL, epochs, last=1)[0].speeds == pytest.approx((1.0, 1.0))  # epoch 3 alone
+
+
+def test_links_the_epochs_say_nothing_about_keep_their_launch_rate():
+    one_host = Cluster(workers=2, workers_per_host=2, bandwidths=(GBIT,))
+    epoch = measure(Cluster(workers=2, workers_per_host=2, bandwidths=(GBIT / 20,)), SMALL, "horovod")
+    assert refit(one_host, SMALL, [epoch])[0].bandwidths == (GBIT,)  # the ring never left the host
+    silent = EpochMeasurement(1, "horovod", tuple(dataclasses.replace(w, bytes_per_step=0.0)
+                                                  for w in measure(LAUNCHED, SMALL, "horovod").workers))
+    assert refit(LAUNCHED, SMALL, [silent])[0].bandwidths == (GBIT, GBIT)
+    hierarchical = EpochMeasurement(1, "horovod_hierarchical", silent.workers)
+    assert refit(LAUNCHED, SMALL, [hierarchical])[0].bandwidths == (GBIT, GBIT)
+
+
+def test_from_measured_epochs_to_a_switch():
+    """Measured epochs -> re-fit -> predict_all -> decide, on the lab's unlimited links (10 Gbit/s): the
+    model then predicts Horovod 9,593 ex/s against parameter servers 6,146 on identical workers (the lab:
+    8,355 and 4,476), and 2,762 against 4,045 with a worker at a quarter of a core (2,252 and 4,191)."""
+    lab = Cluster(workers=2, ps=1, bandwidths=(10 * GBIT,))
+    for speeds, switch in (((1.0, 1.0), False), ((1.0, 0.25), True)):
+        epochs = [measure(dataclasses.replace(lab, speeds=speeds), SMALL, "horovod", e) for e in (2, 3)]
+        seconds = epoch_seconds(cost.predict_all(*refit(lab, SMALL, epochs)), 60_000)
+        assert set(seconds) == {"horovod", "horovod_fp16", "parameter_server", "multi_worker_mirrored"}
+        decision = decide(seconds, "horovod", epoch=3, planned_at=0, epochs_remaining=30)
+        assert (decision.switch, decision.to) == (switch, "parameter_server" if switch else None)
+
+
+def test_a_measurement_round_trips_through_its_report():
+    epoch = measure(LAUNCHED, SMALL, "parameter_server", epoch=4)
+    assert EpochMeasurement.from_dict(epoch.as_dict()) == epoch
+    assert epoch.backend == "parameter_server"
+    assert epoch.examples_per_second == pytest.approx(sum(w.examples_per_second for w in epoch.workers))
+
+
+GOOD = {"compute_ms": 10.0, "communication_ms": 2.0, "examples_per_second": 100.0, "bytes_per_step": 1e6}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("compute_ms", -1.0), ("compute_ms", 0.0), ("communication_ms", math.nan), ("communication_ms", -0.5),
+    ("examples_per_second", math.inf), ("bytes_per_step", "5MB"), ("compute_ms", True),
+])
+def test_a_bad_worker_figure_names_its_field_and_the_fix(field, value):
+    with pytest.raises(AdaptError) as info:
+        WorkerEpoch(**{**GOOD, field: value})
+    assert info.value.field == field and f"`{field}`" in str(info.value) and "; fix: " in str(info.value)
+    report = {"epoch": 1, "variant": "horovod", "workers": [GOOD, {**GOOD, field: value}]}
+    with pytest.raises(AdaptError) as info:
+        EpochMeasurement.from_dict(report)
+    assert info.value.field == f"workers[1].{field}" and "; fix: " in str(info.value)
+
+
+@pytest.mark.parametrize("report, field, words", [
+    ({"epoch": 1, "variant": "horovd", "workers": [GOOD]}, "variant", "parameter_server"),
+    ({"epoch": -1, "variant": "horovod", "workers": [GOOD]}, "epoch", "-1"),
+    ({"epoch": 1, "variant": "horovod", "workers": []}, "workers", "non-empty"),
+    ({"epoch": 1, "variant": "horovod", "workers": "w1"}, "workers", "list"),
+    ({"epoch": 1, "variant": "horovod"}, "epoch measurement", "missing workers"),
+    ({"epoch": 1, "variant": "horovod", "workers": [{**GOOD, "gpu_ms": 1}]}, "workers[0]", "gpu_ms"),
+    ([1, 2], "epoch measurement", "JSON object"),
+])
+def test_a_bad_report_names_its_field(report, field, words):
+    with pytest.raises(AdaptError) as info:
+        EpochMeasurement.from_dict(report)
+    assert info.value.field == field and words in str(info.value) and "; fix: " in str(info.value)
+
+
+def test_refit_refuses_no_epochs_another_worker_count_and_a_stalled_worker():
+    for epochs, field in (([], "epochs"), (None, "epochs"), (["epoch"], "epochs[0]")):
+        with pytest.raises(AdaptError) as info:
+            refit(LAUNCHED, SMALL, epochs)
+        assert info.value.field == field and "; fix: " in str(info.value)
+    three = measure(Cluster(workers=3, ps=1, bandwidths=(GBIT,)), SMALL, "horovod")
+    with pytest.raises(AdaptError, match="3 worker.*cluster has 2") as info:
+        refit(LAUNCHED, SMALL, [three])
+    assert info.value.field == "workers"
+    with pytest.raises(AdaptError) as info:
+        refit(LAUNCHED, SMALL, [three], last=0)
+    assert info.value.field == "last"
+    stalled = EpochMeasurement(1, "parameter_server", (WorkerEpoch(**GOOD),
+                                                       WorkerEpoch(**{**GOOD, "compute_ms": 1e9})))
+    with pytest.raises(AdviseError) as info:  # the model's own range, with its fix
+        refit(LAUNCHED, SMALL, [stalled])
+    assert info.value.field == "speeds" and "stalled worker" in str(info.value)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(slow=st.lists(st.floats(0.01, 1.0), min_size=1, max_size=5),
+       rates=st.lists(st.floats(1e6, 1e10), min_size=6, max_size=6),
+       variant=st.sampled_from(["horovod", "parameter_server", "multi_worker_mirrored"]))
+def test_any_measured_cluster_is_found_again(slow, rates, variant):
+    """Speeds (the fastest at 1) are always found; per-host rates under parameter servers, the slowest
+    link's rate under a ring."""
+    workers = len(slow) + 1
+    truth = Cluster(workers=workers, ps=1, speeds=(1.0, *slow), bandwidths=tuple(rates[:workers]))
+    launched = Cluster(workers=workers, ps=1, bandwidths=(GBIT,))
+    cluster, workload = refit(launched, SMALL, [measure(truth, SMALL, variant)])
+    assert cluster.speeds == pytest.approx(truth.speeds, rel=1e-9)
+    assert workload.step_ms == pytest.approx(SMALL.step_ms)
+    expected = truth.bandwidths if variant == "parameter_server" else (min(truth.bandwidths),) * workers
+    assert cluster.bandwidths == pytest.approx(expected, rel=1e-6)

@@ -1,0 +1,113 @@
+"""Re-fit the cost model's inputs from the job's own epochs.
+
+The launch-time :class:`~tfdist.advise.model_inputs.Cluster` and
+:class:`~tfdist.advise.model_inputs.Workload` came from a probe or from defaults; the job measures
+what they stand for. From the last few epochs (the median of each figure over them, so that one
+noisy epoch, a checkpoint or a validation pass, moves nothing) :func:`refit` takes:
+
+* ``Workload.step_ms``: the fastest worker's compute time of a step;
+* ``Cluster.speeds``: each worker's speed relative to it (fastest 1.0; a worker at a quarter of a
+  core, computing 4x as long, 0.25);
+* ``Cluster.bandwidths``: each worker host's effective link rate, from the bytes its link carried
+  per step over the time the step spent communicating (the model's latency taken off).
+
+    cluster, workload = refit(cluster, workload, measured_epochs)
+    predict_all(cluster, workload)   # every plan, on what the job measured
+
+What it keeps: everything else (ps count and placement, latency, overheads, overlap, batch size,
+parameters), and the ps hosts' link: a worker's transfer time cannot tell its own link from the ps
+link, so that rate stays what the probe (or the user) gave. The link rates are *effective*: protocol and serialisation costs are
+inside them, and with ``Workload.overlap`` > 0 the measured wait is the part left exposed, so the rate
+comes out high (the re-fit is exact for the default overlap 0). Where the epochs say nothing about a
+link (one worker, a single host's ring, no bytes, a wait no longer than the latency) it keeps the
+launch-time rate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+
+from tfdist.adapt.errors import AdaptError, check_whole
+from tfdist.adapt.measured import EpochMeasurement
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR
+from tfdist.advise.model_inputs import Cluster, Workload
+from tfdist.advise.units import MAX_RATE, MIN_RATE
+from tfdist.errors import with_fix
+
+#: Epochs a re-fit reads by default: the median of 3 follows a change one epoch after it shows.
+DEFAULT_LAST_EPOCHS = 3
+
+
+def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasurement], *,
+          last: int = DEFAULT_LAST_EPOCHS) -> tuple[Cluster, Workload]:
+    """``(cluster, workload)`` with speeds, worker-host links and ``step_ms`` re-fitted from the
+    ``last`` epochs (by index) of ``epochs``; each figure is the median over those epochs.
+
+    Drop the first epoch of a plan from ``epochs`` (tracing and start-up inflate it). Raises
+    :class:`~tfdist.adapt.errors.AdaptError` for no epochs or a worker count other than the cluster's,
+    and :class:`~tfdist.advise.errors.AdviseError` when the re-fitted values leave the model's range
+    (a worker stalled a million times slower than the fastest).
+    """
+    recent = _recent(epochs, cluster.workers, last)
+    computes = [statistics.median(e.workers[i].compute_ms for e in recent) for i in range(cluster.workers)]
+    step_ms = min(computes)
+    speeds = tuple(step_ms / c for c in computes)
+    per_epoch = [_link_rates(cluster, e) for e in recent]
+    bandwidths = []
+    for host, launched in enumerate(cluster.bandwidths):
+        seen = [rates[host] for rates in per_epoch if rates[host] is not None]
+        bandwidths.append(min(MAX_RATE, max(MIN_RATE, statistics.median(seen))) if seen else launched)
+    return (dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths)),
+            dataclasses.replace(workload, step_ms=step_ms))
+
+
+def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list[EpochMeasurement]:
+    """The ``last`` epochs by index, each checked to have one measurement per worker."""
+    check_whole(last, "last", "read at least 1 epoch, e.g. 3", minimum=1)
+    if isinstance(epochs, (str, bytes)) or not isinstance(epochs, Sequence) or not epochs:
+        raise AdaptError(with_fix(f"`epochs` must be a non-empty sequence of EpochMeasurement, got "
+                                  f"{epochs!r:.80}", "re-fit after the job reported at least one timed epoch"),
+                         "epochs")
+    for index, epoch in enumerate(epochs):
+        if not isinstance(epoch, EpochMeasurement):
+            raise AdaptError(with_fix(f"`epochs[{index}]` must be an EpochMeasurement, got {epoch!r:.80}",
+                                      "build it with EpochMeasurement(...) or EpochMeasurement.from_dict"),
+                             f"epochs[{index}]")
+        if len(epoch.workers) != workers:
+            raise AdaptError(with_fix(f"epoch {epoch.epoch} measured {len(epoch.workers)} worker(s), the "
+                                      f"cluster has {workers}", "re-fit a cluster with the job's workers"),
+                             "workers")
+    return sorted(epochs, key=lambda e: e.epoch)[-last:]
+
+
+def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]:
+    """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
+
+    Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
+    bytes over its communication time (less the model's two latencies); a host takes the median of its
+    workers. A ring (Horovod, MultiWorkerMirrored) sends and receives at once, half the bytes each way,
+    at the pace of its slowest link, and a faster worker's wait includes waiting for the slowest worker:
+    the ring's time is the shortest wait, and the one rate it shows is every host's (a ring cannot tell
+    its links apart). MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
+    taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
+    """
+    unknown: list[float | None] = [None] * cluster.hosts
+    alpha = cluster.latency_s
+    if epoch.backend == "parameter_server":
+        found: list[list[float]] = [[] for _ in range(cluster.hosts)]
+        for worker, measured in enumerate(epoch.workers):
+            seconds = measured.communication_ms / 1000 - 2 * alpha
+            if measured.bytes_per_step > 0 and seconds > 0:
+                found[cluster.host_of(worker)].append(measured.bytes_per_step / seconds)
+        return [statistics.median(rates) if rates else None for rates in found]
+    if cluster.workers < 2 or cluster.hosts < 2 or epoch.variant == "horovod_hierarchical":
+        return unknown
+    sent = statistics.median(w.bytes_per_step for w in epoch.workers) / 2
+    seconds = min(w.communication_ms for w in epoch.workers) / 1000 - 2 * (cluster.workers - 1) * alpha
+    if sent <= 0 or seconds <= 0:
+        return unknown
+    rate = sent / seconds
+    if epoch.backend == "multi_worker_mirrored":
+        rate /= MWMS_BANDWIDTH_FACTOR
+    return [rate] * cluster.hosts
