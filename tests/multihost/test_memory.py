@@ -2,28 +2,19 @@
 bigger than one ps").
 
 One lab for both jobs: the launcher, the chief and worker:0 on h0 (no cap), ps:0 on h2 and ps:1 on
-h1 (`--hosts h0:1,h1:1,h2:1 --workers 1 --ps 2`, the default placement), h1 and h2 capped at
-``CAP``. The model (tests/scripts/ps_memory.py) is a 1,048,576 x 128 float32 embedding table (``TABLE``,
-512 MiB) trained with Adagrad, whose one slot per variable is as big again.
+h1 (`--hosts h0:1,h1:1,h2:1 --workers 1 --ps 2`, the default placement), h1 and h2 capped. The model
+(tests/scripts/ps_memory.py) is a 1,048,576 x 128 float32 embedding table (``TABLE``, 512 MiB) trained
+with Adagrad, whose one slot per variable is as big again.
 
-Why ``shards=1`` must run out of memory, whatever the timing (with the old 122 MiB table, ps:1 certainly
-held only about 616 MiB under a 768 MiB cap, and ran out only when transient copies overlapped, which
-under load they did not): the table is created on ps:1 (its initializer runs there); at the first
-training step tf-keras computes the slot's initial value (the table's shape, filled with 0.1) on the
-chief, and TensorFlow sends it to ps:1 in one gRPC message, which ps:1 holds whole while it builds the
-slot's tensor from it (measured: the first variable made on a fresh ps from an X-byte tensor of the
-chief raised the ps's high-water mark by 2.5 X and 3.0 X, at 256 and 384 MiB). At that moment ps:1
-holds its idle footprint (TensorFlow and its server, 240-255 MiB), the table, the message and the slot:
-at least ``IDLE + 3 * TABLE`` = 1,776 MiB, above ``CAP`` (1,536 MiB) by 240 MiB. Measured without a
-cap (RSS high-water mark less file pages, 2 shared cores): 2,112 MiB; on the lab, under caps of 1,600
-and 1,536 MiB, the OOM killer ended ps:1 12.7 and 16.7 s into the job.
-
-Why ``shards=2`` fits: each ps holds half of the table and of the slot, and receives half as much at a
-time. Measured without the lab, a ps peaked at 1,163-1,187 MiB of anonymous memory (as the export read
-its half; 1,108-1,115 as the slot came); on the lab, in two runs, the two hosts' cgroups peaked at
-1,175-1,203 MiB: 330 MiB under ``CAP``. "The table and its slot alone bigger than the cap"
-cannot hold with ``shards=2`` fitting: a ps's measured peak, its idle footprint plus 1.87 times its
-half of table and slot, is above the table and slot of ``shards=1`` until the table reaches several GiB.
+The cap is calibrated on this machine, because what a ps holds depends on it: the same job peaked at
+1,175-1,203 MiB per ps host with ``shards=2`` and 2,112 MiB with ``shards=1`` on one machine, and at
+1,670-1,830 and 3,229 MiB on another (anonymous memory both: the cgroup's ``rss``). The ratio held on
+both (1.76): with ``shards=1`` ps:1 holds the whole table and slot, and receives the slot's initial
+value (computed on the chief) in one gRPC message, which it holds whole while it builds the slot from
+it; with ``shards=2`` each ps holds and receives half. So the lab first runs ``shards=2`` under a
+generous cap (``CALIBRATION_CAP``), reads the two ps hosts' peak, and caps them at ``HEADROOM`` (1.25x)
+of it, rounded up to 64 MiB: ``shards=2`` fits with a quarter to spare, and ``shards=1``, needing about
+1.4 times the cap, cannot fit whatever the timing.
 
 * ``shards=1`` (the table and its slot on ps:1): h1 runs out of memory, the OOM killer ends ps:1, and
   the launcher ends the job at once with one line naming ps:1, h1, the cap and the fix, although
@@ -31,7 +22,7 @@ half of table and slot, is above the table and slot of ``shards=1`` until the ta
 * ``shards=2``: each ps holds half, the job trains to completion (the loss falls), and the export
   reloads on h0, which has no cap, with every one of the model's parameters.
 
-The ``MEMORY ...`` lines (``pytest -s``) print what each job took and each ps host's peak.
+The ``MEMORY ...`` lines (``pytest -s``) print the calibration, what each job took and each ps host's peak.
 """
 from __future__ import annotations
 
@@ -47,9 +38,10 @@ from tfdist.testing.cgroups import MemoryCgroups
 
 VOCAB, DIM = 1_048_576, 128  # ps_memory.py's table
 TABLE = VOCAB * DIM * 4  # bytes: 512 MiB
-IDLE = 240 << 20  # the least a ps host's cgroup held with TensorFlow imported and its server started
-CAP = 1536 << 20  # bytes per ps host (1.50 GiB); see the module docstring for why
-assert IDLE + 3 * TABLE > CAP + (128 << 20)  # shards=1: table, slot message and slot on ps:1 at once
+#: The ps hosts' cap while the calibration job runs: above any peak measured (3.2 GiB with shards=1).
+CALIBRATION_CAP = 8 << 30
+#: The cap is this much above the calibration's peak (shards=2); shards=1 needs about 1.76x that peak.
+HEADROOM = 1.25
 LAYOUT = ("--hosts", "h0:1,h1:1,h2:1", "--workers", "1", "--ps", "2", "--task-timeout", "600")
 PS_HOSTS = {"ps:0": "h2", "ps:1": "h1"}
 PARAMETERS = VOCAB * DIM + 2 * DIM + 1  # the table, the Dense kernel (2 ids x 128) and bias
@@ -64,8 +56,28 @@ def lab():
                     "`memory` or v2 with memory in cgroup.controllers")
     with Lab(["h0", "h1", "h2"]) as lab:
         for host in ("h1", "h2"):
-            lab.limit_memory(host, CAP)
+            lab.limit_memory(host, CALIBRATION_CAP)
         yield lab
+
+
+@pytest.fixture(scope="module")
+def cap(lab, tmp_path_factory) -> int:
+    """The ps hosts' cap for this machine: ``HEADROOM`` above what a ``shards=2`` job peaked at (the
+    module docstring says why), set on h1 and h2."""
+    for host in ("h1", "h2"):
+        peak_mib(lab, host)
+    out = tmp_path_factory.mktemp("calibration")
+    job = Launch(lab, *LAYOUT, script="ps_memory.py", args=("2", str(out), str(VOCAB), str(DIM)))
+    code = job.wait(timeout=600)
+    assert code == 0, job.tail()
+    peak = max(peak_mib(lab, "h1"), peak_mib(lab, "h2")) << 20
+    assert peak > TABLE // 2, peak  # a ps holds at least its half of the table: the peak was read
+    limit = -(-int(peak * HEADROOM) // (64 << 20)) * (64 << 20)
+    print(f"MEMORY calibration (shards=2, cap {CALIBRATION_CAP >> 20} MiB): peak {peak >> 20} MiB; "
+          f"cap {limit >> 20} MiB")
+    for host in ("h1", "h2"):
+        lab.limit_memory(host, limit)
+    return limit
 
 
 def peak_mib(lab, host: str) -> int:
@@ -82,7 +94,7 @@ def peak_mib(lab, host: str) -> int:
     return peak >> 20
 
 
-def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_line(lab, tmp_path):
+def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_line(lab, cap, tmp_path):
     for host in ("h1", "h2"):
         peak_mib(lab, host)
     start = time.monotonic()
@@ -92,16 +104,16 @@ def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_lin
     served, died = job.seconds(r"^\[ps:1@h1\] +\[tfdist\] ps:1 serving"), job.seconds("out of memory")
     print(f"MEMORY shards=1: exit {code} after {took:.1f} s (ps:1 served at {served or 0:.1f} s, the OOM line "
           f"at {died or 0:.1f} s); peaks MiB "
-          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {CAP >> 20})")
+          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {cap >> 20})")
     assert code == 1, job.tail()
     memory = [line for _, line in job.lines if "out of memory" in line]
     assert len(memory) == 1, job.tail()
     line = memory[0]
     assert line.startswith("tfdist launch: ps:1 on h1 ran out of memory: the kernel's OOM killer killed it "
-                           f"(SIGKILL) at its memory limit of 1.50 GiB ({CAP} bytes)"), line
+                           f"(SIGKILL) at its memory limit of {cap / (1 << 30):.2f} GiB ({cap} bytes)"), line
     assert "so the job ends now; fix: split the variables over more ps tasks: raise --ps and pass shards=N to " \
            "make_strategy('parameter_server', ...)" in line
-    assert f"`tfdist advise --ps-memory {CAP} --optimizer NAME`" in line
+    assert f"`tfdist advise --ps-memory {cap} --optimizer NAME`" in line
     assert not (tmp_path / "chief.json").exists()
     assert took < 240  # bound against a hang only: the 600 s --task-timeout never came into play
     # the job ends soon after its OOM line, not --task-timeout (600 s) later: generous for a loaded machine
@@ -109,7 +121,7 @@ def test_one_shard_runs_a_ps_out_of_memory_and_the_job_ends_at_once_with_one_lin
     assert_nothing_left(lab)
 
 
-def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(lab, tmp_path):
+def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(lab, cap, tmp_path):
     for host in ("h1", "h2"):
         peak_mib(lab, host)
     start = time.monotonic()
@@ -118,7 +130,7 @@ def test_two_shards_train_to_completion_and_the_export_reloads_without_the_cap(l
     took = time.monotonic() - start
     seconds = json.loads((tmp_path / "chief.json").read_text())["seconds"] if code == 0 else {}
     print(f"MEMORY shards=2: exit {code} after {took:.1f} s (chief {seconds}); peaks MiB "
-          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {CAP >> 20})")
+          f"h1 {peak_mib(lab, 'h1')}, h2 {peak_mib(lab, 'h2')} (cap {cap >> 20})")
     assert code == 0, job.tail()
     assert not [line for _, line in job.lines if "out of memory" in line]
     result = json.loads((tmp_path / "chief.json").read_text())

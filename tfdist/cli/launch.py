@@ -39,6 +39,8 @@ MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
 MAX_TASK_TIMEOUT = 86_400.0  # s: a day
 _TASKS = BoundedInt(1, MAX_TASKS, limit=f"tfdist's limit is {limit_text(MAX_TASKS)} tasks per cluster")
 _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))  # click names the option
+
+
 @click.command(cls=StrictCommand, context_settings={"allow_interspersed_args": False},
                epilog="Placement, teardown, environment and every option: docs/cli.md.")
 @click.option("--backend", type=click.Choice((*LAUNCHABLE, AUTO)), default="parameter_server",
