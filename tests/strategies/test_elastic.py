@@ -1,4 +1,4 @@
-"""Elastic Horovod (make_strategy("horovod", elastic=True), tfdist/strategies/elastic.py).
+"""Elastic Horovod (make_strategy("horovod", elastic=True), tfdist/strategies/horovod_elastic.py).
 
 The pieces first, without processes: options, the launch check, the commit callback on a stand-in
 state, how a half-done epoch is resumed. Then real elastic ``horovodrun`` jobs on this host: its
@@ -20,7 +20,7 @@ from support import REPO, SCRIPTS, subprocess_env
 
 from tfdist.errors import TfdistError
 from tfdist.launch.commands import find_horovodrun
-from tfdist.strategies.elastic import (
+from tfdist.strategies.horovod_elastic import (
     CommitState,
     ElasticFitError,
     _refuse_backup,

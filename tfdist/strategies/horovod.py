@@ -19,7 +19,7 @@ from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer,
                                       refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale)
 from tfdist.strategies import inputs, outputs
 from tfdist.strategies.base import DistributedStrategy
-from tfdist.strategies.elastic import elastic_fit
+from tfdist.strategies.horovod_elastic import elastic_fit
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.registry import STRATEGIES
 
@@ -51,7 +51,7 @@ class HorovodOptions(StrategyOptions):
         to all of it over this many epochs (0: none).
     root_rank: the rank whose initial weights are broadcast to the others.
     pin_gpu: give each local rank its own GPU (with memory growth) when GPUs exist.
-    elastic: run ``fit`` under Horovod's elastic loop (``tfdist.strategies.elastic``): hosts may
+    elastic: run ``fit`` under Horovod's elastic loop (``tfdist.strategies.horovod_elastic``): hosts may
         leave and join; training goes on from the last committed state with the learning rate and
         the data shards rescaled to the new size. Needs an elastic launch (``horovodrun --min-np``
         / ``--host-discovery-script``, or ``tfdist launch --backend horovod --elastic``).
@@ -221,12 +221,12 @@ class HorovodStrategy(DistributedStrategy):
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
         """``model.fit`` on every rank; with ``elastic=True`` under Horovod's elastic loop, which
-        survives ranks leaving and joining (see ``tfdist.strategies.elastic``)."""
+        survives ranks leaving and joining (see ``tfdist.strategies.horovod_elastic``)."""
         if not self.options.elastic:
             return super().fit(model, x, y, **fit_kwargs)
         return elastic_fit(self, model, x, y, fit_kwargs)
 
-    # --- the hooks elastic fit drives (tfdist.strategies.elastic) ------------------------------
+    # --- the hooks elastic fit drives (tfdist.strategies.horovod_elastic) ------------------------------
     def check_fit(self, model: Any, callbacks: list) -> None:
         """What ``fit`` checks before training: the model, and (on the chief) every output path."""
         self._check_model(model)
