@@ -95,8 +95,9 @@ def test_evaluator_evaluates_the_chiefs_checkpoints(sharded):
 
 def test_servers_and_the_evaluator_leave_out_tensorflows_chatter_about_what_tfdist_does(sharded):
     """Run as a user runs it (TF_CPP_MIN_LOG_LEVEL unset): each ps and worker printed TensorFlow's
-    22-line SessionOptions dump when the chief connected, and the evaluator 6 lines for each of its 4
-    checkpoints, whose Adagrad state it does not restore (TensorFlow prints them when the model goes)."""
+    22-line SessionOptions dump when the chief connected, and the evaluator 6 lines for each checkpoint
+    it evaluated (up to 4), whose Adagrad state it does not restore (TensorFlow prints them when the
+    model goes)."""
     from tfdist.tf_noise import SUMMARY
 
     _, result, _ = sharded
@@ -106,7 +107,10 @@ def test_servers_and_the_evaluator_leave_out_tensorflows_chatter_about_what_tfdi
     assert [line for line in lines if SUMMARY in line] == [f"[evaluator:0] {SUMMARY}"]
     # what the user and tfdist print stays
     assert len([line for line in lines if line.startswith("[chief:0]") and "Epoch " in line]) == 4
-    assert len([line for line in lines if "[tfdist] evaluator: step" in line]) == 4
+    # the sidecar evaluator takes the newest checkpoint when it looks, so under load it may skip one
+    # (test_evaluator_evaluates_the_chiefs_checkpoints); its line for the last one always stays
+    evaluated = [line for line in lines if "[tfdist] evaluator: step" in line]
+    assert 1 <= len(evaluated) <= 4 and any("step 256 " in line for line in evaluated), evaluated
     assert {line.split()[2] for line in lines if "serving; waiting for the chief" in line} == {
         "ps:0", "ps:1", "worker:0", "worker:1"}
 

@@ -63,7 +63,7 @@ STOP_GRACE = 1.0  # s between SIGTERM and SIGKILL for an agent's group that outl
 
 
 class Agent:
-    """One ``probe_agent`` process on ``host``: its spec on stdin (kept open: EOF stops it), its
+    """One agent process (``tfdist.probe.agent``) on ``host``: its spec on stdin (kept open: EOF stops it), its
     answers read from stdout line by line."""
 
     def __init__(self, argv: Sequence[str], spec: Mapping[str, Any], host: str) -> None:
