@@ -57,7 +57,7 @@ def run_tf_cluster(backend: Backend, command: Sequence[str], workers: int, ps: i
         elif backend.chief:
             ports = tfdist.cluster.free_ports(1 + workers + ps + int(evaluator))
             _, tasks = task_commands.plan_local_cluster(command, workers, ps, ports, environ, evaluator=evaluator,
-                                                      bind_shim=shim)
+                                                        bind_shim=shim)
         else:
             ports = tfdist.cluster.free_ports(workers)
             _, tasks = task_commands.plan_worker_cluster(command, workers, ports, environ, bind_shim=shim)
