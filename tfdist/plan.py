@@ -449,6 +449,16 @@ def default_plan_path(now: float | None = None) -> str:
     return os.path.join(PLANS_FOLDER, f"plan-{stamp}.json")
 
 
+def plans_folder_problem(folder: str = PLANS_FOLDER) -> str | None:
+    """Why :func:`default_plan_path` could not save a plan in ``folder`` (made in the working directory
+    when missing), checked before anything is probed; None when it can. Nothing is left behind."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        return f"{shown_path(folder)} exists and is not a folder"
+    where = folder if os.path.isdir(folder) else os.path.dirname(os.path.abspath(folder))
+    problem = new_file_problem(where)
+    return None if problem is None else f"{shown_path(where)} takes no new file ({problem})"
+
+
 def check_plan_path(path: str) -> None:
     """Refuse, before anything is probed or started, a plan path :func:`save_plan` could not write.
 

@@ -199,6 +199,25 @@ def test_an_unwritable_plan_path_stops_before_the_probe(monkeypatch, launched, t
     assert seen == [] and launched == []
 
 
+@pytest.mark.parametrize("make", ["file", "folder"])
+def test_a_default_plans_folder_that_cannot_take_the_plan_stops_before_the_probe(monkeypatch, launched, tmp_path,
+                                                                              make):
+    """Without --save-plan the plan goes to ./tfdist-plans/; a file of that name used to end the launch
+    with a FileExistsError traceback after the whole probe (a folder that takes no file: /proc here)."""
+    seen = []
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, seen=seen)
+    if make == "file":
+        (tmp_path / "tfdist-plans").write_text("not a folder")
+        words = "'tfdist-plans' exists and is not a folder"
+    else:
+        monkeypatch.chdir("/proc")
+        words = "'/proc' takes no new file"
+    text = error(run(*AUTO, *COMMAND))
+    assert "--backend auto saves its plan in ./tfdist-plans/ unless --save-plan says where" in text, text
+    assert words in text and "; fix: pass --save-plan PATH in a writable folder, or launch from one" in text, text
+    assert seen == [] and launched == []
+
+
 def test_save_plan_belongs_to_auto():
     assert "--save-plan do(es) not apply to --backend horovod" in error(
         run("--backend", "horovod", "--save-plan", "p.json", *COMMAND))

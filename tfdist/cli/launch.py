@@ -32,7 +32,8 @@ from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 from tfdist.launch.remote import SshOptions
 from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
-from tfdist.plan import PlanError, default_plan_path, plan_environment, result_summary, save_plan
+from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, plan_environment, plans_folder_problem,
+                         result_summary, save_plan)
 
 AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
 MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
@@ -134,6 +135,10 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
     if backend == AUTO:
         if given(ctx, "workers"):
             _check(check_cluster_size, workers, ps)
+        if save_plan is None and (problem := plans_folder_problem()) is not None:
+            raise click.UsageError(f"--backend auto saves its plan in ./{PLANS_FOLDER}/ unless --save-plan says "
+                                   f"where, and {problem}; fix: pass --save-plan PATH in a writable folder, or "
+                                   "launch from one")
         backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
                                                         probe_seconds, optimizer, embeddings)
         if plan is not None:
@@ -160,8 +165,9 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
 def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str]:
     """Print and save ``plan``; the tasks' environment with it inline, and where the chief writes its
     measured figures (beside the saved plan)."""
-    path = save_path or default_plan_path()
+    path = save_path or os.path.join(PLANS_FOLDER, "plan.json")  # named in the error if the folder fails
     try:
+        path = save_path or default_plan_path()
         save_plan(plan, path)
     except (OSError, PlanError) as exc:
         raise click.ClickException(f"cannot save the plan to {path!r} ({exc}); fix: pass --save-plan with a "
