@@ -449,6 +449,12 @@ def default_plan_path(now: float | None = None) -> str:
     return os.path.join(PLANS_FOLDER, f"plan-{stamp}.json")
 
 
+def measured_path(plan_path: str) -> str:
+    """Where the chief writes a run's measured figures for the plan saved at ``plan_path``: beside it,
+    ``plan.json`` -> ``plan.measured.json`` (absolute: the tasks may start in another folder)."""
+    return os.path.abspath(plan_path.removesuffix(".json") + ".measured.json")
+
+
 def plans_folder_problem(folder: str = PLANS_FOLDER) -> str | None:
     """Why :func:`default_plan_path` could not save a plan in ``folder`` (made in the working directory
     when missing), checked before anything is probed; None when it can. Nothing is left behind."""

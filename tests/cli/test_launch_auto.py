@@ -2,6 +2,7 @@
 on which hosts, with the probe and the launchers replaced (no ssh, no TensorFlow)."""
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -216,6 +217,20 @@ def test_a_default_plans_folder_that_cannot_take_the_plan_stops_before_the_probe
     assert "--backend auto saves its plan in ./tfdist-plans/ unless --save-plan says where" in text, text
     assert words in text and "; fix: pass --save-plan PATH in a writable folder, or launch from one" in text, text
     assert seen == [] and launched == []
+
+
+def test_a_plan_name_that_leaves_no_room_for_the_measured_file_stops_before_the_probe(monkeypatch, launched,
+                                                                                     tmp_path):
+    """The chief writes <plan>.measured.json beside the plan at the end of fit: a plan name of 250 to
+    255 characters passed the early check, and that file's name (9 more) could not be written."""
+    seen = []
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, seen=seen)
+    name = "p" * 250 + ".json"  # 255 characters: NAME_MAX on Linux
+    text = error(run(*AUTO, "--save-plan", str(tmp_path / name), *COMMAND))
+    assert "Invalid value for '--save-plan'" in text and "the chief writes the measured figures beside it" in text
+    assert re.search(r"\.measured\.json'( \(\d+ characters\))? cannot be written \(File name too long\): its name "
+                     r"is 264 bytes", text) and "; fix: " in text, text
+    assert seen == [] and launched == [] and list(tmp_path.iterdir()) == []
 
 
 def test_save_plan_belongs_to_auto():

@@ -21,7 +21,8 @@ from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
 from tfdist.cli.strict import StrictCommand
-from tfdist.cli.types import EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation, writable_plan_path
+from tfdist.cli.types import (EMBEDDING, OPTIMIZER, BoundedInt, FiniteFloat, Parsed, hosts_or_allocation,
+                              writable_launch_plan_path)
 from tfdist.cluster.limits import MAX_TASKS, limit_text
 from tfdist.keras_compat import user_environment
 from tfdist.launch.backends import HOROVODRUN, LAUNCHABLE, backend_named
@@ -32,8 +33,8 @@ from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 from tfdist.launch.remote import SshOptions
 from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
-from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, plan_environment, plans_folder_problem,
-                         result_summary, save_plan)
+from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, measured_path, plan_environment,
+                         plans_folder_problem, result_summary, save_plan)
 
 AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
 MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
@@ -75,7 +76,7 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
               help="auto: an embedding table; repeatable.")
 @click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
               show_default=True, metavar="S", help="auto: seconds per link.")
-@click.option("--save-plan", metavar="PLAN.json", callback=writable_plan_path,
+@click.option("--save-plan", metavar="PLAN.json", callback=writable_launch_plan_path,
               help="auto: where to save the plan.")
 @click.option("--grace", cls=BriefOption, type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
               metavar="S", help="TERM-to-KILL seconds.")
@@ -172,7 +173,7 @@ def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[d
     except (OSError, PlanError) as exc:
         raise click.ClickException(f"cannot save the plan to {path!r} ({exc}); fix: pass --save-plan with a "
                                    "writable path") from None
-    result_path = os.path.abspath(path.removesuffix(".json") + ".measured.json")
+    result_path = measured_path(path)
     _report(f"{plan.describe()}\ntfdist launch --backend auto: the plan is saved to {path}; every task gets it "
             "in TFDIST_PLAN")
     return {**environ, **plan_environment(plan, result_path)}, result_path

@@ -213,6 +213,20 @@ def writable_plan_path(ctx: click.Context, param: click.Parameter, value: str | 
     return value
 
 
+def writable_launch_plan_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """:func:`writable_plan_path` for ``launch --save-plan``: the chief also writes its measured figures
+    beside the plan at the end of ``fit`` (:func:`tfdist.plan.measured_path`), so that name must fit too."""
+    from tfdist.plan import PlanError, check_plan_path, measured_path
+
+    if writable_plan_path(ctx, param, value) is not None:
+        try:
+            check_plan_path(measured_path(value))
+        except PlanError as exc:
+            raise click.BadParameter(f"the chief writes the measured figures beside it, and {exc}", ctx=ctx,
+                                     param=param) from None
+    return value
+
+
 def hosts_or_allocation(hosts: str | None, flag: str = "--hosts") -> str | None:
     """``hosts`` as given, else the SLURM allocation's nodes (``SLURM_JOB_NODELIST``, slots from
     ``SLURM_TASKS_PER_NODE``), said on stderr; None outside an allocation. A garbled variable is a
