@@ -8,7 +8,10 @@ reads) whenever the strategy was built from a plan (``TFDIST_PLAN``). On the chi
   assumed and what to check;
 * at the end of training it logs ``tfdist plan: measured X examples/s, predicted Y (R x)`` over the
   epochs after the first (all of them when there was only one), and writes the same figures as JSON
-  to ``TFDIST_PLAN_RESULT`` when the launcher set it (``tfdist launch --backend auto`` prints them).
+  to ``TFDIST_PLAN_RESULT`` when the launcher set it (``tfdist launch --backend auto`` prints them),
+  with each epoch's per-worker figures where the epoch logs have them (``worker_epochs``: Horovod's
+  ``WorkerMetrics`` compute and communication time and examples/s per rank), from which the launcher
+  re-fits the cost model (:mod:`tfdist.adapt`).
 
 The TensorBoard record of the same comparison (``advice/`` scalars) is ``TensorBoardRun``'s.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from typing import Any
 
@@ -38,6 +42,7 @@ class PlanCheck(tf_keras.callbacks.Callback):
         self.is_chief = is_chief
         self.result_path = result_path if result_path is not None else os.environ.get(PLAN_RESULT_ENV)
         self.rates: list[float] = []
+        self.worker_epochs: list[dict[str, Any]] = []
         self.warned = False
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
@@ -45,6 +50,9 @@ class PlanCheck(tf_keras.callbacks.Callback):
         if rate is None:
             return
         self.rates.append(float(rate))
+        workers = worker_figures(logs or {})
+        if workers:
+            self.worker_epochs.append({"epoch": epoch, "workers": workers})
         if self.is_chief and epoch == CHECK_EPOCH and not self.warned:
             warning = slow_warning(self.plan, float(rate))
             if warning is not None:
@@ -73,7 +81,28 @@ class PlanCheck(tf_keras.callbacks.Callback):
         if self.result_path:
             _write_json(self.result_path, {"epochs": len(self.rates), **_plain(record),
                                            "predicted_examples_per_second": self.plan.predicted_examples_per_second,
-                                           "predicted_step_ms": self.plan.predicted_step_ms})
+                                           "predicted_step_ms": self.plan.predicted_step_ms,
+                                           "worker_epochs": self.worker_epochs})
+
+
+def worker_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
+    """Each rank's ``compute_ms``, ``communication_ms`` and ``examples_per_second`` of one epoch, rank
+    0 first, from ``WorkerMetrics``' keys; empty when the logs lack them or one is not finite (a train
+    step without the allreduce marks has NaN communication times)."""
+    workers = []
+    while f"worker/{len(workers)}/compute_time_ms" in logs:
+        rank = len(workers)
+        figures = {"compute_ms": logs[f"worker/{rank}/compute_time_ms"],
+                   "communication_ms": logs.get(f"worker/{rank}/comm_time_ms"),
+                   "examples_per_second": logs.get(f"worker/{rank}/examples_per_second")}
+        try:
+            values = {name: float(value) for name, value in figures.items()}
+        except (TypeError, ValueError):
+            return []
+        if not all(math.isfinite(value) and value >= 0 for value in values.values()):
+            return []
+        workers.append(values)
+    return workers
 
 
 def _plain(record: dict[str, float]) -> dict[str, float]:

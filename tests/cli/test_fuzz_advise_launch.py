@@ -551,6 +551,19 @@ def _never(*args, **kwargs):
     raise _Started(f"started something: {args[:2]}")
 
 
+class _Decided:
+    """What ``_choose_backend`` returns, stubbed: horovod on the hosts and workers it was given, and no
+    plan (the planning path has its own tests)."""
+
+    def __init__(self, hosts, workers):
+        from tfdist.launch.backends import backend_named
+
+        self.backend, self.hosts, self.workers = backend_named("horovod"), hosts, workers
+
+    def plan(self):
+        return None
+
+
 @FUZZ
 @given(launch_cases())
 @example(LAUNCH_HOSTILE[0]).via("--workers 1e9: 20 s, then EMFILE")
@@ -579,7 +592,7 @@ def test_launch_argument_checking(case):
     def choose(ctx, hosts, workers, ps, *rest):
         calls.append(("auto", hosts, workers if ctx.get_parameter_source("workers").name != "DEFAULT" else None,
                       ps))
-        return "horovod", hosts, workers, None  # no plan: the planning path has its own tests
+        return _Decided(hosts, workers)
 
     with mock.patch.object(launch_module, "_launch_tf_cluster", tf_cluster), \
             mock.patch.object(launch_module, "_launch_horovod", horovod), \

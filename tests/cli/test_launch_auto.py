@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from support import invoke, usage_error
@@ -174,6 +175,35 @@ def test_slow_links_launch_horovod_with_the_planned_fp16_in_every_tasks_environm
     assert launched.environments[0][PLAN_RESULT_ENV] == str(tmp_path / "plan.measured.json")
     assert "plan: horovod (horovod_fp16), compression='fp16'; 2 worker(s); predicted " in result.output
     assert result.output.rstrip().splitlines()[-1].startswith("tfdist launch: no measured figures came back")
+
+
+def test_the_end_of_the_run_refits_the_model_on_the_jobs_own_epochs(monkeypatch, launched, tmp_path):
+    """The chief's record carries each epoch's per-rank figures (PlanCheck); the launcher's last line
+    predicts every plan again on them: here w2 became a straggler after the probe."""
+    import json
+
+    from tfdist.plan import PLAN_RESULT_ENV
+
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})  # even at launch: Horovod
+
+    def horovod_with_a_straggler(ctx, command, num_proc, hosts, *rest):
+        launched.append(("horovod", hosts, None, None))
+        epoch = {"workers": [{"compute_ms": 100.0, "communication_ms": 301.0, "examples_per_second": 160.0},
+                             {"compute_ms": 400.0, "communication_ms": 1.0, "examples_per_second": 160.0}]}
+        Path(rest[-1][PLAN_RESULT_ENV]).write_text(json.dumps({
+            "measured_examples_per_second": 320.0, "measured_step_ms": 401.0,
+            "worker_epochs": [{"epoch": 0, **epoch}, {"epoch": 1, **epoch}]}))
+        return 0
+
+    monkeypatch.setattr(launch_module, "_launch_horovod", horovod_with_a_straggler)
+    result = run(*AUTO, "--save-plan", str(tmp_path / "plan.json"), *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert launched == [("horovod", "w1:1,w2:1", None, None)]
+    last = result.output.rstrip().splitlines()
+    assert last[-2].startswith("tfdist launch: measured 320 examples/s, predicted "), last[-2]
+    assert last[-1].startswith("tfdist launch: re-fitted on the job's own epochs (worker speeds 1, 0.25): "
+                               "parameter_server "), last[-1]
+    assert "(ran)" in last[-1] and "parameter_server would have been " in last[-1], last[-1]
 
 
 def test_a_compute_bound_ring_plans_no_compression(monkeypatch, launched, tmp_path):

@@ -10,6 +10,7 @@ The measured figures are printed (`pytest -s`); bounds are wide enough for a loa
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
@@ -103,6 +104,14 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
     measured = [text for text in output.splitlines() if text.startswith("tfdist launch: measured ")]
     assert len(measured) == 1 and " predicted " in measured[0], output[-3000:]
     print(measured[0])
+    refitted = [text for text in output.splitlines() if text.startswith("tfdist launch: re-fitted on the job's own")]
+    if backend == "horovod":  # every rank's compute and allreduce wait came back in the chief's record
+        assert len(refitted) == 1 and " (ran)" in refitted[0], output[-3000:]
+        assert re.search(r"\(worker speeds [\d.]+, [\d.]+\): ", refitted[0]), refitted[0]
+        assert refitted[0].endswith((" still holds", "x faster")), refitted[0]
+        print(refitted[0])
+    else:  # the other backends do not split a worker's step into compute and communication yet
+        assert refitted == [], refitted
     if backend == "parameter_server":  # the ps cluster, placed as --backend parameter_server would
         assert "[chief:0@w1]" in output and "[ps:0@p]" in output and "[worker:1@w2]" in output
     elif backend == "multi_worker_mirrored":  # on the worker hosts only

@@ -18,10 +18,12 @@ advisor refuses afterwards (a value out of its bounds, a model that fits nowhere
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import tfdist.advise as advisor
+from tfdist.adapt.hindsight import hindsight
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, Cluster,
                                         Embedding, Workload)
@@ -97,6 +99,18 @@ class Decision:
     def plan(self) -> Plan:
         """The advice as a plan file's content (:func:`tfdist.advise.planner.plan_from_advice`)."""
         return plan_from_advice(self.advice, self.cluster, self.workload)
+
+    def hindsight(self, result_path: str) -> str | None:
+        """The run looked back on: every plan predicted again on the cost model re-fitted from the
+        chief's record at ``result_path`` (:func:`tfdist.adapt.hindsight.hindsight`); None without a
+        readable record or per-worker epochs in it."""
+        try:
+            with open(result_path) as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return hindsight(self.cluster, self.workload, self.advice.variant, record) if isinstance(record, dict) \
+            else None
 
     def describe(self) -> str:
         """What was measured, then the advisor's table: what both commands print."""

@@ -16,7 +16,7 @@ import click
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE
 from tfdist.advise.user_inputs import parse_model_ref
-from tfdist.auto import AutoRequest, MeasureError, decide
+from tfdist.auto import AutoRequest, Decision, MeasureError, decide
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
@@ -140,8 +140,9 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             raise click.UsageError(f"--backend auto saves its plan in ./{PLANS_FOLDER}/ unless --save-plan says "
                                    f"where, and {problem}; fix: pass --save-plan PATH in a writable folder, or "
                                    "launch from one")
-        backend, hosts, workers, plan = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh,
-                                                        probe_seconds, optimizer, embeddings)
+        decision = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh, probe_seconds, optimizer,
+                                   embeddings)
+        backend, hosts, workers, plan = decision.backend.name, decision.hosts, decision.workers, decision.plan()
         if plan is not None:
             environ, result_path = _apply_plan(plan, save_plan, environ)
     chosen = _check(backend_named, backend)
@@ -160,6 +161,8 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
                                   ssh, bind_all, grace, task_timeout, environ)
     if plan is not None:
         _report(result_summary(plan, result_path))
+        if (looking_back := decision.hindsight(result_path)) is not None:
+            _report(looking_back)
     raise SystemExit(code)
 
 
@@ -206,10 +209,10 @@ def _check_auto(ctx: click.Context, hosts: str | None) -> None:
 
 def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, model: str, batch_size: int,
                     ssh: SshOptions, probe_seconds: float, optimizer: tuple[str, int] | None = None,
-                    embeddings: tuple = ()) -> tuple[str, HostList, int, object]:
-    """--backend auto (:func:`tfdist.auto.decide`), the advice printed to stderr: ``(backend, hosts,
-    workers, plan)`` to launch. horovod and multi_worker_mirrored get only the hosts that the placement
-    gives workers. With ``optimizer`` the probed memory is checked: a backend that would not fit is not
+                    embeddings: tuple = ()) -> Decision:
+    """--backend auto (:func:`tfdist.auto.decide`), the advice printed to stderr: the decision to launch
+    (its backend, hosts, workers and plan). horovod and multi_worker_mirrored get only the hosts that the
+    placement gives workers. With ``optimizer`` the probed memory is checked: a backend that would not fit is not
     chosen, and when none fits nothing is launched (a usage error with the numbers)."""
     request = AutoRequest(hosts, ps, batch_size, model, workers if given(ctx, "workers") else None, ssh,
                           probe_seconds, embeddings=tuple(embeddings), optimizer=optimizer)
@@ -222,7 +225,7 @@ def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, 
     _report(decision.describe())
     _report(f"tfdist launch --backend auto: launching {decision.backend.name} ({decision.advice.variant}) on "
             f"{decision.hosts}")
-    return decision.backend.name, decision.hosts, decision.workers, decision.plan()
+    return decision
 
 
 def _report(message: str) -> None:

@@ -1,0 +1,44 @@
+"""PlanCheck's record of a planned run (callbacks/plan_check.py): the measured figures against the plan,
+and each epoch's per-worker figures that the launcher re-fits the cost model from (tfdist.adapt)."""
+from __future__ import annotations
+
+import json
+import math
+
+from tfdist.callbacks.plan_check import PlanCheck, worker_figures
+from tfdist.plan import Plan
+
+PLAN = Plan(backend="horovod", variant="horovod", options={}, workers=2, ps=0, batch_size=64,
+            predicted_examples_per_second=1000.0, predicted_step_ms=128.0, bottleneck="compute",
+            explanation="compute-bound")
+
+
+def logs(rate: float, *ranks: tuple[float, float, float]) -> dict[str, float]:
+    """An epoch's logs as Throughput and Horovod's WorkerMetrics leave them: (compute, comm, examples/s) per rank."""
+    found = {"examples_per_second": rate}
+    for rank, (compute, comm, examples) in enumerate(ranks):
+        found |= {f"worker/{rank}/compute_time_ms": compute, f"worker/{rank}/comm_time_ms": comm,
+                  f"worker/{rank}/examples_per_second": examples, f"worker/{rank}/step_time_ms": compute + comm}
+    return found
+
+
+def test_the_record_carries_each_epochs_per_worker_figures(tmp_path):
+    path = tmp_path / "plan.measured.json"
+    check = PlanCheck(PLAN, is_chief=True, result_path=str(path))
+    check.on_epoch_end(0, logs(900.0, (30.0, 5.0, 450.0), (31.0, 4.0, 450.0)))
+    check.on_epoch_end(1, logs(1000.0, (10.0, 30.0, 500.0), (40.0, 1.0, 500.0)))
+    check.on_train_end()
+    record = json.loads(path.read_text())
+    assert record["epochs"] == 2 and record["measured_examples_per_second"] == 1000.0
+    assert record["worker_epochs"] == [
+        {"epoch": 0, "workers": [{"compute_ms": 30.0, "communication_ms": 5.0, "examples_per_second": 450.0},
+                                 {"compute_ms": 31.0, "communication_ms": 4.0, "examples_per_second": 450.0}]},
+        {"epoch": 1, "workers": [{"compute_ms": 10.0, "communication_ms": 30.0, "examples_per_second": 500.0},
+                                 {"compute_ms": 40.0, "communication_ms": 1.0, "examples_per_second": 500.0}]}]
+
+
+def test_an_epoch_without_per_worker_figures_or_with_a_nan_one_adds_none():
+    assert worker_figures({"examples_per_second": 10.0}) == []  # parameter servers: no per-rank split
+    assert worker_figures(logs(10.0, (10.0, math.nan, 5.0))) == []  # a train step without the allreduce marks
+    assert worker_figures(logs(10.0, (10.0, 1.0, 5.0))) == [
+        {"compute_ms": 10.0, "communication_ms": 1.0, "examples_per_second": 5.0}]

@@ -1,0 +1,81 @@
+"""The end of a planned run, looked back on: every plan predicted again on what the job itself measured.
+
+``tfdist launch --backend auto`` chose its plan from a probe. The chief's record of the run
+(``TFDIST_PLAN_RESULT``, written by ``tfdist.callbacks.plan_check.PlanCheck``) carries each epoch's
+per-worker figures where the backend measures them (Horovod's ``WorkerMetrics``: compute and
+communication time and examples/s per rank). :func:`hindsight` re-fits the launch-time cost model on
+them (:func:`tfdist.adapt.refit`: each worker's speed and the step's compute time; the link rates stay
+the probe's, since the record carries no byte counts yet) and predicts every plan again: the line says
+whether the plan that ran is still the one to choose, and what each other plan was predicted to take.
+
+    line = hindsight(decision.cluster, decision.workload, "horovod", json.load(open(result_path)))
+    # "tfdist launch: re-fitted on the job's own epochs (worker speeds 1, 0.25): parameter_server
+    #  4,191 examples/s, horovod 2,252 (ran): parameter_server would have been 1.86x faster"
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tfdist.adapt.errors import AdaptError
+from tfdist.adapt.measured import EpochMeasurement
+from tfdist.adapt.refit import refit
+from tfdist.advise.cost import predict_all
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.model_inputs import Cluster, Workload
+
+#: Below this ratio between another plan's re-fitted prediction and the one that ran, the difference
+#: is inside the model's error (the advisor's CLOSE_RATIO), and the line says the plan still holds.
+CLOSE_RATIO = 1.15
+PREFIX = "tfdist launch: re-fitted on the job's own epochs"
+
+
+def measured_epochs(record: Mapping[str, Any], variant: str) -> list[EpochMeasurement]:
+    """The epochs of a run's record (``worker_epochs``) as :class:`EpochMeasurement`, the first left
+    out when there are more (tracing and start-up inflate it). Raises :class:`AdaptError` naming the
+    field for a malformed entry."""
+    raw = record.get("worker_epochs") or []
+    if not isinstance(raw, list):
+        raise AdaptError("`worker_epochs` must be a list of epochs", "worker_epochs")
+    epochs = []
+    for entry in raw:
+        workers = entry.get("workers") if isinstance(entry, Mapping) else None
+        if not isinstance(workers, list):
+            raise AdaptError("`worker_epochs[].workers` must be a list, one entry per worker", "worker_epochs")
+        epochs.append(EpochMeasurement.from_dict({
+            "epoch": entry.get("epoch"), "variant": variant,
+            "workers": [{**worker, "bytes_per_step": 0.0} if isinstance(worker, Mapping) else worker
+                        for worker in workers]}))
+    return epochs[1:] or epochs
+
+
+def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> str | None:
+    """One line: every plan's examples/s on the cost model re-fitted from ``record``'s epochs, fastest
+    first, the one that ran marked; and whether another would have been faster by more than
+    ``CLOSE_RATIO``. None when the record has no per-worker epochs (a backend that does not measure
+    them); a record the model cannot take is said in the line, never raised."""
+    try:
+        epochs = measured_epochs(record, variant)
+        if not epochs:
+            return None
+        if len(epochs[0].workers) != cluster.workers:
+            return (f"{PREFIX}: not re-fitted: the record has {len(epochs[0].workers)} worker(s), the plan "
+                    f"{cluster.workers}")
+        fitted, fitted_workload = refit(cluster, workload, epochs)
+        predictions = predict_all(fitted, fitted_workload)
+    except (AdaptError, AdviseError) as exc:
+        return f"{PREFIX}: not re-fitted ({exc})"
+    ranked = sorted(predictions.values(), key=lambda p: -p.examples_per_second)
+    figures = ", ".join(f"{p.name} {p.examples_per_second:,.0f}" + (" (ran)" if p.name == variant else "")
+                        for p in ranked)
+    speeds = ", ".join(f"{speed:.2g}" for speed in fitted.speeds)
+    ran = predictions.get(variant)
+    best = ranked[0]
+    if ran is None or best.name == variant or best.examples_per_second < CLOSE_RATIO * ran.examples_per_second:
+        verdict = f"{variant} still holds"
+    else:
+        verdict = f"{best.name} would have been {best.examples_per_second / ran.examples_per_second:.2f}x faster"
+    return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
+
+
+__all__ = ["CLOSE_RATIO", "PREFIX", "hindsight", "measured_epochs"]
