@@ -10,8 +10,8 @@ reads) whenever the strategy was built from a plan (``TFDIST_PLAN``). On the chi
   epochs after the first (all of them when there was only one), and writes the same figures as JSON
   to ``TFDIST_PLAN_RESULT`` when the launcher set it (``tfdist launch --backend auto`` prints them),
   with each epoch's per-worker figures where the epoch logs have them (``worker_epochs``: Horovod's
-  ``WorkerMetrics`` compute and communication time and examples/s per rank), from which the launcher
-  re-fits the cost model (:mod:`tfdist.adapt`).
+  ``WorkerMetrics`` compute and communication time and examples/s per rank) and the model's parameter
+  count (``params``), from which the launcher re-fits the cost model (:mod:`tfdist.adapt`).
 
 The TensorBoard record of the same comparison (``advice/`` scalars) is ``TensorBoardRun``'s.
 """
@@ -43,7 +43,14 @@ class PlanCheck(tf_keras.callbacks.Callback):
         self.result_path = result_path if result_path is not None else os.environ.get(PLAN_RESULT_ENV)
         self.rates: list[float] = []
         self.worker_epochs: list[dict[str, Any]] = []
+        self.params: int | None = None
         self.warned = False
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        try:  # the job's own model: the launcher re-fits the cost model on it, not on the probe's stand-in
+            self.params = int(self.model.count_params())
+        except (AttributeError, TypeError, ValueError):  # a model not built yet: the record goes without
+            self.params = None
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         rate = (logs or {}).get("examples_per_second")
@@ -82,7 +89,7 @@ class PlanCheck(tf_keras.callbacks.Callback):
             _write_json(self.result_path, {"epochs": len(self.rates), **_plain(record),
                                            "predicted_examples_per_second": self.plan.predicted_examples_per_second,
                                            "predicted_step_ms": self.plan.predicted_step_ms,
-                                           "worker_epochs": self.worker_epochs})
+                                           "worker_epochs": self.worker_epochs, "params": self.params})
 
 
 def worker_figures(logs: dict[str, Any]) -> list[dict[str, float]]:

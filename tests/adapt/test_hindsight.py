@@ -2,7 +2,7 @@
 record as ``PlanCheck`` writes it, re-fitted and every plan predicted again."""
 from __future__ import annotations
 
-from tfdist.adapt.hindsight import PREFIX, hindsight, measured_epochs
+from tfdist.adapt.hindsight import PREFIX, hindsight, job_workload, measured_epochs
 from tfdist.advise.model_inputs import Cluster, Workload
 
 GBIT = 125e6
@@ -56,3 +56,22 @@ def test_a_record_the_model_cannot_take_is_said_not_raised():
     assert hindsight(LAUNCHED, WORKLOAD, "horovod", three) == (
         f"{PREFIX}: not re-fitted: the record has 3 worker(s), the plan 2")
     assert hindsight(LAUNCHED, WORKLOAD, "horovod", {"worker_epochs": "x"}).startswith(f"{PREFIX}: not re-fitted (")
+
+
+def test_the_jobs_own_parameter_count_replaces_the_stand_in_models():
+    assert job_workload(WORKLOAD, {"params": 1_234}).params == 1_234
+    for params in (None, True, 0, -5, 2.5, "1234"):
+        assert job_workload(WORKLOAD, {"params": params}) == WORKLOAD, params
+
+
+def test_a_ring_whose_links_turned_slow_is_re_fitted_from_its_allreduce_wait():
+    """Both links at 50 Mbit/s after the probe found 10 Gbit/s: the ranks wait about 420 ms a step for
+    the 2.7 MB of gradients each sends and receives; the re-fit finds the slow ring, and fp16 (half the
+    bytes) beats the plain ring that ran by more than the margin."""
+    slow = record((10.0, 10.0), (10.0, 10.0), (10.0, 10.0), comm=430.0)
+    slow["params"] = WORKLOAD.params
+    line = hindsight(LAUNCHED, WORKLOAD, "horovod", slow)
+    assert line.split("): ")[1].startswith("horovod_fp16 "), line  # the lab: fp16 1.9-2.0x at 50 Mbit/s
+    assert "horovod 290 (ran)" in line and "horovod_fp16 would have been 1.95x faster" in line, line
+    even = record((10.0, 10.0), (10.0, 10.0), comm=2.0)
+    assert hindsight(LAUNCHED, WORKLOAD, "horovod", even).endswith("still holds")

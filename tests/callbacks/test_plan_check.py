@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import tf_keras
+
 from tfdist.callbacks.plan_check import PlanCheck, worker_figures
 from tfdist.plan import Plan
 
@@ -25,11 +27,14 @@ def logs(rate: float, *ranks: tuple[float, float, float]) -> dict[str, float]:
 def test_the_record_carries_each_epochs_per_worker_figures(tmp_path):
     path = tmp_path / "plan.measured.json"
     check = PlanCheck(PLAN, is_chief=True, result_path=str(path))
+    check.set_model(tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(2)]))  # 3 x 2 + 2
+    check.on_train_begin()
     check.on_epoch_end(0, logs(900.0, (30.0, 5.0, 450.0), (31.0, 4.0, 450.0)))
     check.on_epoch_end(1, logs(1000.0, (10.0, 30.0, 500.0), (40.0, 1.0, 500.0)))
     check.on_train_end()
     record = json.loads(path.read_text())
     assert record["epochs"] == 2 and record["measured_examples_per_second"] == 1000.0
+    assert record["params"] == 8  # the job's own model, which the launcher re-fits the cost model on
     assert record["worker_epochs"] == [
         {"epoch": 0, "workers": [{"compute_ms": 30.0, "communication_ms": 5.0, "examples_per_second": 450.0},
                                  {"compute_ms": 31.0, "communication_ms": 4.0, "examples_per_second": 450.0}]},

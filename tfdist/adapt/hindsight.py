@@ -4,9 +4,11 @@
 (``TFDIST_PLAN_RESULT``, written by ``tfdist.callbacks.plan_check.PlanCheck``) carries each epoch's
 per-worker figures where the backend measures them (Horovod's ``WorkerMetrics``: compute and
 communication time and examples/s per rank). :func:`hindsight` re-fits the launch-time cost model on
-them (:func:`tfdist.adapt.refit`: each worker's speed and the step's compute time; the link rates stay
-the probe's, since the record carries no byte counts yet) and predicts every plan again: the line says
-whether the plan that ran is still the one to choose, and what each other plan was predicted to take.
+them and on the job's own model (its parameter count, in place of the probe's stand-in model's), with
+:func:`tfdist.adapt.refit`: each worker's speed, the step's compute time and, on a ring, the effective
+link rate (the bytes the model says each rank moves, over its measured allreduce wait; the record has
+no byte counters). Then it predicts every plan again: the line says whether the plan that ran is still
+the one to choose, and what each other plan was predicted to take.
 
     line = hindsight(decision.cluster, decision.workload, "horovod", json.load(open(result_path)))
     # "tfdist launch: re-fitted on the job's own epochs (worker speeds 1, 0.25): parameter_server
@@ -14,6 +16,7 @@ whether the plan that ran is still the one to choose, and what each other plan w
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,10 +33,20 @@ CLOSE_RATIO = 1.15
 PREFIX = "tfdist launch: re-fitted on the job's own epochs"
 
 
-def measured_epochs(record: Mapping[str, Any], variant: str) -> list[EpochMeasurement]:
-    """The epochs of a run's record (``worker_epochs``) as :class:`EpochMeasurement`, the first left
-    out when there are more (tracing and start-up inflate it). Raises :class:`AdaptError` naming the
-    field for a malformed entry."""
+def job_workload(workload: Workload, record: Mapping[str, Any]) -> Workload:
+    """``workload`` with the job's own parameter count (the record's ``params``) in place of the
+    probe's stand-in model's, where the record has one and the workload has no embedding tables."""
+    params = record.get("params")
+    if isinstance(params, bool) or not isinstance(params, int) or params < 1 or workload.embeddings:
+        return workload
+    return dataclasses.replace(workload, params=params)
+
+
+def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: float = 0.0) -> list[EpochMeasurement]:
+    """The epochs of a run's record (``worker_epochs``) as :class:`EpochMeasurement`, each worker's
+    link traffic ``bytes_per_step`` (the model's, for the job's parameters: the record has no byte
+    counters; 0 keeps the launch-time link rates), the first epoch left out when there are more
+    (tracing and start-up inflate it). Raises :class:`AdaptError` naming the field for a malformed entry."""
     raw = record.get("worker_epochs") or []
     if not isinstance(raw, list):
         raise AdaptError("`worker_epochs` must be a list of epochs", "worker_epochs")
@@ -44,7 +57,7 @@ def measured_epochs(record: Mapping[str, Any], variant: str) -> list[EpochMeasur
             raise AdaptError("`worker_epochs[].workers` must be a list, one entry per worker", "worker_epochs")
         epochs.append(EpochMeasurement.from_dict({
             "epoch": entry.get("epoch"), "variant": variant,
-            "workers": [{**worker, "bytes_per_step": 0.0} if isinstance(worker, Mapping) else worker
+            "workers": [{**worker, "bytes_per_step": bytes_per_step} if isinstance(worker, Mapping) else worker
                         for worker in workers]}))
     return epochs[1:] or epochs
 
@@ -55,7 +68,10 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     ``CLOSE_RATIO``. None when the record has no per-worker epochs (a backend that does not measure
     them); a record the model cannot take is said in the line, never raised."""
     try:
-        epochs = measured_epochs(record, variant)
+        workload = job_workload(workload, record)
+        launched = predict_all(cluster, workload).get(variant)
+        sent = launched.wire_bytes if launched is not None else 0.0
+        epochs = measured_epochs(record, variant, 2 * sent)  # sent and received, at once on a ring
         if not epochs:
             return None
         if len(epochs[0].workers) != cluster.workers:
@@ -78,4 +94,4 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["CLOSE_RATIO", "PREFIX", "hindsight", "measured_epochs"]
+__all__ = ["CLOSE_RATIO", "PREFIX", "hindsight", "job_workload", "measured_epochs"]

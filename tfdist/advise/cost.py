@@ -92,7 +92,9 @@ class Prediction:
     waiting_ms: per step, time a worker idles: for the slowest worker (synchronous, the fastest
     worker's wait) or for a saturated link (parameter servers). communication_ms: transfer time per
     step before overlap. bottleneck: ``compute``, ``slowest worker``, ``network`` or ``ps link``;
-    explanation: the same in words.
+    explanation: the same in words. wire_bytes: the bytes each worker sends per step on a synchronous
+    backend (its share of the ring; 0 where not modelled per worker), which a job's measured
+    communication time turns into an effective link rate (:mod:`tfdist.adapt.refit`).
     """
 
     name: str
@@ -103,6 +105,7 @@ class Prediction:
     communication_ms: float
     bottleneck: str
     explanation: str
+    wire_bytes: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {"step_ms": _rounded(self.step_ms, 4),
@@ -156,7 +159,7 @@ def _sync_prediction(name: str, cluster: Cluster, workload: Workload, comm: floa
         text += (f"; every step waits for the slowest worker (speed {min(cluster.speeds):g}): the fastest "
                  f"idles {_ms(waiting)}")
     return Prediction(name, step * 1000, examples, examples / ideal_examples_per_second(cluster, workload),
-                      waiting * 1000, comm * 1000, bottleneck, text)
+                      waiting * 1000, comm * 1000, bottleneck, text, wire_bytes)
 
 
 def _ring_link(cluster: Cluster) -> tuple[float, str]:
