@@ -26,10 +26,8 @@ from tfdist.adapt.refit import refit
 from tfdist.advise.cost import predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
+from tfdist.advise.recommend import CLOSE_RATIO  # inside the model's error: the plan that ran still holds
 
-#: Below this ratio between another plan's re-fitted prediction and the one that ran, the difference
-#: is inside the model's error (the advisor's CLOSE_RATIO), and the line says the plan still holds.
-CLOSE_RATIO = 1.15
 PREFIX = "tfdist launch: re-fitted on the job's own epochs"
 
 
@@ -94,4 +92,4 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["CLOSE_RATIO", "PREFIX", "hindsight", "job_workload", "measured_epochs"]
+__all__ = ["PREFIX", "hindsight", "job_workload", "measured_epochs"]
