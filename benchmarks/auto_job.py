@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         strategy.fit(model, x, y, batch_size=args.batch_size, epochs=epochs, callbacks=[timer], verbose=0)
     if not strategy.is_chief:
         return
-    steps = (timer.steps_per_epoch or args.steps) * args.epochs
+    steps = (timer.steps_per_epoch or args.steps) * timer.timed_epochs  # fewer when resumed by a switch
     seconds = timer.seconds
     result = {**strategy_record(strategy), "workers": strategy.num_workers, "params": model.count_params(),
               "batch_size": args.batch_size, "steps": steps, "examples_per_step": per_step,

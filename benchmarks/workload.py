@@ -56,6 +56,9 @@ class EpochTimer(tf.keras.callbacks.Callback):
         self.cpu_start = self.cpu_end = 0.0  # this process's CPU time (all threads), same points
         self.steps_per_epoch: int | None = None
         self.epoch_seconds: list[float] = []
+        #: Epochs timed (after the warm-up; a run resumed mid-way, by an adaptive launch, counts from its
+        #: first epoch's end).
+        self.timed_epochs = 0
         self._last: float | None = None
 
     def on_train_begin(self, logs=None) -> None:
@@ -66,8 +69,10 @@ class EpochTimer(tf.keras.callbacks.Callback):
         now = time.perf_counter()
         self.epoch_seconds.append(now - self._last)
         self._last = now
-        if epoch == self.warmup_epochs - 1:
+        if self.start is None and epoch >= self.warmup_epochs - 1:
             self.start, self.cpu_start = now, time.process_time()
+        elif self.start is not None:
+            self.timed_epochs += 1
         self.end, self.cpu_end = now, time.process_time()
 
     @property

@@ -455,6 +455,12 @@ def measured_path(plan_path: str) -> str:
     return os.path.abspath(plan_path.removesuffix(".json") + ".measured.json")
 
 
+def run_folder_path(plan_path: str) -> str:
+    """The folder of an adaptive run of the plan saved at ``plan_path`` (:mod:`tfdist.run_channel`):
+    beside it, ``plan.json`` -> ``plan.run`` (absolute: every task reads the same one)."""
+    return os.path.abspath(plan_path.removesuffix(".json") + ".run")
+
+
 def plans_folder_problem(folder: str = PLANS_FOLDER) -> str | None:
     """Why :func:`default_plan_path` could not save a plan in ``folder`` (made in the working directory
     when missing), checked before anything is probed; None when it can. Nothing is left behind."""

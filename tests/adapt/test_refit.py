@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
+from tfdist.adapt.refit import CPU_EXPLAINS, EVEN_SPEED
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -179,12 +180,40 @@ def test_refit_refuses_no_epochs_another_worker_count_and_a_stalled_worker():
        variant=st.sampled_from(["horovod", "parameter_server", "multi_worker_mirrored"]))
 def test_any_measured_cluster_is_found_again(slow, rates, variant):
     """Speeds (the fastest at 1) are always found; per-host rates under parameter servers, the slowest
-    link's rate under a ring."""
+    link's rate under a ring, except where a straggler's CPU explains the ring's wait: then the ring
+    says nothing of the links and they keep their launch rate (``CPU_EXPLAINS``)."""
     workers = len(slow) + 1
     truth = Cluster(workers=workers, ps=1, speeds=(1.0, *slow), bandwidths=tuple(rates[:workers]))
     launched = Cluster(workers=workers, ps=1, bandwidths=(GBIT,))
-    cluster, workload = refit(launched, SMALL, [measure(truth, SMALL, variant)])
+    measured = measure(truth, SMALL, variant)
+    cluster, workload = refit(launched, SMALL, [measured])
     assert cluster.speeds == pytest.approx(truth.speeds, rel=1e-9)
     assert workload.step_ms == pytest.approx(SMALL.step_ms)
     expected = truth.bandwidths if variant == "parameter_server" else (min(truth.bandwidths),) * workers
+    if variant != "parameter_server" and min(slow) < EVEN_SPEED:
+        even = cost.horovod(launched, SMALL)  # the ring's wait per byte at even speeds, as launched
+        per_byte = (even.step_ms - SMALL.step_ms) / 1000 / even.wire_bytes
+        sent = measured.workers[0].bytes_per_step / 2
+        waited = min(w.communication_ms for w in measured.workers) / 1000
+        if waited <= CPU_EXPLAINS * per_byte * sent / min(slow):
+            expected = (GBIT,) * workers
     assert cluster.bandwidths == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_ring_paced_by_a_cpu_starved_straggler_keeps_the_links_launch_rate():
+    """The lab (tests/multihost/test_adaptive_run.py): two even Horovod ranks waited 9.2 ms a step on
+    unlimited links; w2 at a tenth of a core computes 66 ms and the ring's wait grows to 81 ms on both.
+    The links did not change: a parameter server on them would not be network-bound. The even epoch's
+    wait is the baseline, whether or not it is among the epochs the median reads."""
+    lab = Cluster(workers=2, ps=1, bandwidths=(2e9, 2.5e9), ps_bandwidth=2.4e9)
+    moved = 2 * 2 * 0.5 * SMALL.model_bytes
+    even = EpochMeasurement(1, "horovod", (WorkerEpoch(5.4, 9.2, 4364.0, moved), WorkerEpoch(5.1, 9.5, 4361.0, moved)))
+    slow = [EpochMeasurement(e, "horovod", (WorkerEpoch(6.1, 142.2, 431.0, moved), WorkerEpoch(66.4, 81.6, 432.0, moved)))
+            for e in (2, 3)]
+    ring_rate = moved / 2 / (9.2 / 1000 - 2 * lab.latency_s)  # what the even epoch's wait says of the links
+    for last, links in ((3, (ring_rate, ring_rate)), (2, lab.bandwidths)):
+        cluster, workload = refit(lab, SMALL, [even, *slow], last=last)  # the even epoch in the median, or not
+        assert cluster.speeds == pytest.approx((1.0, 6.1 / 66.4))
+        assert cluster.bandwidths == pytest.approx(links)  # not the 16 MB/s the straggler's wait would say
+        predicted = cost.predict_all(cluster, workload)
+        assert predicted["parameter_server"].examples_per_second > 1.3 * predicted["horovod"].examples_per_second

@@ -966,3 +966,50 @@ def test_the_help_is_short_and_every_option_is_documented():
         if isinstance(param, click.Option):
             assert param.opts[-1] in result.output
             assert any(f"`{opt}" in page for opt in param.opts), f"docs/cli.md does not describe {param.opts}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--no-adapt"], "Error: --no-adapt do(es) not apply to --backend parameter_server; fix: drop --no-adapt"),
+    (["--backend", "horovod", "--adapt-margin", "0.2"],
+     "Error: --adapt-margin do(es) not apply to --backend horovod; fix: drop --adapt-margin"),
+    (["--backend", "auto", "--no-adapt", "--adapt-margin", "0.2"],
+     "Error: --adapt-margin and --no-adapt contradict each other; fix: --adapt-margin sets when an adaptive run "
+     "switches; drop one"),
+    (["--backend", "auto", "--adapt-margin", "1.5"], "Error: Invalid value for '--adapt-margin'"),
+    (["--backend", "auto", "--adapt-margin", "nan"], "Error: Invalid value for '--adapt-margin'"),
+])
+def test_the_adaptive_options_belong_to_auto_and_are_checked(no_launch, args, message):
+    line = _refused([*args, "--", "true"])
+    assert line.startswith(message), line
+    assert no_launch == []
+
+
+def test_auto_adapts_unless_told_not_to(monkeypatch, tmp_path):
+    """`--backend auto` hands every task the run folder (TFDIST_ADAPT) beside the plan, and the launcher
+    answers each epoch there; `--no-adapt` leaves it out and keeps the plan."""
+    import tfdist.cli.launch as module
+    from tfdist.probe import driver as probe
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.run_channel import ADAPT_ENV
+
+    monkeypatch.chdir(tmp_path)
+
+    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
+        links = [probe.LinkMeasure(a, b, 2e9, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+        return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 10.0},
+                               params=669_706, dtype_bytes=4, batch_size=batch_size)
+
+    launched = []
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", "--model", "m:f", "--batch-size", "64",
+            "--save-plan", "plan.json", "--", sys.executable, "train.py"]
+    result = CliRunner().invoke(launch, argv)
+    assert result.exit_code == 0, result.output
+    assert launched[0][ADAPT_ENV] == str(tmp_path / "plan.run") and (tmp_path / "plan.run").is_dir()
+    assert "tfdist launch: adaptive run: " in result.output  # no epoch came back: nothing was switched
+    launched.clear()
+    result = CliRunner().invoke(launch, [*argv[:-3], "--no-adapt", *argv[-3:]])
+    assert result.exit_code == 0, result.output
+    assert ADAPT_ENV not in launched[0] and "adaptive run" not in result.output

@@ -5,9 +5,9 @@ Pure Python (no TensorFlow, nothing started). Each epoch the job reports what it
 (each worker's speed, each worker host's effective link rate, the step's compute time);
 :func:`tfdist.advise.predict_all` predicts every plan on them; :func:`decide` says whether to leave
 the plan running now, with hysteresis (a plan is kept ``min_stay`` epochs) and payback (a switch must
-win back its cost, plus a margin, within the remaining epochs). :func:`~tfdist.adapt.hindsight.hindsight`
-is what ``tfdist launch --backend auto`` prints at the end of a run today: every plan predicted again on
-the job's own epochs (the switch itself is not wired in yet).
+win back its cost, plus a margin, within the remaining epochs). :class:`~tfdist.adapt.replan.Replanner`
+follows one run epoch by epoch with them (what ``tfdist launch --backend auto`` asks after every epoch:
+:mod:`tfdist.auto.adaptive`); :func:`~tfdist.adapt.hindsight.hindsight` is its look back at the end.
 
     cluster, workload = refit(cluster, workload, measured_epochs)
     seconds = epoch_seconds(predict_all(cluster, workload), examples_per_epoch=60_000)

@@ -67,9 +67,9 @@ def _known(variant: object, field: str) -> str:
     return variant
 
 
-def needs_restart(a: str, b: str) -> bool:
+def needs_restart(a: str, b: str, in_process: frozenset[str] = IN_PROCESS_OPTIONS) -> bool:
     """Whether going from variant ``a`` to ``b`` needs a new cluster: another backend, or an option
-    other than IN_PROCESS_OPTIONS changed. ``horovod`` -> ``horovod_fp16``: False (in-process);
+    other than ``in_process`` (default IN_PROCESS_OPTIONS) changed. ``horovod`` -> ``horovod_fp16``: False (in-process);
     ``horovod`` -> ``horovod_hierarchical`` (read at ``hvd.init()``) or ``parameter_server``: True."""
     _known(a, "a")
     _known(b, "b")
@@ -77,15 +77,17 @@ def needs_restart(a: str, b: str) -> bool:
         return True
     options_a, options_b = variant_options(a), variant_options(b)
     changed = {k for k in options_a.keys() | options_b.keys() if options_a.get(k) != options_b.get(k)}
-    return not changed <= IN_PROCESS_OPTIONS
+    return not changed <= in_process
 
 
-def switch_cost(a: str, b: str, restart_s: float | None = None) -> float:
-    """Seconds a switch from ``a`` to ``b`` costs: 0 for none, IN_PROCESS_SWITCH_S in-process, else
-    ``restart_s`` (the measured cost of a restart) or DEFAULT_RESTART_S when none was measured."""
+def switch_cost(a: str, b: str, restart_s: float | None = None,
+                in_process: frozenset[str] = IN_PROCESS_OPTIONS) -> float:
+    """Seconds a switch from ``a`` to ``b`` costs: 0 for none, IN_PROCESS_SWITCH_S in-process (an
+    option of ``in_process`` changed), else ``restart_s`` (the measured cost of a restart) or
+    DEFAULT_RESTART_S when none was measured."""
     if a == b:
         return 0.0
-    if not needs_restart(a, b):
+    if not needs_restart(a, b, in_process):
         return IN_PROCESS_SWITCH_S
     if restart_s is None:
         return DEFAULT_RESTART_S
@@ -110,13 +112,13 @@ def _percent(share: float) -> str:
 
 def decide(seconds_per_epoch: Mapping[str, float], current: str, *, epoch: int, planned_at: int,
            epochs_remaining: int, restart_s: float | None = None, margin: float = DEFAULT_MARGIN,
-           min_stay: int = DEFAULT_MIN_STAY) -> SwitchDecision:
+           min_stay: int = DEFAULT_MIN_STAY, in_process: frozenset[str] = IN_PROCESS_OPTIONS) -> SwitchDecision:
     """Stay on ``current`` or switch, at the boundary after ``epoch`` epochs (after the epoch of index
     i: ``epoch=i + 1``), to the variant of ``seconds_per_epoch`` (predicted seconds per epoch, one per
     variant, ``current``'s included) that finishes the ``epochs_remaining`` soonest, its switch
     included (:func:`switch_cost`), when the module's rules allow it. ``planned_at``: the boundary at
     which ``current`` was taken (0: at launch). ``restart_s``: the measured cost of a restart, None
-    before one was measured.
+    before one was measured. ``in_process``: the options a running job changes without a restart.
     """
     _known(current, "current")
     for name, seconds in seconds_per_epoch.items():
@@ -141,7 +143,7 @@ def decide(seconds_per_epoch: Mapping[str, float], current: str, *, epoch: int, 
         check_number(restart_s, "restart_s", "give the seconds the last restart took, or None")
 
     stay_s = remaining * seconds_per_epoch[current]
-    costs = {name: switch_cost(current, name, restart_s) for name in seconds_per_epoch if name != current}
+    costs = {name: switch_cost(current, name, restart_s, in_process) for name in seconds_per_epoch if name != current}
     totals = {name: remaining * seconds_per_epoch[name] + cost for name, cost in costs.items()}
     if not totals:
         return SwitchDecision(False, None, f"stay on {current}: no other plan is predicted", stay_s)

@@ -23,7 +23,7 @@ from typing import Any
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.measured import EpochMeasurement
 from tfdist.adapt.refit import refit
-from tfdist.advise.cost import predict_all
+from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.recommend import CLOSE_RATIO  # inside the model's error: the plan that ran still holds
@@ -60,25 +60,38 @@ def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: flo
     return epochs[1:] or epochs
 
 
+def refitted(cluster: Cluster, workload: Workload, variant: str,
+             record: Mapping[str, Any]) -> tuple[Cluster, dict[str, Prediction]] | None:
+    """The cluster re-fitted on ``record``'s epochs (``worker_epochs``, the job's ``params``) and every
+    plan predicted on it; None when the record has no per-worker epochs. Raises :class:`AdaptError`
+    (a malformed record, another worker count) or :class:`AdviseError` (values out of the model's range)."""
+    workload = job_workload(workload, record)
+    launched = predict_all(cluster, workload).get(variant)
+    sent = launched.wire_bytes if launched is not None else 0.0
+    epochs = measured_epochs(record, variant, 2 * sent)  # sent and received, at once on a ring
+    if not epochs:
+        return None
+    if len(epochs[0].workers) != cluster.workers:
+        raise AdaptError(f"the record has {len(epochs[0].workers)} worker(s), the plan {cluster.workers}",
+                         "worker_count")
+    fitted, fitted_workload = refit(cluster, workload, epochs)
+    return fitted, predict_all(fitted, fitted_workload)
+
+
 def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> str | None:
     """One line: every plan's examples/s on the cost model re-fitted from ``record``'s epochs, fastest
     first, the one that ran marked; and whether another would have been faster by more than
     ``CLOSE_RATIO``. None when the record has no per-worker epochs (a backend that does not measure
     them); a record the model cannot take is said in the line, never raised."""
     try:
-        workload = job_workload(workload, record)
-        launched = predict_all(cluster, workload).get(variant)
-        sent = launched.wire_bytes if launched is not None else 0.0
-        epochs = measured_epochs(record, variant, 2 * sent)  # sent and received, at once on a ring
-        if not epochs:
-            return None
-        if len(epochs[0].workers) != cluster.workers:
-            return (f"{PREFIX}: not re-fitted: the record has {len(epochs[0].workers)} worker(s), the plan "
-                    f"{cluster.workers}")
-        fitted, fitted_workload = refit(cluster, workload, epochs)
-        predictions = predict_all(fitted, fitted_workload)
+        found = refitted(cluster, workload, variant, record)
     except (AdaptError, AdviseError) as exc:
+        if isinstance(exc, AdaptError) and exc.field == "worker_count":
+            return f"{PREFIX}: not re-fitted: {exc}"
         return f"{PREFIX}: not re-fitted ({exc})"
+    if found is None:
+        return None
+    fitted, predictions = found
     ranked = sorted(predictions.values(), key=lambda p: -p.examples_per_second)
     figures = ", ".join(f"{p.name} {p.examples_per_second:,.0f}" + (" (ran)" if p.name == variant else "")
                         for p in ranked)
@@ -92,4 +105,4 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["PREFIX", "hindsight", "job_workload", "measured_epochs"]
+__all__ = ["PREFIX", "hindsight", "job_workload", "measured_epochs", "refitted"]

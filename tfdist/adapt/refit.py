@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, horovod
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -53,7 +53,8 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     computes = [statistics.median(e.workers[i].compute_ms for e in recent) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
-    per_epoch = [_link_rates(cluster, e) for e in recent]
+    baseline = _ring_baseline(cluster, workload, epochs)
+    per_epoch = [_link_rates(cluster, e, baseline) for e in recent]
     bandwidths = []
     for host, launched in enumerate(cluster.bandwidths):
         seen = [rates[host] for rates in per_epoch if rates[host] is not None]
@@ -81,7 +82,33 @@ def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list
     return sorted(epochs, key=lambda e: e.epoch)[-last:]
 
 
-def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]:
+#: A ring whose slowest worker computes below this share of the fastest's speed has a straggler.
+EVEN_SPEED = 0.75
+#: A straggler's ring wait up to this many times what its CPU explains is put down to its CPU.
+CPU_EXPLAINS = 2.0
+
+
+def _speed_share(epoch: EpochMeasurement) -> float:
+    """The slowest worker's speed over the fastest's in one epoch (compute time, inverted)."""
+    computes = [w.compute_ms for w in epoch.workers]
+    return min(computes) / max(computes)
+
+
+def _ring_baseline(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasurement]) -> float:
+    """Seconds per byte a ring's wait takes with even workers: the fastest of the given epochs whose
+    workers were even (``EVEN_SPEED``), else the launch-time model's (its wait at even speeds)."""
+    seen = [min(w.communication_ms for w in e.workers) / 1000 / (statistics.median(w.bytes_per_step for w in
+                                                                                 e.workers) / 2)
+            for e in epochs if e.backend != "parameter_server" and _speed_share(e) >= EVEN_SPEED
+            and statistics.median(w.bytes_per_step for w in e.workers) > 0]
+    if seen:
+        return min(seen)
+    even = dataclasses.replace(cluster, speeds=())
+    predicted = horovod(even, workload)
+    return max(0.0, predicted.step_ms - workload.step_ms) / 1000 / max(1.0, predicted.wire_bytes)
+
+
+def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float = 0.0) -> list[float | None]:
     """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
 
     Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
@@ -91,6 +118,12 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]
     the ring's time is the shortest wait, and the one rate it shows is every host's (a ring cannot tell
     its links apart). MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
     taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
+
+    A ring with a straggler says nothing about the links when the straggler's CPU explains its wait: a
+    host starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the
+    lab, a worker at a tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links). The
+    wait is put down to the CPU when it is within CPU_EXPLAINS of ``ring_baseline`` (seconds per byte
+    with even workers) over the slowest worker's speed share.
     """
     unknown: list[float | None] = [None] * cluster.hosts
     alpha = cluster.latency_s
@@ -104,8 +137,12 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]
     if cluster.workers < 2 or cluster.hosts < 2 or epoch.variant == "horovod_hierarchical":
         return unknown
     sent = statistics.median(w.bytes_per_step for w in epoch.workers) / 2
-    seconds = min(w.communication_ms for w in epoch.workers) / 1000 - 2 * (cluster.workers - 1) * alpha
+    waited = min(w.communication_ms for w in epoch.workers) / 1000
+    seconds = waited - 2 * (cluster.workers - 1) * alpha
     if sent <= 0 or seconds <= 0:
+        return unknown
+    share = _speed_share(epoch)
+    if share < EVEN_SPEED and waited <= CPU_EXPLAINS * ring_baseline * sent / share:
         return unknown
     rate = sent / seconds
     if epoch.backend == "multi_worker_mirrored":

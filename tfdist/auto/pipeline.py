@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import tfdist.advise as advisor
 from tfdist.adapt.hindsight import hindsight
+from tfdist.advise.cost import Prediction
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import (DEFAULT_ALLREDUCE_OVERHEAD_MS, DEFAULT_PS_OVERHEAD_MS, Cluster,
                                         Embedding, Workload)
@@ -36,7 +37,7 @@ from tfdist.launch.backends import Backend, backend_named
 from tfdist.launch.errors import LaunchError
 from tfdist.launch.hosts import HostList, HostSlots, Placement, place_tasks
 from tfdist.launch.remote import SshOptions
-from tfdist.plan import Plan
+from tfdist.plan import Plan, backend_of
 from tfdist.probe import driver
 from tfdist.probe.result import ProbeResult, build_inputs, default_workers, render_measured
 
@@ -91,6 +92,7 @@ class Decision:
     workers: int
     placements: tuple[Placement, ...]
     hosts: HostList
+    requested_hosts: HostList | None = None
 
     @property
     def backend(self) -> Backend:
@@ -99,6 +101,16 @@ class Decision:
     def plan(self) -> Plan:
         """The advice as a plan file's content (:func:`tfdist.advise.planner.plan_from_advice`)."""
         return plan_from_advice(self.advice, self.cluster, self.workload)
+
+    def with_variant(self, variant: str, predictions: dict[str, Prediction], reason: str) -> Decision:
+        """The same hosts and tasks planned for ``variant`` instead, on ``predictions`` (a re-fit's):
+        what an adaptive run switches to. Its hosts are placed as :func:`decide` places them."""
+        backend = backend_of(variant)
+        advice = dataclasses.replace(self.advice, recommended=backend, variant=variant, predictions=dict(predictions),
+                                     reasons=(reason,))
+        requested = self.requested_hosts or self.hosts
+        hosts = requested if backend_named(backend).ps else _worker_hosts(self.placements)
+        return dataclasses.replace(self, advice=advice, hosts=hosts)
 
     def hindsight(self, result_path: str) -> str | None:
         """The run looked back on: every plan predicted again on the cost model re-fitted from the
@@ -133,7 +145,7 @@ def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: No
     advice = advisor.advise(cluster, workload, memory)
     placements = tuple(place_tasks(request.hosts.slots, workers, request.ps))
     hosts = request.hosts if backend_named(advice.recommended).ps else _worker_hosts(placements)
-    return Decision(found, cluster, workload, advice, workers, placements, hosts)
+    return Decision(found, cluster, workload, advice, workers, placements, hosts, request.hosts)
 
 
 def _measure(request: AutoRequest, log: Callable[[str], None]) -> tuple[int, ProbeResult]:

@@ -16,7 +16,9 @@ import click
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE
 from tfdist.advise.user_inputs import parse_model_ref
+from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.auto import AutoRequest, Decision, MeasureError, decide
+from tfdist.auto.adaptive import AdaptiveLaunch
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
@@ -33,8 +35,9 @@ from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 from tfdist.launch.remote import SshOptions
 from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
+from tfdist.run_channel import ADAPTIVE_BACKENDS
 from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, measured_path, plan_environment,
-                         plans_folder_problem, result_summary, save_plan)
+                         plans_folder_problem, result_summary, run_folder_path, save_plan)
 
 AUTO_PROBE_SECONDS = 1.0  # s of transfer per link: the short probe of --backend auto
 MAX_GRACE = 3600.0  # s between the stop signal and SIGKILL: an hour
@@ -78,6 +81,9 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
               show_default=True, metavar="S", help="auto: seconds per link.")
 @click.option("--save-plan", metavar="PLAN.json", callback=writable_launch_plan_path,
               help="auto: where to save the plan.")
+@click.option("--no-adapt", is_flag=True, help="auto: keep the first plan to the end.")
+@click.option("--adapt-margin", cls=BriefOption, type=FiniteFloat(0, 0.9), default=DEFAULT_MARGIN,
+              show_default=True, metavar="SHARE", help="auto: switch when that much sooner.")
 @click.option("--grace", cls=BriefOption, type=FiniteFloat(0, MAX_GRACE), default=5.0, show_default=True,
               metavar="S", help="TERM-to-KILL seconds.")
 @click.option("--task-timeout", cls=BriefOption, type=FiniteFloat(0, MAX_TASK_TIMEOUT),
@@ -106,7 +112,8 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             ssh_identity_file: str | None, elastic: bool, min_np: int | None, max_np: int | None,
             network_interface: str | None, model: str | None, batch_size: int | None, probe_seconds: float,
             save_plan: str | None, bind_all: bool, grace: float, task_timeout: float,
-            command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = ()) -> None:
+            command: tuple[str, ...], optimizer: tuple[str, int] | None = None, embeddings: tuple = (),
+            no_adapt: bool = False, adapt_margin: float = DEFAULT_MARGIN) -> None:
     """The command's body, with click's options; a Ctrl-C before the runners take over (during
     ``--backend auto``'s probe, say) exits 130 (``exit_on_interrupt``)."""
     reject_foreign_options(ctx, backend)
@@ -144,21 +151,34 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
                                    embeddings)
         backend, hosts, workers, plan = decision.backend.name, decision.hosts, decision.workers, decision.plan()
         if plan is not None:
-            environ, result_path = _apply_plan(plan, save_plan, environ)
-    chosen = _check(backend_named, backend)
-    if chosen.launcher == HOROVODRUN:
-        given_np = num_proc if given(ctx, "num_proc") else None
-        num_proc = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
-        code = _launch_horovod(ctx, command, num_proc, hosts, ssh, elastic, min_np, max_np, grace,
-                               network_interface, environ)
-    else:
+            environ, plan_path = _apply_plan(plan, save_plan, environ)
+            result_path = measured_path(plan_path)
+
+    def run(backend: str, hosts: HostList | None, workers: int, environ: dict[str, str]) -> int:
+        chosen = _check(backend_named, backend)
+        if chosen.launcher == HOROVODRUN:
+            given_np = num_proc if given(ctx, "num_proc") else None
+            ranks = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
+            return _launch_horovod(ctx, command, ranks, hosts, ssh, elastic, min_np, max_np, grace,
+                                   network_interface, environ)
         tasks_ps = ps if chosen.ps else 0
         _check(check_cluster_size, workers, tasks_ps, evaluator, chief=chosen.chief)
         if hosts is not None:
             _check(check_placement, hosts, workers, tasks_ps, evaluator, chief=chosen.chief,
                    chief_host=chief_host, ps_hosts=ps_hosts)
-        code = _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
+        return _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
                                   ssh, bind_all, grace, task_timeout, environ)
+
+    if plan is not None and not no_adapt and backend in ADAPTIVE_BACKENDS:
+        adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, _plan, env: run(
+            chosen.backend.name, chosen.hosts, chosen.workers, env), environ, result_path, _report, adapt_margin)
+        code = adaptive.run()
+        decision, plan = adaptive.final, adaptive.final.plan()
+    else:
+        if plan is not None and not no_adapt:
+            _report(f"tfdist launch: {backend} runs are not re-planned mid-run (a run switches between "
+                    f"{' and '.join(ADAPTIVE_BACKENDS)}); the plan is kept to the end")
+        code = run(backend, hosts, workers, environ)
     if plan is not None:
         _report(result_summary(plan, result_path))
         if (looking_back := decision.hindsight(result_path)) is not None:
@@ -167,8 +187,8 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
 
 
 def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str]:
-    """Print and save ``plan``; the tasks' environment with it inline, and where the chief writes its
-    measured figures (beside the saved plan)."""
+    """Print and save ``plan``; the tasks' environment with it inline (and where the chief writes its
+    measured figures, beside the saved plan), and where it was saved."""
     path = save_path or os.path.join(PLANS_FOLDER, "plan.json")  # named in the error if the folder fails
     try:
         path = save_path or default_plan_path()
@@ -179,7 +199,7 @@ def _apply_plan(plan, save_path: str | None, environ: dict[str, str]) -> tuple[d
     result_path = measured_path(path)
     _report(f"{plan.describe()}\ntfdist launch --backend auto: the plan is saved to {path}; every task gets it "
             "in TFDIST_PLAN")
-    return {**environ, **plan_environment(plan, result_path)}, result_path
+    return {**environ, **plan_environment(plan, result_path)}, path
 
 
 def _shown(text: str, limit: int = 80) -> str:

@@ -15,7 +15,7 @@ AUTO = "auto"  # probe --hosts, ask `tfdist advise`, launch the recommended back
 # which options each backend reads (the backend table's); giving another backend's option is an error
 BACKEND_OPTIONS = {**{backend.name: backend.options for backend in TABLE},
                     AUTO: {"workers", "ps", "model", "batch_size", "probe_seconds", "save_plan", "task_timeout",
-                           "optimizer", "embeddings", *SSH_OPTIONS}}
+                           "optimizer", "embeddings", "no_adapt", "adapt_margin", *SSH_OPTIONS}}
 FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_proc": "-np",
           "hosts": "--hosts", "bind_all": "--bind-all", "task_timeout": "--task-timeout",
           "chief_host": "--chief-host",
@@ -23,13 +23,15 @@ FLAGS = {"workers": "--workers", "ps": "--ps", "evaluator": "--evaluator", "num_
           "elastic": "--elastic", "min_np": "--min-np", "max_np": "--max-np",
           "network_interface": "--network-interface", "model": "--model", "batch_size": "--batch-size",
           "probe_seconds": "--probe-seconds", "save_plan": "--save-plan", "optimizer": "--optimizer",
-          "embeddings": "--embedding"}
+          "embeddings": "--embedding", "no_adapt": "--no-adapt", "adapt_margin": "--adapt-margin"}
 # options that need another one: (option, needs, fix)
 _NEEDS = (("chief_host", "hosts", "add --hosts"), ("ps_hosts", "hosts", "add --hosts"),
           ("ssh_port", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
           ("ssh_identity_file", "hosts", "add --hosts (ssh is used only to reach its hosts)"),
           ("elastic", "hosts", "add --hosts h1:1,h2:1 (the hosts that may come and go)"),
           ("min_np", "elastic", "add --elastic"), ("max_np", "elastic", "add --elastic"))
+# options that contradict each other: (option, other, fix)
+_EXCLUSIVE = (("adapt_margin", "no_adapt", "--adapt-margin sets when an adaptive run switches; drop one"),)
 
 
 def given(ctx: click.Context, name: str) -> bool:
@@ -57,6 +59,9 @@ def reject_foreign_options(ctx: click.Context, backend: str) -> None:
         if given(ctx, name) and not given(ctx, needs):
             raise click.UsageError(f"{FLAGS[name]} needs {FLAGS[needs]}; fix: {fix}, or drop "
                                    f"{FLAGS[name]}")
+    for name, other, fix in _EXCLUSIVE:
+        if given(ctx, name) and given(ctx, other):
+            raise click.UsageError(f"{FLAGS[name]} and {FLAGS[other]} contradict each other; fix: {fix}")
     if given(ctx, "elastic") and not given(ctx, "min_np"):
         raise click.UsageError("--elastic needs --min-np, the fewest ranks training may go on with; fix: add "
                                "e.g. --min-np 1")

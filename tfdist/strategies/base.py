@@ -17,6 +17,7 @@ from tfdist.callbacks.system_metrics import SystemMetrics
 from tfdist.environments import ClusterEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError
 from tfdist.strategies import inputs, outputs
+from tfdist.strategies.adaptive import adaptive_epochs, end_if_switched
 from tfdist.strategies.options import StrategyOptions
 
 log = logging.getLogger("tfdist")
@@ -143,8 +144,10 @@ class DistributedStrategy:
         kwargs = dict(fit_kwargs)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         self._check_model(model, callbacks)
+        adaptive = adaptive_epochs(self, model, kwargs)
         if self.plan is not None:
-            callbacks = self._with_plan_check(callbacks, kwargs.get("batch_size"))
+            callbacks = self._with_plan_check(callbacks, kwargs.get("batch_size"), per_worker=adaptive is not None)
+            callbacks += [adaptive] if adaptive is not None else []
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
@@ -154,19 +157,30 @@ class DistributedStrategy:
         if not self.is_chief:
             kwargs["verbose"] = 0
         try:
-            return model.fit(x, y, **kwargs)
+            history = model.fit(x, y, **kwargs)
         finally:
             _stop_samplers(kwargs["callbacks"])
+        end_if_switched(adaptive)
+        return history
 
-    def _with_plan_check(self, callbacks: list, batch_size: int | None) -> list:
+    def _with_plan_check(self, callbacks: list, batch_size: int | None, per_worker: bool = False) -> list:
         """``callbacks`` measured against the plan: a ``Throughput`` first when none is there (at the
-        fit's batch size, else the plan's), and ``PlanCheck`` last."""
+        fit's batch size, else the plan's), with ``per_worker`` the backend's per-worker figures after it
+        when none are there (an adaptive run re-fits on them), and ``PlanCheck`` last."""
         plan = self.plan
         if batch_size is not None and batch_size != plan.batch_size:
             log.warning("tfdist plan: the plan was made for batch %d per worker and fit trains with %d: its "
                         "prediction is for another run", plan.batch_size, batch_size)
         if not any(isinstance(getattr(cb, "callback", cb), Throughput) for cb in callbacks):
             callbacks.insert(0, self.throughput(batch_size or plan.batch_size))
+        if per_worker:
+            index, throughput = next((i, cb) for i, cb in enumerate(callbacks)
+                                     if isinstance(getattr(cb, "callback", cb), Throughput))
+            figures = self._worker_figures(batch_size or plan.batch_size, getattr(throughput, "callback",
+                                                                                    throughput).clock)
+            kinds = tuple(type(figure) for figure in figures)
+            if kinds and not any(isinstance(getattr(cb, "callback", cb), kinds) for cb in callbacks):
+                callbacks[index + 1:index + 1] = figures
         return [*callbacks, PlanCheck(plan, self.is_chief)]
 
     def _safe_backup(self, callback: Any) -> Any:

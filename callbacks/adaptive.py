@@ -1,0 +1,150 @@
+"""The task's half of an adaptive run (``tfdist launch --backend auto``): report each epoch, take the
+launcher's verdict, and on a switch leave a checkpoint the next plan resumes from.
+
+``strategy.fit`` adds :class:`AdaptiveEpochs` (last) when ``TFDIST_ADAPT`` names a run folder
+(:mod:`tfdist.run_channel`) and the strategy was built from the launcher's plan. At each epoch end:
+
+* the chief writes the epoch's report: seconds, examples/s, each worker's compute and communication
+  time where the backend splits them (Horovod's ``WorkerMetrics``), the model's parameter count, and,
+  at the first epoch, whether the run can be resumed on another plan (a checkpoint of the model and
+  optimizer written and removed at the start of training: what cannot be written cannot be switched);
+* every task that runs ``fit`` waits for the launcher's verdict on that epoch (at most
+  ``VERDICT_TIMEOUT_S``; then it trains on);
+* on ``switch`` the chief writes the model and optimizer (slots and iterations included) with
+  ``tf.train.Checkpoint`` into a new folder under ``state/``, then ``state.json`` naming it with the
+  epochs done; the others wait for ``state.json``; then training stops, and ``strategy.fit`` ends the
+  process (the launcher starts the next plan, whose ``fit`` resumes: :func:`restore`). A checkpoint
+  that cannot be written is removed, ``state.json`` says ``failed``, and every task trains on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from typing import Any
+
+import tensorflow as tf
+import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
+
+from tfdist import run_channel
+from tfdist.callbacks.plan_check import worker_figures
+
+log = logging.getLogger("tfdist")
+
+
+def _checkpoint(model: Any) -> tf.train.Checkpoint:
+    """What a switch carries over: the model's variables and the optimizer's (slots, iterations)."""
+    return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+
+
+class AdaptiveEpochs(tf_keras.callbacks.Callback):
+    """Report epochs to the launcher and follow its verdicts (see the module docstring).
+
+    ``switched_to``: the variant the launcher switched to, once this task stopped for it (else None).
+    """
+
+    def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int,
+                 timeout: float = run_channel.VERDICT_TIMEOUT_S) -> None:
+        super().__init__()
+        self.folder = folder
+        self.is_chief = is_chief
+        self.variant = variant
+        self.epochs = epochs
+        self.timeout = timeout
+        self.switched_to: str | None = None
+        self.resume_problem: str | None = None
+        self._started = 0.0
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if self.is_chief:
+            self.resume_problem = _resume_problem(self.model, self.folder)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._started = time.monotonic()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs or {}
+        if self.is_chief:
+            self._report(epoch, logs)
+        verdict = run_channel.wait_for(run_channel.verdict_path(self.folder, epoch), self.timeout)
+        if verdict is None:
+            log.warning("tfdist adapt: no verdict from the launcher on epoch %d within %.0f s; training on with "
+                        "the plan", epoch, self.timeout)
+            return
+        if verdict.get("action") != run_channel.SWITCH or epoch + 1 >= self.epochs:
+            return
+        target = str(verdict.get("to"))
+        if self.is_chief:
+            _save_state(self.model, self.folder, epoch + 1, self.variant, target)
+        state = run_channel.wait_for(run_channel.state_path(self.folder), self.timeout,
+                                     accept=lambda found: found.get("epoch") == epoch + 1)
+        if state is None or state.get("status") != "saved":
+            log.warning("tfdist adapt: no checkpoint to switch from after epoch %d; training on with the plan",
+                        epoch)
+            return
+        self.switched_to = target
+        self.model.stop_training = True
+
+    def _report(self, epoch: int, logs: dict[str, Any]) -> None:
+        seconds = time.monotonic() - self._started
+        rate = logs.get("examples_per_second")
+        try:
+            params = int(self.model.count_params())
+        except (AttributeError, TypeError, ValueError):
+            params = None
+        report = {"epoch": epoch, "variant": self.variant, "epochs": self.epochs, "seconds": seconds,
+                  "examples_per_second": float(rate) if rate is not None else None,
+                  "workers": worker_figures(logs), "params": params,
+                  "resumable": self.resume_problem is None, "resume_problem": self.resume_problem,
+                  "time": time.time()}
+        try:
+            run_channel.write_json(run_channel.epoch_report_path(self.folder, epoch), report)
+        except (OSError, ValueError) as exc:
+            log.warning("tfdist adapt: cannot write the epoch report to %s (%s); the launcher keeps the plan",
+                        self.folder, exc)
+
+
+def _resume_problem(model: Any, folder: str) -> str | None:
+    """Why this run could not be resumed on another plan, or None: a checkpoint of the model and its
+    optimizer is written to a scratch folder and removed."""
+    scratch = os.path.join(run_channel.state_dir(folder), f"check-{os.getpid()}")
+    try:
+        _checkpoint(model).write(os.path.join(scratch, "ckpt"))
+    except Exception as exc:  # noqa: BLE001  (TensorFlow raises ValueError, OpError, TypeError, ...)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        return f"its model and optimizer cannot be checkpointed ({type(exc).__name__}: {first})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target: str) -> None:
+    """Write the checkpoint of a switch and then ``state.json`` (``failed`` when the checkpoint could not
+    be written: its partial folder is removed and the previous state, if any, is kept)."""
+    where = os.path.join(run_channel.state_dir(folder), f"epoch-{epochs_done}")
+    prefix = os.path.join(where, "ckpt")
+    try:
+        shutil.rmtree(where, ignore_errors=True)
+        path = _checkpoint(model).write(prefix)
+        status = {"status": "saved", "checkpoint": path}
+    except Exception as exc:  # noqa: BLE001
+        shutil.rmtree(where, ignore_errors=True)
+        log.warning("tfdist adapt: cannot write the checkpoint to switch plans (%s: %s); training on", type(exc).__name__,
+                    str(exc).splitlines()[0][:300] if str(exc) else "")
+        status = {"status": run_channel.FAILED}
+    run_channel.write_json(run_channel.state_path(folder), {"epoch": epochs_done, "from": variant, "to": target,
+                                                            "time": time.time(), **status})
+
+
+def restore(model: Any, folder: str, scope: Any) -> int | None:
+    """Restore the state a switch left in ``folder`` into ``model`` (built in ``scope``, its optimizer
+    built there first so that the slots are restored too); the epochs done, or None when there is no
+    state to resume from."""
+    state = run_channel.read_json(run_channel.state_path(folder))
+    if state is None or state.get("status") != "saved":
+        return None
+    with scope:
+        model.optimizer.build(model.trainable_variables)
+    _checkpoint(model).read(state["checkpoint"]).assert_existing_objects_matched()
+    return int(state["epoch"])

@@ -1,0 +1,114 @@
+"""An adaptive run followed epoch by epoch (tfdist/adapt/replan.py), without TensorFlow: the chief's
+epoch reports as ``tfdist.callbacks.adaptive`` writes them, and the verdicts the launcher writes back."""
+from __future__ import annotations
+
+import pytest
+
+from tfdist.adapt.replan import Replanner
+from tfdist.advise.cost import predict_all
+from tfdist.advise.model_inputs import Cluster, Workload
+
+GBIT = 125e6
+WORKLOAD = Workload(params=669_706, batch_size=64, step_ms=10.0)
+LAUNCHED = Cluster(workers=2, ps=1, bandwidths=(10 * GBIT, 10 * GBIT), ps_bandwidth=10 * GBIT)
+CANDIDATES = ("horovod", "horovod_fp16", "parameter_server")
+EPOCHS = 20  # long enough that a switch at the fourth epoch pays back a 30 s restart
+STEPS = 400  # per epoch and rank
+
+
+def report(epoch: int, computes: tuple[float, ...] | None, *, variant: str = "horovod", comm: float = 2.0,
+           resumable: bool = True, epochs: int = EPOCHS) -> dict:
+    """A chief's report of one epoch, the ranks' compute times in ms (None: no per-worker split)."""
+    step_ms = max(computes or (10.0,)) + comm
+    rate = 2 * 64 * 1000 / step_ms
+    workers = [] if computes is None else [
+        {"compute_ms": c, "communication_ms": step_ms - c, "examples_per_second": rate / 2} for c in computes]
+    return {"epoch": epoch, "variant": variant, "epochs": epochs, "seconds": STEPS * step_ms / 1000,
+            "examples_per_second": rate, "workers": workers, "params": 669_706, "resumable": resumable,
+            "resume_problem": None if resumable else "its model and optimizer cannot be checkpointed (ValueError: x)"}
+
+
+def planner(**kwargs) -> Replanner:
+    return Replanner(LAUNCHED, WORKLOAD, "horovod", predict_all(LAUNCHED, WORKLOAD), candidates=CANDIDATES,
+                     **kwargs)
+
+
+def test_even_workers_never_switch():
+    follow = planner()
+    verdicts = [follow.on_epoch(report(epoch, (10.0, 10.0))) for epoch in range(EPOCHS)]
+    assert [v.action for v in verdicts] == ["continue"] * EPOCHS
+    assert "the plan's first epoch" in verdicts[0].line
+    assert verdicts[1].line.startswith("epoch 2/20 on horovod: 10,667 examples/s (re-fitted horovod")
+    assert all(": stay on horovod: " in v.line for v in verdicts[1:]), [v.line for v in verdicts]
+
+
+def test_a_straggler_switches_to_parameter_servers_once_the_median_sees_it():
+    """w2 at a quarter of a core from the third epoch (index 2): the median of the plan's last three
+    epochs shows it after two slow epochs, and the ring waits for w2 on every step."""
+    follow = planner()
+    computes = [(10.0, 10.0)] * 2 + [(10.0, 40.0)] * 18
+    verdicts = []
+    for epoch, figures in enumerate(computes):
+        verdicts.append(follow.on_epoch(report(epoch, figures)))
+        if verdicts[-1].action == "switch":
+            break
+    assert [v.action for v in verdicts] == ["continue"] * (len(verdicts) - 1) + ["switch"]
+    assert verdicts[-1].to == "parameter_server" and len(verdicts) in (3, 4), [v.line for v in verdicts]
+    assert "switch horovod -> parameter_server" in verdicts[-1].line
+    assert "paid back after" in verdicts[-1].line
+
+
+def test_a_new_plan_is_kept_for_min_stay_epochs_and_its_first_epoch_is_not_refitted_on():
+    follow = planner()
+    follow.switched("parameter_server", at_epoch=4, took_s=12.0)
+    assert follow.restart_s == 12.0 and follow.current == "parameter_server" and follow.segment == []
+    first = follow.on_epoch(report(4, None, variant="parameter_server"))
+    assert first.action == "continue" and "first epoch" in first.line
+    second = follow.on_epoch(report(5, None, variant="parameter_server"))
+    assert second.action == "continue"
+    assert "parameter_server reports no per-worker compute and communication time yet" in second.line
+    third = follow.on_epoch(report(6, None, variant="parameter_server"))
+    assert third.line == "epoch 7/20 on parameter_server: 10,667 examples/s"  # said once
+
+
+def test_a_switch_the_run_cannot_resume_is_refused_with_the_fix_and_said_once():
+    follow = planner()
+    computes = [(10.0, 10.0)] * 2 + [(10.0, 40.0)] * 18
+    verdicts = [follow.on_epoch(report(epoch, figures, resumable=False)) for epoch, figures in enumerate(computes)]
+    assert all(v.action == "continue" for v in verdicts)
+    refused = [v.line for v in verdicts if "cannot switch plans" in v.line]
+    assert len(refused) == 1 and "fix: " in refused[0] and "cannot be checkpointed" in refused[0], refused
+
+
+def test_no_switch_pays_back_near_the_end():
+    """The straggler shows two epochs before the end: a 30 s restart is never won back."""
+    follow = planner()
+    computes = [(10.0, 10.0)] * 9 + [(10.0, 40.0)] * 3
+    verdicts = [follow.on_epoch(report(epoch, figures, epochs=12)) for epoch, figures in enumerate(computes)]
+    assert all(v.action == "continue" for v in verdicts), [v.line for v in verdicts]
+
+
+def test_the_fixed_plans_are_accounted_on_the_predictions_of_their_time():
+    follow = planner()
+    for epoch, figures in enumerate([(10.0, 10.0)] * 3):
+        follow.on_epoch(report(epoch, figures))
+    assert set(follow.fixed_seconds) == set(CANDIDATES)
+    assert abs(follow.measured_seconds - 3 * STEPS * 12.0 / 1000) < 1e-9
+    assert all(seconds > 0 for seconds in follow.fixed_seconds.values())
+    assert follow.fixed_seconds["horovod"] == follow.measured_seconds  # the plan that ran, as measured
+    before = dict(follow.fixed_seconds)
+    follow.switched("parameter_server", at_epoch=3)
+    follow.on_epoch(report(3, None, variant="parameter_server"))
+    assert follow.fixed_seconds["parameter_server"] - before["parameter_server"] == pytest.approx(STEPS * 12.0 / 1000)
+    assert follow.fixed_seconds["horovod"] - before["horovod"] == pytest.approx(
+        STEPS * 2 * 64 / follow.predictions["horovod"].examples_per_second)
+
+
+def test_a_malformed_report_keeps_the_plan():
+    follow = planner()
+    assert follow.on_epoch({"epoch": "x"}).action == "continue"
+    assert follow.on_epoch({**report(1, (10.0, 10.0)), "examples_per_second": None}).line.endswith(
+        "no examples/s measured; the plan is kept")
+    broken = report(2, (10.0, 10.0))
+    broken["workers"][0]["compute_ms"] = -1
+    assert "not re-fitted" in follow.on_epoch(broken).line

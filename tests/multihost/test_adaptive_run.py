@@ -1,0 +1,96 @@
+"""An adaptive run on the network lab: `tfdist launch --backend auto` starts Horovod on two even workers,
+w2 is throttled mid-run, and the job switches to parameter servers at an epoch boundary.
+
+c is the launcher's host; `--hosts w1:1,w2:1,p:1 --workers 2 --ps 1`. The job is the benchmarks' MLP
+(`benchmarks/auto_job.py`, unchanged: `make_strategy("auto")` and `strategy.fit`). Once the chief has
+reported its second epoch, w2 drops to a tenth of a core. What is asserted comes from the tasks
+themselves: the chief's epoch reports in the run folder (each epoch once, the variant that trained it),
+the Horovod ranks' and the parameter-server chief's own log lines, and the final chief's strategy
+object (auto_job's record). Bounds on rates are left out: a loaded machine moves them.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+from support import REPO, assert_nothing_left, subprocess_env
+
+from tfdist.testing.netlab import Lab
+
+HOSTS = "w1:1,w2:1,p:1"
+EPOCHS = 10  # 1 warm-up + 9: after the straggler's two slow epochs, 6 remain to win back a restart
+TIMEOUT = 600.0
+
+
+@pytest.fixture
+def lab(make_lab) -> Lab:
+    return make_lab(["c", "w1", "w2", "p"])
+
+
+def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    out = tmp_path / "result.json"
+    argv = [sys.executable, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", HOSTS, "--workers", "2",
+            "--ps", "1", "--model", "auto_job:build_model", "--batch-size", "64", "--probe-seconds", "0.5",
+            "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--grace", "2",
+            "--save-plan", str(plan_path), "--",
+            sys.executable, "benchmarks/auto_job.py", "--steps", "100", "--warmup-epochs", "1",
+            "--epochs", str(EPOCHS - 1), "--out", str(out)]
+    env = subprocess_env(PYTHONPATH=f"{REPO / 'tests' / 'scripts'}:{REPO / 'benchmarks'}")
+    process = lab.popen("c", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                        cwd=REPO)
+    lines: list[str] = []
+    throttled = threading.Event()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if not throttled.is_set() and line.startswith(f"tfdist launch: epoch 2/{EPOCHS} on horovod"):
+                lab.limit_cpu("w2", 0.1)  # from the third epoch on, w2 is a straggler
+                throttled.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = process.wait(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join(timeout=30)
+    output = "\n".join(lines)
+    print("\n" + "\n".join(line for line in lines if line.startswith("tfdist launch")))
+    assert code == 0, output[-5000:]
+    assert "tfdist launch --backend auto: launching horovod (horovod) on w1:1,w2:1" in output, output[-5000:]
+    applied = [line for line in lines if "tfdist plan: applying TFDIST_PLAN (inline JSON): horovod, no options" in line]
+    assert len(applied) == 2, output[-5000:]  # the even start: the plain ring, applied by both ranks
+    assert throttled.is_set(), output[-5000:]
+    switches = [line for line in lines if line.startswith("tfdist launch: re-planned at epoch ")]
+    assert len(switches) == 1, output[-5000:]
+    found = re.match(r"tfdist launch: re-planned at epoch (\d+): (\S+) -> parameter_server \(measured [\d,]+ "
+                     r"examples/s, predicted [\d,]+ for parameter_server; switching took [\d.]+ s\)$", switches[0])
+    assert found and found.group(2).startswith("horovod"), switches[0]
+    at = int(found.group(1))
+    assert 3 <= at < EPOCHS, switches[0]
+
+    # every epoch reported once, by the variant that trained it
+    folder = tmp_path / "plan.run"
+    reports = {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in folder.glob("epoch-*.json")}
+    assert sorted(reports) == list(range(EPOCHS)), sorted(reports)
+    assert all(reports[e]["variant"].startswith("horovod") for e in range(at)), reports
+    assert all(reports[e]["variant"] == "parameter_server" for e in range(at, EPOCHS)), reports
+    assert not (folder / "state").exists()  # the switch's checkpoint is removed at the end
+
+    # the tasks' own words: both Horovod ranks stopped for the switch, the ps chief resumed after `at`
+    stopped = [line for line in lines if "switching to parameter_server; this task ends here" in line]
+    assert len(stopped) == 2, output[-5000:]
+    assert any(f"resumed on parameter_server after epoch {at} (model and optimizer restored)" in line
+               for line in lines), output[-5000:]
+    record = json.loads(out.read_text())  # written by the last chief, from its strategy object
+    assert record["kind"] == "parameter_server" and record["variant"] == "parameter_server", record
+    assert len(record["epoch_seconds"]) == EPOCHS - at, record  # it trained only the epochs left
+    assert any(line.startswith("tfdist launch: adaptive run: horovod") for line in lines), output[-3000:]
+    assert_nothing_left(lab)

@@ -1,0 +1,106 @@
+"""A switch between plans, task side: the checkpoint a stopped job leaves, and the next plan's
+``strategy.fit`` resuming from it, across backends and on both Kerases.
+
+The test plays the launcher: it writes the verdicts into the run folder before the jobs start (the
+tasks read each one at its epoch's end). Each job is a real one (``horovodrun``, or ``tfdist launch``'s
+parameter-server cluster) running tests/scripts/adaptive_switch.py, whose chief snapshots the weights
+and optimizer variables after every epoch and when training begins. After a switch the next job must
+begin with exactly the state the last one ended its epoch with (weights, Adam's slots, iterations),
+train the next epoch, and every epoch is reported once, by the backend that trained it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import SCRIPTS, horovodrun, subprocess_env
+
+from tfdist import run_channel
+from tfdist.plan import Plan, plan_environment, variant_options
+
+pytestmark = [pytest.mark.horovod, pytest.mark.cluster]
+
+
+def plan_env(variant: str, folder: Path, ps: int = 0) -> dict[str, str]:
+    """A task's environment under ``variant``'s plan, in the adaptive run ``folder``."""
+    backend = "parameter_server" if variant == "parameter_server" else "horovod"
+    plan = Plan(backend=backend, variant=variant, options=variant_options(variant), workers=2, ps=ps,
+                batch_size=16, predicted_examples_per_second=1000.0, predicted_step_ms=32.0, bottleneck="compute",
+                explanation="the workers' compute")
+    return subprocess_env(**plan_environment(plan), **{run_channel.ADAPT_ENV: str(folder)})
+
+
+def verdicts(folder: Path, *answers: str | None) -> None:
+    """The launcher's verdict on each epoch: None to continue, else the variant to switch to."""
+    (folder / "state").mkdir(parents=True, exist_ok=True)
+    for epoch, target in enumerate(answers):
+        verdict = {"action": "continue", "to": None} if target is None else {"action": "switch", "to": target}
+        (folder / f"verdict-{epoch}.json").write_text(json.dumps(verdict))
+
+
+def same_state(a: Path, b: Path) -> None:
+    with np.load(a) as before, np.load(b) as after:
+        assert sorted(before.files) == sorted(after.files), (before.files, after.files)
+        for name in before.files:
+            np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+
+
+def reported(folder: Path) -> dict[int, str]:
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text())["variant"] for p in folder.glob("epoch-*.json")}
+
+
+def launch_ps(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1", "--grace", "2", "--",
+               sys.executable, str(SCRIPTS / "adaptive_switch.py"), str(outdir), keras, str(epochs)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path):
+    folder, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    verdicts(folder, "parameter_server", "horovod", None, None)
+    args = (str(out), "tf_keras", "4")
+
+    first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "DONE" not in first.stdout  # both ranks ended inside strategy.fit, the script's rest unrun
+    assert first.stderr.count("switching to parameter_server; this task ends here") == 2, first.stderr[-3000:]
+    state = json.loads((folder / "state.json").read_text())
+    assert (state["epoch"], state["from"], state["to"], state["status"]) == (1, "horovod", "parameter_server", "saved")
+
+    second = launch_ps(out, "tf_keras", 4, plan_env("parameter_server", folder, ps=1))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed on parameter_server after epoch 1 (model and optimizer restored)" in second.stdout
+    same_state(out / "end-0.npz", out / "begin-parameter_server-1.npz")
+
+    third = horovodrun("adaptive_switch.py", *args, "again", env=plan_env("horovod", folder))
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert third.stdout.count("DONE horovod") == 2, third.stdout
+    # a second fit in the same process is not followed: it trains its own epoch from 0, nothing restored
+    assert third.stdout.count("AGAIN horovod") == 2 and (out / "begin-horovod-0.npz").exists(), third.stdout
+    assert third.stderr.count("only the first strategy.fit of a process is followed") == 2, third.stderr[-3000:]
+    same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
+    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "horovod", 3: "horovod"}
+    with np.load(out / "end-3.npz") as last:  # Adam counted every step once: 4 epochs of 8 steps
+        assert int(last["o0"]) == 4 * 8, last["o0"]
+    assert (folder / "resumed-1.json").exists() and (folder / "resumed-2.json").exists()
+
+
+def test_keras_3_resumes_under_another_horovod_plan(tmp_path):
+    """Keras 3 trains on Horovod only (not under parameter servers): a switch from the plain ring to
+    fp16 compression, which tfdist's Horovod strategy reads at start-up, restarts the job."""
+    folder, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    verdicts(folder, "horovod_fp16", None)
+    args = (str(out), "keras_3", "2")
+    first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
+    assert first.returncode == 0 and "DONE" not in first.stdout, first.stderr[-3000:]
+    second = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod_fp16", folder))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("DONE horovod") == 2, second.stdout
+    same_state(out / "end-0.npz", out / "begin-horovod-1.npz")
+    assert reported(folder) == {0: "horovod", 1: "horovod_fp16"}

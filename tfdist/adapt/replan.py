@@ -1,0 +1,157 @@
+"""Follow an adaptive run epoch by epoch: re-fit on each report, and say whether to switch plans.
+
+Pure Python. The launcher hands every epoch report of the job (:mod:`tfdist.run_channel`) to
+:meth:`Replanner.on_epoch` and writes back the :class:`Verdict`; when the job has stopped for a switch
+and the next plan resumed, it calls :meth:`Replanner.switched`. Per plan, its first epoch (start-up,
+tracing, a restore) is not re-fitted on; the others are, with :func:`tfdist.adapt.hindsight.refitted`
+(the job's own parameter count, each worker's compute and allreduce wait), and :func:`decide` picks
+among ``candidates`` (the variants whose backend can be switched to): the plan running at the median
+of its measured epochs (the same epochs the re-fit reads), the others as the re-fitted model predicts.
+
+It also keeps what each fixed plan would have taken: every epoch, its measured seconds for the plan that
+ran it, and for each other candidate the seconds it was predicted to need (the launch-time predictions
+until the first re-fit, then the latest re-fit).
+
+    planner = Replanner(cluster, workload, "horovod", advice.predictions, candidates=("horovod", ...))
+    verdict = planner.on_epoch(report)      # verdict.action, verdict.to, verdict.line
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS
+from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds
+from tfdist.adapt.errors import AdaptError
+from tfdist.adapt.hindsight import refitted
+from tfdist.advise.cost import Prediction
+from tfdist.advise.errors import AdviseError
+from tfdist.advise.model_inputs import Cluster, Workload
+from tfdist.run_channel import CONTINUE, SWITCH
+
+__all__ = ["Replanner", "Verdict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The answer to one epoch: ``action`` (``continue`` or ``switch``), ``to`` (the variant to switch
+    to, else None) and ``line`` (what the launcher prints about the epoch)."""
+
+    action: str
+    to: str | None
+    line: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "to": self.to, "reason": self.line}
+
+
+def _number(report: Mapping[str, Any], field: str) -> float | None:
+    value = report.get(field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return None
+    return float(value)
+
+
+class Replanner:
+    """One adaptive run's decisions (see the module docstring). ``margin``/``min_stay``: as
+    :func:`decide`; ``in_process``: the options the running job changes without a restart (none: every
+    switch restarts the job)."""
+
+    def __init__(self, cluster: Cluster, workload: Workload, variant: str, predictions: Mapping[str, Prediction],
+                 *, candidates: Sequence[str], margin: float = DEFAULT_MARGIN, min_stay: int = DEFAULT_MIN_STAY,
+                 in_process: frozenset[str] = frozenset()) -> None:
+        self.cluster, self.workload = cluster, workload
+        self.current = variant
+        self.planned_at = 0
+        self.candidates = tuple(name for name in candidates if name in predictions)
+        self.predictions: dict[str, Prediction] = dict(predictions)
+        self.margin, self.min_stay, self.in_process = margin, min_stay, in_process
+        self.restart_s: float | None = None
+        self.segment: list[dict[str, Any]] = []
+        #: (seconds, examples) of the current plan's epochs after its first.
+        self.timed: list[tuple[float, float]] = []
+        #: Seconds each candidate was predicted to need for the epochs so far.
+        self.fixed_seconds: dict[str, float] = {name: 0.0 for name in self.candidates}
+        self.measured_seconds = 0.0
+        #: Why the run cannot switch (a script that cannot be resumed), once known.
+        self.problem: str | None = None
+        self._told: set[str] = set()
+
+    def switched(self, variant: str, at_epoch: int, took_s: float | None = None) -> None:
+        """The job now runs ``variant``, from the boundary after ``at_epoch`` epochs; ``took_s``: what the
+        switch cost (the next decisions use it as the cost of a restart)."""
+        self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
+        if took_s is not None:
+            self.restart_s = took_s
+
+    def on_epoch(self, report: Mapping[str, Any]) -> Verdict:
+        """The verdict on a chief's epoch report (never raises: a report the model cannot take keeps the plan)."""
+        epoch, epochs = report.get("epoch"), report.get("epochs")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not isinstance(epochs, int) or epoch < 0:
+            return Verdict(CONTINUE, None, f"a report without its epoch ({dict(report)!r:.120}): the plan is kept")
+        rate, seconds = _number(report, "examples_per_second"), _number(report, "seconds")
+        head = f"epoch {epoch + 1}/{epochs} on {self.current}"
+        if rate is None or not rate > 0 or seconds is None or not seconds > 0:
+            return Verdict(CONTINUE, None, f"{head}: no examples/s measured; the plan is kept")
+        self.measured_seconds += seconds
+        examples = rate * seconds
+        self._add_fixed(examples, seconds)
+        head += f": {rate:,.0f} examples/s"
+        if report.get("resumable") is False and self.problem is None:
+            self.problem = str(report.get("resume_problem") or "it cannot be resumed")
+        workers = report.get("workers")
+        if isinstance(workers, list) and workers:  # the re-fit leaves the plan's first epoch out itself
+            self.segment.append({"epoch": epoch, "workers": workers})
+        if epoch == self.planned_at:
+            return Verdict(CONTINUE, None, f"{head} (the plan's first epoch: start-up, not re-fitted on)")
+        self.timed.append((seconds, examples))
+        if not self.segment:
+            return self._keep(head, "nothing", f"{self.current} reports no per-worker compute and communication "
+                              "time yet: the plan is kept")
+        try:
+            found = refitted(self.cluster, self.workload, self.current,
+                             {"worker_epochs": self.segment, "params": report.get("params")})
+        except (AdaptError, AdviseError) as exc:
+            return Verdict(CONTINUE, None, f"{head}; not re-fitted ({exc}): the plan is kept")
+        if found is None:
+            return Verdict(CONTINUE, None, f"{head}: the plan is kept")
+        self.predictions = found[1]
+        recent = self.timed[-DEFAULT_LAST_EPOCHS:]  # the current plan as measured, over the re-fit's epochs
+        examples = statistics.median(e for _, e in recent)
+        seconds_per_epoch = epoch_seconds({name: self.predictions[name] for name in self.candidates
+                                           if name in self.predictions}, max(1, round(examples)))
+        if self.current not in seconds_per_epoch:
+            return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
+        seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)
+        decision = decide(seconds_per_epoch, self.current, epoch=epoch + 1, planned_at=self.planned_at,
+                          epochs_remaining=max(0, epochs - epoch - 1), restart_s=self.restart_s,
+                          margin=self.margin, min_stay=self.min_stay, in_process=self.in_process)
+        fitted = f"re-fitted {self.current} {self.predictions[self.current].examples_per_second:,.0f}"
+        if decision.switch and self.problem is not None:
+            return self._keep(f"{head} ({fitted})", "unresumable",
+                              f"{decision.reason}; but the run cannot switch plans: {self.problem}; fix: build the "
+                              "model and compile it with a tf-keras or Keras 3 optimizer before strategy.fit, or "
+                              "launch with --no-adapt")
+        if decision.switch:
+            return Verdict(SWITCH, decision.to, f"{head} ({fitted}, {decision.to} "
+                                                f"{self.predictions[decision.to].examples_per_second:,.0f}): "
+                                                f"{decision.reason}")
+        return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
+
+    def _keep(self, head: str, key: str, why: str) -> Verdict:
+        """Continue; ``why`` is said the first time only."""
+        if key in self._told:
+            return Verdict(CONTINUE, None, head)
+        self._told.add(key)
+        return Verdict(CONTINUE, None, f"{head}; {why}")
+
+    def _add_fixed(self, examples: float, seconds: float) -> None:
+        """The plan running took ``seconds`` (measured); each other is predicted for ``examples``."""
+        for name in self.candidates:
+            prediction = self.predictions.get(name)
+            if name == self.current:
+                self.fixed_seconds[name] += seconds
+            elif prediction is not None and prediction.examples_per_second > 0:
+                self.fixed_seconds[name] += examples / prediction.examples_per_second

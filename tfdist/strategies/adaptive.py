@@ -1,0 +1,59 @@
+"""``strategy.fit`` in an adaptive run (``TFDIST_ADAPT``, set by ``tfdist launch --backend auto``):
+resume from the checkpoint a switch left, report every epoch to the launcher, and end the process when
+the launcher switches plans (:mod:`tfdist.callbacks.adaptive`, :mod:`tfdist.run_channel`).
+
+Only the backends that can be left and resumed take part: Horovod (not elastic) and parameter servers.
+Elsewhere a run folder is ignored with one warning (the launcher does not set one for them). Only a
+process's first ``fit`` is followed: its epochs are the ones the launcher counts.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from tfdist import run_channel
+from tfdist.callbacks.adaptive import AdaptiveEpochs, restore
+
+log = logging.getLogger("tfdist")
+#: Whether this process already ran its adaptive fit: the epochs a launcher follows are one fit's.
+_adapted = False
+
+
+def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> AdaptiveEpochs | None:
+    """The callback of an adaptive run, after restoring the state a switch left into ``model`` (then
+    ``kwargs["initial_epoch"]`` is the next epoch); None when the run does not adapt."""
+    global _adapted
+    folder = run_channel.folder_from_env()
+    if folder is None or strategy.plan is None:
+        return None
+    if _adapted:
+        log.warning("tfdist adapt: only the first strategy.fit of a process is followed by the launcher; this "
+                    "one trains on the plan without switching")
+        return None
+    if strategy.kind not in run_channel.ADAPTIVE_BACKENDS or getattr(strategy.options, "elastic", False):
+        log.warning("tfdist adapt: %s is set but a %s strategy does not switch plans; training on without it",
+                    run_channel.ADAPT_ENV, strategy.kind)
+        return None
+    _adapted = True
+    done = restore(model, folder, strategy.scope())
+    if done is not None:
+        kwargs["initial_epoch"] = max(done, int(kwargs.get("initial_epoch") or 0))
+        if strategy.is_chief:
+            log.warning("tfdist adapt: resumed on %s after epoch %d (model and optimizer restored)",
+                        strategy.plan.variant, done)
+            try:
+                run_channel.write_json(run_channel.resumed_path(folder, done),
+                                       {"variant": strategy.plan.variant, "time": time.time()})
+            except (OSError, ValueError) as exc:
+                log.warning("tfdist adapt: cannot tell the launcher the run resumed (%s)", exc)
+    return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)))
+
+
+def end_if_switched(callback: AdaptiveEpochs | None) -> None:
+    """End this process when the launcher switched plans: the script after ``fit`` (evaluation,
+    export) runs in the next plan's job, once training is done."""
+    if callback is not None and callback.switched_to is not None:
+        log.warning("tfdist adapt: switching to %s; this task ends here and the launcher starts the next plan",
+                    callback.switched_to)
+        raise SystemExit(0)
