@@ -5,7 +5,8 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
 (:mod:`tfdist.run_channel`) and the strategy was built from the launcher's plan. At each epoch end:
 
 * the chief writes the epoch's report: seconds, examples/s, each worker's compute and communication
-  time where the backend splits them (Horovod's ``WorkerMetrics``), the model's parameter count, and,
+  time where the backend splits them (Horovod's ``WorkerMetrics``), the model's parameter count, the
+  batch per worker (``fit``'s ``batch_size``, when given), and,
   at the first epoch, whether the run can be resumed on another plan (a checkpoint of the model and
   optimizer written and removed at the start of training: what cannot be written cannot be switched);
 * every task that runs ``fit`` waits for the launcher's verdict on that epoch (at most
@@ -44,9 +45,10 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
     ``switched_to``: the variant the launcher switched to, once this task stopped for it (else None).
     """
 
-    def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int,
+    def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int, batch_size: int | None = None,
                  timeout: float = run_channel.VERDICT_TIMEOUT_S) -> None:
         super().__init__()
+        self.batch_size = batch_size
         self.folder = folder
         self.is_chief = is_chief
         self.variant = variant
@@ -95,7 +97,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
             params = None
         report = {"epoch": epoch, "variant": self.variant, "epochs": self.epochs, "seconds": seconds,
                   "examples_per_second": float(rate) if rate is not None else None,
-                  "workers": worker_figures(logs), "params": params,
+                  "workers": worker_figures(logs), "params": params, "batch_size": self.batch_size,
                   "resumable": self.resume_problem is None, "resume_problem": self.resume_problem,
                   "time": time.time()}
         try:

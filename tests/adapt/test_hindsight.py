@@ -75,3 +75,10 @@ def test_a_ring_whose_links_turned_slow_is_re_fitted_from_its_allreduce_wait():
     assert "horovod 290 (ran)" in line and "horovod_fp16 would have been 1.95x faster" in line, line
     even = record((10.0, 10.0), (10.0, 10.0), comm=2.0)
     assert hindsight(LAUNCHED, WORKLOAD, "horovod", even).endswith("still holds")
+
+
+def test_the_jobs_own_batch_replaces_the_launch_time_one_where_reported():
+    assert job_workload(WORKLOAD, {"batch_size": 32, "params": 1000}) == Workload(params=1000, batch_size=32,
+                                                                                  step_ms=10.0)
+    for bad in (None, 0, True, 2.5, "32", 10**10):
+        assert job_workload(WORKLOAD, {"batch_size": bad}).batch_size == 64

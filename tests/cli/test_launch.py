@@ -1013,3 +1013,42 @@ def test_auto_adapts_unless_told_not_to(monkeypatch, tmp_path):
     result = CliRunner().invoke(launch, [*argv[:-3], "--no-adapt", *argv[-3:]])
     assert result.exit_code == 0, result.output
     assert ADAPT_ENV not in launched[0] and "adaptive run" not in result.output
+
+
+def test_auto_without_a_model_starts_from_a_first_guess_the_run_refits(monkeypatch, tmp_path):
+    """The job is the probe (issue 36): `--backend auto --hosts ...` needs no --model and --batch-size;
+    the links are probed, the model is a first guess said as such, and the run re-fits it on its own
+    epochs. The memory check still needs the model itself."""
+    import json
+
+    import tfdist.cli.launch as module
+    from tfdist.auto.pipeline import FIRST_GUESS
+    from tfdist.probe import driver as probe
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.plan import PLAN_ENV
+
+    monkeypatch.chdir(tmp_path)
+    asked = []
+
+    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
+        asked.append((model, batch_size))
+        links = [probe.LinkMeasure(a, b, 6.25e6, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+        return probe.aggregate(parse_hosts(hosts_text), links)
+
+    launched = []
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    result = CliRunner().invoke(launch, ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", "--",
+                                         sys.executable, "train.py"])
+    assert result.exit_code == 0, result.output
+    assert asked == [(None, None)]  # links only: no stand-in model timed
+    assert (f"model: not measured (no --model); a first guess of {FIRST_GUESS['params']:,} params, 10 ms a step "
+            "at batch 64, until the job's own epochs re-fit it") in result.output
+    plan = json.loads(launched[0][PLAN_ENV])
+    assert plan["inputs"]["params"] == FIRST_GUESS["params"] and plan["batch_size"] == 64
+    assert plan["variant"] == "horovod_fp16"  # 50 Mbit/s links: the wire is the bottleneck
+    for option in (["--optimizer", "adam"], ["--embedding", "1000x8"]):
+        line = _refused(["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", *option, "--", "true"])
+        assert line.startswith(f"Error: {option[0]} needs --model: the memory check counts the model's own "
+                               "variables; fix: "), line

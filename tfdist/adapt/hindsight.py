@@ -25,7 +25,7 @@ from tfdist.adapt.measured import EpochMeasurement
 from tfdist.adapt.refit import refit
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
-from tfdist.advise.model_inputs import Cluster, Workload
+from tfdist.advise.model_inputs import MAX_BATCH_SIZE, Cluster, Workload
 from tfdist.advise.recommend import CLOSE_RATIO  # inside the model's error: the plan that ran still holds
 
 PREFIX = "tfdist launch: re-fitted on the job's own epochs"
@@ -33,11 +33,18 @@ PREFIX = "tfdist launch: re-fitted on the job's own epochs"
 
 def job_workload(workload: Workload, record: Mapping[str, Any]) -> Workload:
     """``workload`` with the job's own parameter count (the record's ``params``) in place of the
-    probe's stand-in model's, where the record has one and the workload has no embedding tables."""
-    params = record.get("params")
-    if isinstance(params, bool) or not isinstance(params, int) or params < 1 or workload.embeddings:
+    probe's stand-in model's, where the record has one and the workload has no embedding tables, and
+    the job's own batch per worker (``batch_size``, an adaptive run's report) where it has one."""
+    params, batch_size = record.get("params"), record.get("batch_size")
+    if _whole(batch_size) and batch_size <= MAX_BATCH_SIZE:
+        workload = dataclasses.replace(workload, batch_size=batch_size)
+    if not _whole(params) or workload.embeddings:
         return workload
     return dataclasses.replace(workload, params=params)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: float = 0.0) -> list[EpochMeasurement]:

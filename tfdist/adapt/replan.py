@@ -112,7 +112,8 @@ class Replanner:
                               "time yet: the plan is kept")
         try:
             found = refitted(self.cluster, self.workload, self.current,
-                             {"worker_epochs": self.segment, "params": report.get("params")})
+                             {"worker_epochs": self.segment, "params": report.get("params"),
+                              "batch_size": report.get("batch_size")})
         except (AdaptError, AdviseError) as exc:
             return Verdict(CONTINUE, None, f"{head}; not re-fitted ({exc}): the plan is kept")
         if found is None:

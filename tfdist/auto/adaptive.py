@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tfdist import run_channel
-from tfdist.adapt.replan import Replanner
+from tfdist.adapt.replan import Replanner, Verdict
 from tfdist.auto.pipeline import Decision
 from tfdist.plan import Plan, backend_of, plan_environment
 
@@ -83,8 +83,9 @@ class AdaptiveLaunch:
                 stop.set()
                 watcher.join()
             state = run_channel.read_json(run_channel.state_path(self.folder))
-            if not pending or state is None or state.get("status") != "saved" or state.get("epoch") != pending[-1].epoch:
-                break
+            if (code != 0 or not pending or state is None or state.get("status") != "saved"
+                    or state.get("epoch") != pending[-1].epoch):
+                break  # done, failed or interrupted (130): the next plan starts only after a clean stop
             switch = pending[-1]
             self.switches.append(switch)
             decision = self.final = decision.with_variant(switch.target, self.planner.predictions,
@@ -116,12 +117,7 @@ class AdaptiveLaunch:
                              f"{last.target}; switching took {last.took_s:.1f} s)")
             report = run_channel.read_json(run_channel.epoch_report_path(self.folder, epoch))
             if report is not None:
-                verdict = self.planner.on_epoch(report)
-                if verdict.action == run_channel.SWITCH and verdict.to is not None:
-                    measured = float(report.get("examples_per_second") or 0.0)
-                    predicted = self.planner.predictions[verdict.to].examples_per_second
-                    pending.append(_Switch(epoch + 1, self.planner.current, verdict.to, measured, predicted,
-                                           time.time()))
+                verdict = self._answer(epoch, report, pending)
                 try:
                     run_channel.write_json(run_channel.verdict_path(self.folder, epoch), verdict.as_dict())
                 except (OSError, ValueError) as exc:
@@ -133,6 +129,20 @@ class AdaptiveLaunch:
             if stop.is_set():
                 return
             stop.wait(WATCH_POLL_S)
+
+    def _answer(self, epoch: int, report: dict, pending: list[_Switch]) -> Verdict:
+        """The verdict on one report; a switch goes into ``pending``. Never raises: whatever goes wrong
+        keeps the plan (the tasks are waiting for an answer)."""
+        try:
+            verdict = self.planner.on_epoch(report)
+            if verdict.action == run_channel.SWITCH and verdict.to is not None:
+                measured = float(report.get("examples_per_second") or 0.0)
+                predicted = self.planner.predictions[verdict.to].examples_per_second
+                pending.append(_Switch(epoch + 1, self.planner.current, verdict.to, measured, predicted, time.time()))
+            return verdict
+        except Exception as exc:  # noqa: BLE001  (a bug here must not leave the tasks waiting)
+            return Verdict(run_channel.CONTINUE, None, f"epoch {epoch + 1}: no verdict ({type(exc).__name__}: "
+                                                       f"{exc}); the plan is kept")
 
     def _summary(self, total_s: float) -> None:
         switching = sum(s.took_s or 0.0 for s in self.switches)

@@ -41,7 +41,12 @@ from tfdist.plan import Plan, backend_of
 from tfdist.probe import driver
 from tfdist.probe.result import ProbeResult, build_inputs, default_workers, render_measured
 
-__all__ = ["AutoRequest", "Decision", "MeasureError", "decide"]
+__all__ = ["FIRST_GUESS", "AutoRequest", "Decision", "MeasureError", "decide"]
+
+#: The model a plan starts from when no ``--model`` was given (``AutoRequest.first_guess``): the
+#: benchmarks' small MLP as the lab measured it, 669,706 parameters and 10 ms a step at batch 64 per
+#: worker. An adaptive run re-fits both on the job's own epochs (its parameter count, its compute).
+FIRST_GUESS = {"params": 669_706, "step_ms": 10.0, "batch_size": 64}
 
 
 class MeasureError(TfdistError, RuntimeError):
@@ -61,7 +66,7 @@ class AutoRequest:
 
     hosts: HostList
     ps: int
-    batch_size: int
+    batch_size: int | None
     model: str | None = None
     workers: int | None = None
     ssh: SshOptions = SshOptions()
@@ -77,6 +82,9 @@ class AutoRequest:
     allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS
     optimizer: tuple[str, int] | None = None
     largest_variable: int | None = None
+    #: Without ``model``: start from FIRST_GUESS for what is neither measured nor given (else an
+    #: :class:`AdviseError` asks for ``--params`` and ``--step-ms``).
+    first_guess: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,7 @@ class Decision:
     placements: tuple[Placement, ...]
     hosts: HostList
     requested_hosts: HostList | None = None
+    guessed: bool = False
 
     @property
     def backend(self) -> Backend:
@@ -126,16 +135,27 @@ class Decision:
 
     def describe(self) -> str:
         """What was measured, then the advisor's table: what both commands print."""
-        return render_measured(self.found) + "\n\n" + render(self.advice, self.cluster, self.workload)
+        guess = ""
+        if self.guessed:
+            guess = (f"\n  model: not measured (no --model); a first guess of {self.workload.params:,} params, "
+                     f"{self.workload.step_ms:g} ms a step at batch {self.workload.batch_size}, until the job's "
+                     "own epochs re-fit it")
+        return render_measured(self.found) + guess + "\n\n" + render(self.advice, self.cluster, self.workload)
 
 
 def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: None) -> Decision:
     """Probe ``request.hosts`` (progress through ``log``), build the advisor's inputs, check the memory,
     advise and place: the :class:`Decision`. Raises :class:`MeasureError`, then :class:`AdviseError`."""
     workers, found = _measure(request, log)
-    cluster, workload, found = build_inputs(found, workers, request.ps, request.batch_size, request.params,
-                                            request.step_ms, request.dtype_bytes, request.worker_speeds,
-                                            request.overlap, request.embeddings)
+    guessed = request.first_guess and request.model is None and (request.params is None or request.step_ms is None)
+    params, step_ms, batch_size = request.params, request.step_ms, request.batch_size
+    if guessed:
+        params = FIRST_GUESS["params"] if params is None else params
+        step_ms = FIRST_GUESS["step_ms"] if step_ms is None else step_ms
+        batch_size = FIRST_GUESS["batch_size"] if batch_size is None else batch_size
+    cluster, workload, found = build_inputs(found, workers, request.ps, batch_size, params, step_ms,
+                                            request.dtype_bytes, request.worker_speeds, request.overlap,
+                                            request.embeddings)
     workload = dataclasses.replace(workload, ps_epochs_factor=request.ps_epochs_factor,
                                    ps_overhead_ms=request.ps_overhead_ms,
                                    allreduce_overhead_ms=request.allreduce_overhead_ms)
@@ -145,7 +165,7 @@ def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: No
     advice = advisor.advise(cluster, workload, memory)
     placements = tuple(place_tasks(request.hosts.slots, workers, request.ps))
     hosts = request.hosts if backend_named(advice.recommended).ps else _worker_hosts(placements)
-    return Decision(found, cluster, workload, advice, workers, placements, hosts, request.hosts)
+    return Decision(found, cluster, workload, advice, workers, placements, hosts, request.hosts, guessed)
 
 
 def _measure(request: AutoRequest, log: Callable[[str], None]) -> tuple[int, ProbeResult]:

@@ -71,7 +71,8 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 @click.option("--network-interface", metavar="IFACE", help="horovod: the ranks' interface, e.g. eth0.")
 @click.option("--bind-all", is_flag=True,
               help="Listen on every interface (no auth).")
-@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL, help="auto: builds the model to time.")
+@click.option("--model", metavar="MODULE:FUNCTION", type=_MODEL,
+              help="auto: builds the model to time (else a guess).")
 @click.option("--batch-size", cls=BriefOption, type=BoundedInt(1, MAX_BATCH_SIZE), metavar="N",
               help="auto: examples per step per worker.")
 @click.option("--optimizer", type=OPTIMIZER, help="auto: fit its slots in memory, e.g. adam.")
@@ -98,8 +99,7 @@ def launch(ctx: click.Context, **options: Any) -> None:
     tfdist launch --workers 2 --ps 1 -- python train.py
     tfdist launch --backend horovod -np 2 -- python train.py
     tfdist launch --hosts h1:1,h2:1,h3:1 --workers 2 --ps 1 -- python train.py
-    tfdist launch --backend auto --hosts h1:1,h2:1,h3:1 --model models:build_model \\
-        --batch-size 64 -- python train.py
+    tfdist launch --backend auto --hosts h1:1,h2:1,h3:1 -- python train.py
 
     Every task gets your environment as given, TF_USE_LEGACY_KERAS included.
     """
@@ -215,19 +215,22 @@ def _check(check, *args, **kwargs):
 
 
 def _check_auto(ctx: click.Context, hosts: str | None) -> None:
-    """--backend auto needs --hosts (it compares links between hosts), --model and --batch-size."""
+    """--backend auto needs --hosts (it compares links between hosts); --optimizer and --embedding need
+    --model (the memory check counts the model's own variables)."""
     if hosts is None:
         raise click.UsageError("--backend auto needs --hosts: it compares the link rates between hosts; fix: "
                                "add --hosts h1:1,h2:1,... (inside a SLURM allocation its nodes stand in), "
                                "or on one machine pick --backend "
                                "parameter_server, multi_worker_mirrored or horovod")
-    for name, example in (("model", "--model models:build_model"), ("batch_size", "--batch-size 64")):
-        if not given(ctx, name):
-            raise click.UsageError(f"--backend auto needs {FLAGS[name]} to time a step on each worker host; "
-                                   f"fix: add e.g. {example}")
+    for name in ("optimizer", "embeddings"):
+        if given(ctx, name) and not given(ctx, "model"):
+            raise click.UsageError(f"{FLAGS[name]} needs --model: the memory check counts the model's own "
+                                   f"variables; fix: add e.g. --model models:build_model --batch-size 64, or "
+                                   f"drop {FLAGS[name]}")
 
 
-def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, model: str, batch_size: int,
+def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, model: str | None,
+                    batch_size: int | None,
                     ssh: SshOptions, probe_seconds: float, optimizer: tuple[str, int] | None = None,
                     embeddings: tuple = ()) -> Decision:
     """--backend auto (:func:`tfdist.auto.decide`), the advice printed to stderr: the decision to launch
@@ -235,7 +238,7 @@ def _choose_backend(ctx: click.Context, hosts: HostList, workers: int, ps: int, 
     placement gives workers. With ``optimizer`` the probed memory is checked: a backend that would not fit is not
     chosen, and when none fits nothing is launched (a usage error with the numbers)."""
     request = AutoRequest(hosts, ps, batch_size, model, workers if given(ctx, "workers") else None, ssh,
-                          probe_seconds, embeddings=tuple(embeddings), optimizer=optimizer)
+                          probe_seconds, embeddings=tuple(embeddings), optimizer=optimizer, first_guess=True)
     try:
         decision = decide(request, log=_report)
     except (MeasureError, LaunchError) as exc:

@@ -47,7 +47,9 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
                                        {"variant": strategy.plan.variant, "time": time.time()})
             except (OSError, ValueError) as exc:
                 log.warning("tfdist adapt: cannot tell the launcher the run resumed (%s)", exc)
-    return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)))
+    batch_size = kwargs.get("batch_size")
+    return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)),
+                          batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None)
 
 
 def end_if_switched(callback: AdaptiveEpochs | None) -> None:
