@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup-epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="per worker")
     parser.add_argument("--out", required=True, help="JSON result, written by rank 0 / the chief")
+    parser.add_argument("--progress", action="store_true",
+                        help="rank 0 / the chief prints AUTOJOB_EPOCH <epoch> at each epoch's end")
     args = parser.parse_args(argv)
 
     strategy = tfdist.make_strategy(args.backend)  # ps and worker tasks serve here until the chief is done
@@ -70,25 +72,31 @@ def main(argv: list[str] | None = None) -> None:
         model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(workload.LEARNING_RATE)),
                       loss=workload.loss())
     timer = workload.EpochTimer(args.warmup_epochs)
+    callbacks = [timer]
+    if args.progress and strategy.is_chief:
+        callbacks.append(tf.keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: print(f"AUTOJOB_EPOCH {epoch}", flush=True)))
     epochs = args.warmup_epochs + args.epochs
     if strategy.kind == "parameter_server":
         steps = args.steps * strategy.num_workers
         per_step = args.batch_size
         x, y = workload.make_data(workload.PS_EXAMPLES)
-        strategy.fit(model, x, y, batch_size=args.batch_size, steps_per_epoch=steps, epochs=epochs,
-                     callbacks=[timer], verbose=0)
+        history = strategy.fit(model, x, y, batch_size=args.batch_size, steps_per_epoch=steps, epochs=epochs,
+                               callbacks=callbacks, verbose=0)
     else:
         per_step = args.batch_size * strategy.num_workers
         x, y = workload.make_data(args.steps * per_step)
-        strategy.fit(model, x, y, batch_size=args.batch_size, epochs=epochs, callbacks=[timer], verbose=0)
+        history = strategy.fit(model, x, y, batch_size=args.batch_size, epochs=epochs, callbacks=callbacks,
+                               verbose=0)
     if not strategy.is_chief:
         return
     steps = (timer.steps_per_epoch or args.steps) * timer.timed_epochs  # fewer when resumed by a switch
-    seconds = timer.seconds
+    seconds = timer.seconds if timer.timed_epochs else None  # none: a run resumed for its last epoch
     result = {**strategy_record(strategy), "workers": strategy.num_workers, "params": model.count_params(),
               "batch_size": args.batch_size, "steps": steps, "examples_per_step": per_step,
-              "seconds": seconds,
-              "examples_per_second": steps * per_step / seconds, "epoch_seconds": timer.epoch_seconds,
+              "seconds": seconds, "final_loss": (history.history.get("loss") or [None])[-1],
+              "examples_per_second": steps * per_step / seconds if seconds else None,
+              "epoch_seconds": timer.epoch_seconds,
               "host": os.uname().nodename}
     tmp = Path(f"{args.out}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result))

@@ -9,13 +9,16 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
   batch per worker (``fit``'s ``batch_size``, when given), and,
   at the first epoch, whether the run can be resumed on another plan (a checkpoint of the model and
   optimizer written and removed at the start of training: what cannot be written cannot be switched);
-* every task that runs ``fit`` waits for the launcher's verdict on that epoch (at most
-  ``VERDICT_TIMEOUT_S``; then it trains on);
+* the chief waits for the launcher's verdict on that epoch (at most ``VERDICT_TIMEOUT_S``; then the
+  run trains on and stops adapting);
 * on ``switch`` the chief writes the model and optimizer (slots and iterations included) with
   ``tf.train.Checkpoint`` into a new folder under ``state/``, then ``state.json`` naming it with the
-  epochs done; the others wait for ``state.json``; then training stops, and ``strategy.fit`` ends the
-  process (the launcher starts the next plan, whose ``fit`` resumes: :func:`restore`). A checkpoint
-  that cannot be written is removed, ``state.json`` says ``failed``, and every task trains on.
+  epochs done;
+* the other ranks follow the chief's decision (a Horovod broadcast, :func:`agree`: they never read
+  the folder themselves, so no rank can take another way); on a switch training stops and
+  ``strategy.fit`` ends the process (the launcher starts the next plan, whose ``fit`` resumes:
+  :func:`restore`). A checkpoint that cannot be written is removed, ``state.json`` says ``failed``,
+  and every task trains on.
 """
 from __future__ import annotations
 
@@ -29,7 +32,10 @@ import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist import run_channel
+from tfdist.callbacks import _runtime
 from tfdist.callbacks.plan_check import worker_figures
+from tfdist.errors import TfdistError, with_fix
+from tfdist.plan import VARIANTS
 
 log = logging.getLogger("tfdist")
 
@@ -39,8 +45,24 @@ def _checkpoint(model: Any) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=model, optimizer=model.optimizer)
 
 
+#: What the chief decided at an epoch end, as every rank gets it (:func:`agree`): train on, stop
+#: adapting (no verdict came), or ``SWITCH_FROM + i``: switch to the i-th of tfdist.plan.VARIANTS.
+CONTINUE_CODE, OFF_CODE, SWITCH_FROM = 0, 1, 2
+_VARIANT_NAMES = tuple(VARIANTS)
+
+
+def agree(value: int, name: str) -> int:
+    """``value`` as the chief has it, on every rank: under Horovod a broadcast from rank 0 (every rank
+    calls it at the same point of every epoch); elsewhere one process runs ``fit`` and it is ``value``."""
+    hvd = _runtime.horovod()
+    if hvd is None or hvd.size() == 1:
+        return value
+    return int(hvd.broadcast(tf.constant(value, tf.int64), root_rank=0, name=name).numpy())
+
+
 class AdaptiveEpochs(tf_keras.callbacks.Callback):
-    """Report epochs to the launcher and follow its verdicts (see the module docstring).
+    """Report epochs to the launcher and follow its verdicts (see the module docstring). Only the chief
+    reads and writes the run folder; the other ranks follow what it decided (:func:`agree`).
 
     ``switched_to``: the variant the launcher switched to, once this task stopped for it (else None).
     """
@@ -56,6 +78,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self.timeout = timeout
         self.switched_to: str | None = None
         self.resume_problem: str | None = None
+        self.off = False
         self._started = 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -66,27 +89,31 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self._started = time.monotonic()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        logs = logs or {}
-        if self.is_chief:
-            self._report(epoch, logs)
+        if self.off:
+            return
+        code = self._chief_decides(epoch, logs or {}) if self.is_chief else CONTINUE_CODE
+        code = agree(code, f"tfdist.adapt.epoch.{epoch}")
+        if code == OFF_CODE:
+            self.off = True
+        elif code >= SWITCH_FROM:
+            self.switched_to = _VARIANT_NAMES[code - SWITCH_FROM]
+            self.model.stop_training = True
+
+    def _chief_decides(self, epoch: int, logs: dict[str, Any]) -> int:
+        """Report, wait for the verdict, and on a switch write the state: the code every rank follows."""
+        self._report(epoch, logs)
         verdict = run_channel.wait_for(run_channel.verdict_path(self.folder, epoch), self.timeout)
         if verdict is None:
-            log.warning("tfdist adapt: no verdict from the launcher on epoch %d within %.0f s; training on with "
-                        "the plan", epoch, self.timeout)
-            return
-        if verdict.get("action") != run_channel.SWITCH or epoch + 1 >= self.epochs:
-            return
-        target = str(verdict.get("to"))
-        if self.is_chief:
-            _save_state(self.model, self.folder, epoch + 1, self.variant, target)
-        state = run_channel.wait_for(run_channel.state_path(self.folder), self.timeout,
-                                     accept=lambda found: found.get("epoch") == epoch + 1)
-        if state is None or state.get("status") != "saved":
-            log.warning("tfdist adapt: no checkpoint to switch from after epoch %d; training on with the plan",
-                        epoch)
-            return
-        self.switched_to = target
-        self.model.stop_training = True
+            log.warning("tfdist adapt: no verdict from the launcher on epoch %d within %.0f s (is %s on a "
+                        "filesystem the launcher sees?); the run trains on with its plan and stops adapting",
+                        epoch, self.timeout, self.folder)
+            return OFF_CODE
+        target = verdict.get("to")
+        if verdict.get("action") != run_channel.SWITCH or epoch + 1 >= self.epochs or target not in VARIANTS:
+            return CONTINUE_CODE
+        if not _save_state(self.model, self.folder, epoch + 1, self.variant, target):
+            return CONTINUE_CODE
+        return SWITCH_FROM + _VARIANT_NAMES.index(target)
 
     def _report(self, epoch: int, logs: dict[str, Any]) -> None:
         seconds = time.monotonic() - self._started
@@ -108,8 +135,13 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
 
 
 def _resume_problem(model: Any, folder: str) -> str | None:
-    """Why this run could not be resumed on another plan, or None: a checkpoint of the model and its
+    """Why this run could not be resumed on another plan, or None: the optimizer must build its slots
+    before a restore (a current tf-keras or Keras 3 optimizer), and a checkpoint of the model and its
     optimizer is written to a scratch folder and removed."""
+    optimizer = getattr(model, "optimizer", None)
+    if not callable(getattr(optimizer, "build", None)):
+        return (f"its optimizer ({type(optimizer).__name__}) cannot build its slots before a restore (a legacy "
+                "optimizer?)")
     scratch = os.path.join(run_channel.state_dir(folder), f"check-{os.getpid()}")
     try:
         _checkpoint(model).write(os.path.join(scratch, "ckpt"))
@@ -121,32 +153,48 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     return None
 
 
-def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target: str) -> None:
-    """Write the checkpoint of a switch and then ``state.json`` (``failed`` when the checkpoint could not
-    be written: its partial folder is removed and the previous state, if any, is kept)."""
+def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target: str) -> bool:
+    """Write the checkpoint of a switch, then ``state.json`` naming it; whether both were written. A
+    checkpoint that cannot be written is removed (and ``state.json`` says ``failed`` where it can)."""
     where = os.path.join(run_channel.state_dir(folder), f"epoch-{epochs_done}")
-    prefix = os.path.join(where, "ckpt")
     try:
         shutil.rmtree(where, ignore_errors=True)
-        path = _checkpoint(model).write(prefix)
+        path = _checkpoint(model).write(os.path.join(where, "ckpt"))
         status = {"status": "saved", "checkpoint": path}
     except Exception as exc:  # noqa: BLE001
         shutil.rmtree(where, ignore_errors=True)
-        log.warning("tfdist adapt: cannot write the checkpoint to switch plans (%s: %s); training on", type(exc).__name__,
-                    str(exc).splitlines()[0][:300] if str(exc) else "")
+        log.warning("tfdist adapt: cannot write the checkpoint to switch plans (%s: %s); training on",
+                    type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
         status = {"status": run_channel.FAILED}
-    run_channel.write_json(run_channel.state_path(folder), {"epoch": epochs_done, "from": variant, "to": target,
-                                                            "time": time.time(), **status})
+    try:
+        run_channel.write_json(run_channel.state_path(folder), {"epoch": epochs_done, "from": variant, "to": target,
+                                                                "time": time.time(), **status})
+    except (OSError, ValueError) as exc:
+        log.warning("tfdist adapt: cannot write %s (%s); training on", run_channel.state_path(folder), exc)
+        shutil.rmtree(where, ignore_errors=True)
+        return False
+    return status["status"] == "saved"
+
+
+class ResumeError(TfdistError, RuntimeError):
+    """The checkpoint a switch left cannot be restored into this model; the message says the fix."""
 
 
 def restore(model: Any, folder: str, scope: Any) -> int | None:
     """Restore the state a switch left in ``folder`` into ``model`` (built in ``scope``, its optimizer
     built there first so that the slots are restored too); the epochs done, or None when there is no
-    state to resume from."""
+    state to resume from. Raises :class:`ResumeError` naming the checkpoint and the fix."""
     state = run_channel.read_json(run_channel.state_path(folder))
     if state is None or state.get("status") != "saved":
         return None
-    with scope:
-        model.optimizer.build(model.trainable_variables)
-    _checkpoint(model).read(state["checkpoint"]).assert_existing_objects_matched()
-    return int(state["epoch"])
+    try:
+        with scope:
+            model.optimizer.build(model.trainable_variables)
+        _checkpoint(model).read(state["checkpoint"]).assert_existing_objects_matched()
+        return int(state["epoch"])
+    except Exception as exc:  # noqa: BLE001  (TensorFlow's NotFoundError, AssertionError, ValueError, ...)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ResumeError(with_fix(f"tfdist adapt: cannot resume from the checkpoint {state.get('checkpoint')!r} "
+                                   f"that the last plan left ({type(exc).__name__}: {first})",
+                                   "relaunch the same script (the same model and optimizer), or launch with "
+                                   "--no-adapt")) from None

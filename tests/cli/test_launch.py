@@ -1052,3 +1052,29 @@ def test_auto_without_a_model_starts_from_a_first_guess_the_run_refits(monkeypat
         line = _refused(["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", *option, "--", "true"])
         assert line.startswith(f"Error: {option[0]} needs --model: the memory check counts the model's own "
                                "variables; fix: "), line
+
+
+def test_an_inherited_run_folder_never_reaches_the_tasks_of_another_auto_run(monkeypatch, tmp_path):
+    """A TFDIST_ADAPT left in the environment (a shell that ran an adaptive task) must not make the
+    tasks of a `--no-adapt` run, or of an adaptive run with its own folder, follow another run's folder."""
+    import tfdist.cli.launch as module
+    from tfdist.probe import driver as probe
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.run_channel import ADAPT_ENV
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ADAPT_ENV, "/elsewhere/old.run")
+
+    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
+        links = [probe.LinkMeasure(a, b, 2e9, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+        return probe.aggregate(parse_hosts(hosts_text), links)
+
+    launched = []
+    monkeypatch.setattr(probe, "probe_hosts", fake)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    for extra in (["--no-adapt"], []):
+        result = CliRunner().invoke(launch, ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", *extra,
+                                             "--save-plan", "plan.json", "--", sys.executable, "train.py"])
+        assert result.exit_code == 0, result.output
+    assert ADAPT_ENV not in launched[0] and launched[1][ADAPT_ENV] == str(tmp_path / "plan.run")

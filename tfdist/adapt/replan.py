@@ -5,7 +5,9 @@ Pure Python. The launcher hands every epoch report of the job (:mod:`tfdist.run_
 and the next plan resumed, it calls :meth:`Replanner.switched`. Per plan, its first epoch (start-up,
 tracing, a restore) is not re-fitted on; the others are, with :func:`tfdist.adapt.hindsight.refitted`
 (the job's own parameter count, each worker's compute and allreduce wait), and :func:`decide` picks
-among ``candidates`` (the variants whose backend can be switched to): the plan running at the median
+among ``candidates`` (the variants whose backend can be switched to) that the advisor may recommend
+on the re-fitted predictions (:func:`tfdist.advise.recommend.allowed`: memory, fp16 only where the
+wire limits the ring): the plan running at the median
 of its measured epochs (the same epochs the re-fit reads), the others as the re-fitted model predicts.
 
 It also keeps what each fixed plan would have taken: every epoch, its measured seconds for the plan that
@@ -28,6 +30,8 @@ from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import refitted
 from tfdist.advise.cost import Prediction
 from tfdist.advise.errors import AdviseError
+from tfdist.advise.memory import MemoryCheck
+from tfdist.advise.recommend import allowed
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.run_channel import CONTINUE, SWITCH
 
@@ -61,13 +65,13 @@ class Replanner:
 
     def __init__(self, cluster: Cluster, workload: Workload, variant: str, predictions: Mapping[str, Prediction],
                  *, candidates: Sequence[str], margin: float = DEFAULT_MARGIN, min_stay: int = DEFAULT_MIN_STAY,
-                 in_process: frozenset[str] = frozenset()) -> None:
+                 in_process: frozenset[str] = frozenset(), memory: MemoryCheck | None = None) -> None:
         self.cluster, self.workload = cluster, workload
         self.current = variant
         self.planned_at = 0
         self.candidates = tuple(name for name in candidates if name in predictions)
         self.predictions: dict[str, Prediction] = dict(predictions)
-        self.margin, self.min_stay, self.in_process = margin, min_stay, in_process
+        self.margin, self.min_stay, self.in_process, self.memory = margin, min_stay, in_process, memory
         self.restart_s: float | None = None
         self.segment: list[dict[str, Any]] = []
         #: (seconds, examples) of the current plan's epochs after its first.
@@ -121,8 +125,10 @@ class Replanner:
         self.predictions = found[1]
         recent = self.timed[-DEFAULT_LAST_EPOCHS:]  # the current plan as measured, over the re-fit's epochs
         examples = statistics.median(e for _, e in recent)
+        takeable = set(allowed(self.predictions, self.memory)) | {self.current}
         seconds_per_epoch = epoch_seconds({name: self.predictions[name] for name in self.candidates
-                                           if name in self.predictions}, max(1, round(examples)))
+                                           if name in self.predictions and name in takeable},
+                                          max(1, round(examples)))
         if self.current not in seconds_per_epoch:
             return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
         seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)

@@ -83,8 +83,7 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
     predictions = predict_all(cluster, workload)
     unfit = {} if memory is None else {backend_of(name): memory.refusal(backend_of(name))
                                        for name in predictions if not memory.fits(backend_of(name))}
-    candidates = [p for name, p in predictions.items()
-                  if _may_recommend(name, predictions) and backend_of(name) not in unfit]
+    candidates = [predictions[name] for name in allowed(predictions, memory)]
     if not candidates:
         why: dict[str, list[str]] = {}
         for backend in unfit:
@@ -162,6 +161,14 @@ SPARSE_UPDATE_CAVEAT = (
     "the embedding tables' figures assume an optimizer whose sparse update touches only the looked-up rows "
     "(Adagrad, SGD without momentum); Adam, RMSprop and SGD with momentum update every row of the table and "
     "its slots each step (under parameter servers on the ps, once per worker step), work the model leaves out")
+
+
+def allowed(predictions: dict[str, Prediction], memory: MemoryCheck | None = None) -> list[str]:
+    """The variants of ``predictions`` the advisor may recommend: those whose backend fits ``memory``
+    (None: no memory was described), fp16 only where the wire limits plain horovod. An adaptive run
+    switches only to these."""
+    return [name for name in predictions
+            if _may_recommend(name, predictions) and (memory is None or memory.fits(backend_of(name)))]
 
 
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:

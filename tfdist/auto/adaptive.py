@@ -23,14 +23,63 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tfdist import run_channel
+from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.adapt.replan import Replanner, Verdict
+from tfdist.errors import TfdistError, with_fix
 from tfdist.auto.pipeline import Decision
 from tfdist.plan import Plan, backend_of, plan_environment
 
-__all__ = ["AdaptiveLaunch"]
+__all__ = ["AdaptiveLaunch", "RunFolderError"]
 
 #: Seconds between two looks at the run folder.
 WATCH_POLL_S = 0.1
+
+
+#: The file that marks a folder as an adaptive run's (only such a folder is emptied for a new run).
+MARKER = ".tfdist-run"
+
+
+class RunFolderError(TfdistError, OSError):
+    """The run folder cannot be made fresh; the message names it and the fix."""
+
+
+def _fresh_run_folder(folder: str) -> None:
+    """Empty ``folder`` of a previous run (whose state must never be resumed) and mark it; refuse a
+    folder that holds anything but a run's files."""
+    if os.path.lexists(folder) and not (os.path.isdir(folder) and (not os.listdir(folder) or
+                                                                    os.path.exists(os.path.join(folder, MARKER)))):
+        raise RunFolderError(with_fix(f"{folder} exists and is not an adaptive run's folder (no {MARKER} in it)",
+                                      "move it away, pass another --save-plan, or launch with --no-adapt"))
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(run_channel.state_dir(folder))
+        with open(os.path.join(folder, MARKER), "w"):
+            pass
+    except OSError as exc:
+        raise RunFolderError(with_fix(f"cannot make the run folder {folder} ({exc.strerror or exc})",
+                                      "pass --save-plan in a writable folder, or launch with --no-adapt")) from None
+
+
+def _next_report(folder: str, epoch: int) -> tuple[int, dict] | None:
+    """The report of ``epoch``, else of the lowest later epoch there is one for; None when there is none."""
+    report = run_channel.read_json(run_channel.epoch_report_path(folder, epoch))
+    if report is not None:
+        return epoch, report
+    try:
+        later = sorted(n for name in os.listdir(folder) if name.startswith("epoch-") and name.endswith(".json")
+                       and (n := _epoch_of(name)) is not None and n > epoch)
+    except OSError:
+        return None
+    for number in later:
+        report = run_channel.read_json(run_channel.epoch_report_path(folder, number))
+        if report is not None:
+            return number, report
+    return None
+
+
+def _epoch_of(name: str) -> int | None:
+    digits = name[len("epoch-"):-len(".json")]
+    return int(digits) if digits.isdigit() else None
 
 
 @dataclass
@@ -55,80 +104,92 @@ class AdaptiveLaunch:
     environ: Mapping[str, str]
     result_path: str | None
     log: Callable[[str], None]
-    margin: float = 0.10
+    margin: float = DEFAULT_MARGIN
     switches: list[_Switch] = field(default_factory=list)
     #: The decision the last segment ran (the launch's, until a switch).
     final: Decision | None = None
 
     def run(self) -> int:
-        """Run every segment; the last one's exit code."""
-        shutil.rmtree(self.folder, ignore_errors=True)  # a previous run's state must never be resumed
-        os.makedirs(run_channel.state_dir(self.folder), exist_ok=True)
+        """Run every segment; the last one's exit code. Raises :class:`RunFolderError` before anything
+        starts when the run folder is something else's."""
+        _fresh_run_folder(self.folder)
         decision = self.final = self.decision
         self.planner = Replanner(decision.cluster, decision.workload, decision.advice.variant,
-                                 decision.advice.predictions, candidates=self._candidates(), margin=self.margin)
+                                 decision.advice.predictions, candidates=self._candidates(), margin=self.margin,
+                                 memory=decision.advice.memory)
         started = time.monotonic()
         next_epoch = 0
-        while True:
-            plan = decision.plan()
-            environ = {**self.environ, **plan_environment(plan, self.result_path),
-                       run_channel.ADAPT_ENV: os.path.abspath(self.folder)}
-            stop = threading.Event()
-            pending: list[_Switch] = []
-            watcher = threading.Thread(target=self._watch, args=(next_epoch, stop, pending), daemon=True)
-            watcher.start()
-            try:
-                code = self.start(decision, plan, environ)
-            finally:
-                stop.set()
-                watcher.join()
-            state = run_channel.read_json(run_channel.state_path(self.folder))
-            if (code != 0 or not pending or state is None or state.get("status") != "saved"
-                    or state.get("epoch") != pending[-1].epoch):
-                break  # done, failed or interrupted (130): the next plan starts only after a clean stop
-            switch = pending[-1]
-            self.switches.append(switch)
-            decision = self.final = decision.with_variant(switch.target, self.planner.predictions,
-                                                          f"re-planned after epoch {switch.epoch}")
-            self.planner.switched(switch.target, switch.epoch)
-            next_epoch = switch.epoch
-            self.log(f"tfdist launch: starting {decision.backend.name} ({switch.target}) on {decision.hosts}, "
-                     f"resuming after epoch {switch.epoch}")
-        self._summary(time.monotonic() - started)
-        shutil.rmtree(run_channel.state_dir(self.folder), ignore_errors=True)  # the checkpoints; reports stay
+        try:
+            while True:
+                plan = decision.plan()
+                environ = {**self.environ, **plan_environment(plan, self.result_path),
+                           run_channel.ADAPT_ENV: os.path.abspath(self.folder)}
+                stop = threading.Event()
+                pending: list[_Switch] = []
+                watcher = threading.Thread(target=self._watch, args=(next_epoch, stop, pending), daemon=True)
+                watcher.start()
+                try:
+                    code = self.start(decision, plan, environ)
+                finally:
+                    stop.set()
+                    watcher.join()
+                state = run_channel.read_json(run_channel.state_path(self.folder))
+                if (code != 0 or not pending or state is None or state.get("status") != "saved"
+                        or state.get("epoch") != pending[-1].epoch):
+                    break  # done, failed or interrupted (130): the next plan starts only after a clean stop
+                switch = pending[-1]
+                self.switches.append(switch)
+                decision = self.final = decision.with_variant(switch.target, self.planner.predictions,
+                                                              f"re-planned after epoch {switch.epoch}")
+                self.planner.switched(switch.target, switch.epoch)
+                next_epoch = switch.epoch
+                self.log(f"tfdist launch: starting {decision.backend.name} ({switch.target}) on {decision.hosts}, "
+                         f"resuming after epoch {switch.epoch}")
+        finally:
+            self._summary(time.monotonic() - started)
+            shutil.rmtree(run_channel.state_dir(self.folder), ignore_errors=True)  # the checkpoints; reports stay
         return code
 
     def _candidates(self) -> tuple[str, ...]:
+        """The variants a switch may take: those whose backend a run can be stopped and resumed on."""
         return tuple(name for name in self.decision.advice.predictions
                      if backend_of(name) in run_channel.ADAPTIVE_BACKENDS)
 
     def _watch(self, epoch: int, stop: threading.Event, pending: list[_Switch]) -> None:
-        """Answer each epoch report from ``epoch`` on until ``stop``; a switch goes into ``pending``;
-        the resumed marker of the last switch times it."""
+        """Answer each epoch report from ``epoch`` on (the lowest unanswered one: a report the chief could
+        not write, or a fit that starts at a later epoch, is skipped) until ``stop``; a switch goes into
+        ``pending``; the resumed marker of the last switch times it."""
         last = self.switches[-1] if self.switches else None
         while True:
             if last is not None and last.took_s is None:
-                resumed = run_channel.read_json(run_channel.resumed_path(self.folder, last.epoch))
-                if resumed is not None and isinstance(resumed.get("time"), (int, float)):
-                    last.took_s = max(0.0, resumed["time"] - last.asked_at)
-                    self.planner.restart_s = last.took_s
-                    self.log(f"tfdist launch: re-planned at epoch {last.epoch}: {last.source} -> {last.target} "
-                             f"(measured {last.measured:,.0f} examples/s, predicted {last.predicted:,.0f} for "
-                             f"{last.target}; switching took {last.took_s:.1f} s)")
-            report = run_channel.read_json(run_channel.epoch_report_path(self.folder, epoch))
-            if report is not None:
+                self._timed(last)
+            found = _next_report(self.folder, epoch)
+            if found is not None:
+                epoch, report = found
                 verdict = self._answer(epoch, report, pending)
                 try:
                     run_channel.write_json(run_channel.verdict_path(self.folder, epoch), verdict.as_dict())
                 except (OSError, ValueError) as exc:
-                    self.log(f"tfdist launch: cannot write the verdict on epoch {epoch + 1} ({exc}); the tasks "
-                             f"train on after {run_channel.VERDICT_TIMEOUT_S:.0f} s")
+                    self.log(f"tfdist launch: cannot write the verdict on epoch {epoch + 1} ({exc}); the run "
+                             f"trains on after {run_channel.VERDICT_TIMEOUT_S:.0f} s and stops adapting")
                 self.log(f"tfdist launch: {verdict.line}")
                 epoch += 1
                 continue
             if stop.is_set():
                 return
             stop.wait(WATCH_POLL_S)
+
+    def _timed(self, last: _Switch) -> None:
+        """Time ``last`` once the next plan's chief said it resumed, and print the switch's line."""
+        resumed = run_channel.read_json(run_channel.resumed_path(self.folder, last.epoch))
+        if resumed is None or isinstance(resumed.get("time"), bool) or not isinstance(resumed.get("time"),
+                                                                                       (int, float)):
+            return
+        last.took_s = max(0.0, resumed["time"] - last.asked_at)
+        self.planner.restart_s = last.took_s
+        self.log(f"tfdist launch: re-planned at epoch {last.epoch}: {last.source} -> {last.target} (measured "
+                 f"{last.measured:,.0f} examples/s, predicted {last.predicted:,.0f} for {last.target}; switching "
+                 f"took {last.took_s:.1f} s)")
 
     def _answer(self, epoch: int, report: dict, pending: list[_Switch]) -> Verdict:
         """The verdict on one report; a switch goes into ``pending``. Never raises: whatever goes wrong

@@ -18,7 +18,7 @@ from tfdist.advise.model_inputs import MAX_BATCH_SIZE
 from tfdist.advise.user_inputs import parse_model_ref
 from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.auto import AutoRequest, Decision, MeasureError, decide
-from tfdist.auto.adaptive import AdaptiveLaunch
+from tfdist.auto.adaptive import AdaptiveLaunch, RunFolderError
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
@@ -35,7 +35,7 @@ from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 from tfdist.launch.remote import SshOptions
 from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
-from tfdist.run_channel import ADAPTIVE_BACKENDS
+from tfdist.run_channel import ADAPT_ENV, ADAPTIVE_BACKENDS
 from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, measured_path, plan_environment,
                          plans_folder_problem, result_summary, run_folder_path, save_plan)
 
@@ -169,10 +169,15 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
         return _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
                                   ssh, bind_all, grace, task_timeout, environ)
 
+    if plan is not None:  # the run folder under auto is this launcher's own, or none
+        environ = {name: value for name, value in environ.items() if name != ADAPT_ENV}
     if plan is not None and not no_adapt and backend in ADAPTIVE_BACKENDS:
         adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, _plan, env: run(
             chosen.backend.name, chosen.hosts, chosen.workers, env), environ, result_path, _report, adapt_margin)
-        code = adaptive.run()
+        try:
+            code = adaptive.run()
+        except RunFolderError as exc:
+            raise click.UsageError(str(exc)) from None
         decision, plan = adaptive.final, adaptive.final.plan()
     else:
         if plan is not None and not no_adapt:

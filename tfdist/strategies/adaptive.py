@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tfdist import run_channel
-from tfdist.callbacks.adaptive import AdaptiveEpochs, restore
+from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore
 
 log = logging.getLogger("tfdist")
 #: Whether this process already ran its adaptive fit: the epochs a launcher follows are one fit's.
@@ -36,7 +36,10 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
                     run_channel.ADAPT_ENV, strategy.kind)
         return None
     _adapted = True
-    done = restore(model, folder, strategy.scope())
+    done = restore(model, folder, strategy.scope())  # each rank that sees the folder (a Horovod fit then
+    # broadcasts the root rank's weights and slots to all); every rank starts at the chief's epoch
+    done = agree(-1 if done is None else done, "tfdist.adapt.resume")
+    done = None if done < 0 else done
     if done is not None:
         kwargs["initial_epoch"] = max(done, int(kwargs.get("initial_epoch") or 0))
         if strategy.is_chief:

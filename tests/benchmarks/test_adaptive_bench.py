@@ -1,0 +1,72 @@
+"""benchmarks/adaptive.py's arithmetic and command lines, without the lab or TensorFlow: when each
+scenario changes the lab, the ratios and target verdicts per scenario, and `tfdist launch` command
+lines that the CLI accepts."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from support import REPO
+
+DRIVER = REPO / "benchmarks" / "adaptive.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("tfdist_bench_adaptive", DRIVER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_scenario_changes_the_lab_at_a_third_and_recovers_at_two_thirds(bench):
+    scenarios = {s.key: s for s in bench.SCENARIOS}
+    assert bench.changes(scenarios["A"], 12) == []
+    assert bench.changes(scenarios["B"], 12) == [(4, "slow")]
+    assert bench.changes(scenarios["C"], 12) == [(4, "shape")]
+    assert bench.changes(scenarios["D"], 12) == [(4, "slow"), (8, "recover")]
+    assert bench.changes(scenarios["D"], 3) == [(1, "slow"), (2, "recover")]
+
+
+def run(scenario: str, job: str, seconds: float, **extra) -> dict:
+    return {"scenario": scenario, "job": job, "seconds": seconds, "ok": True, **extra}
+
+
+def test_the_ratios_are_against_the_plan_auto_launched_and_the_best_fixed_plan(bench):
+    scenarios = [s for s in bench.SCENARIOS if s.key in "AB"]
+    records = [run("B", "horovod", 200.0), run("B", "ps", 120.0),
+               run("B", "adaptive", 110.0, launched="horovod", switches=1),
+               run("A", "horovod", 60.0), run("A", "ps", 100.0),
+               run("A", "adaptive", 61.0, launched="horovod", switches=0),
+               {**run("B", "adaptive", 500.0, launched="horovod", switches=3), "ok": False}]  # failed: left out
+    rows = {row["scenario"]: row for row in bench.summarize(records, scenarios)}
+    assert rows["B"]["vs_launch_plan"] == pytest.approx(110 / 200) and rows["B"]["vs_best_fixed"] == pytest.approx(
+        110 / 120)
+    assert rows["B"]["met"] is True and rows["B"]["switches"] == [1]
+    assert rows["A"]["vs_launch_plan"] == pytest.approx(61 / 60) and rows["A"]["met"] is True
+    missed = bench.summarize([*records[:2], run("B", "adaptive", 118.0, launched="horovod", switches=1)],
+                             scenarios[1:])
+    assert missed[0]["met"] is False  # 0.98x the best fixed plan: above 0.95
+    report = bench.render_report(bench.summarize(records, scenarios), 1)
+    assert "vs launch plan" in report and "0.55x" in report and "met" in report
+
+
+@pytest.mark.parametrize("job", ["horovod", "ps", "adaptive"])
+def test_every_command_line_is_one_tfdist_launch_takes(bench, job, tmp_path):
+    from tfdist.cli.launch import launch
+
+    key = tmp_path / "id"
+    key.write_text("")
+    argv = bench.launch_argv(job, 150, 12, tmp_path / "out.json", 2222, key)
+    assert argv[1:4] == ["-m", "tfdist", "launch"]
+    ctx = launch.make_context("launch", argv[4:])
+    command = list(ctx.params["command"])
+    assert ctx.params["backend"] == {"horovod": "horovod", "ps": "parameter_server", "adaptive": "auto"}[job]
+    assert command[command.index("--epochs") + 1] == "11" and "--progress" in command  # 1 warm-up + 11
+    if job == "adaptive":
+        assert ctx.params["model"] is None and "--backend" not in command  # the job is the probe
+        assert ctx.params["save_plan"] == str(tmp_path / "out-plan.json")
+    else:
+        assert command[command.index("--backend") + 1] == {"horovod": "horovod", "ps": "parameter_server"}[job]
