@@ -131,7 +131,9 @@ def summarize(records: Sequence[dict], scenarios: Sequence[Scenario]) -> list[di
                "vs_launch_plan": mid / at_launch if mid and at_launch else None,
                "vs_best_fixed": mid / best if mid and best else None}
         expected_switches = len(changes(scenario, 3))
-        if scenario.key in ("B", "C"):
+        if mid is None or at_launch is None:
+            row["met"] = None  # nothing to compare: a failed run, or no plan recorded
+        elif scenario.key in ("B", "C"):
             row["met"] = (row["vs_launch_plan"] is not None and row["vs_launch_plan"] <= TARGET_CHANGED
                           and row["vs_best_fixed"] is not None and row["vs_best_fixed"] <= TARGET_BEST
                           and all(s == expected_switches for s in row["switches"]))

@@ -49,6 +49,8 @@ def test_the_ratios_are_against_the_plan_auto_launched_and_the_best_fixed_plan(b
     missed = bench.summarize([*records[:2], run("B", "adaptive", 118.0, launched="horovod", switches=1)],
                              scenarios[1:])
     assert missed[0]["met"] is False  # 0.98x the best fixed plan: above 0.95
+    failed = bench.summarize([{**run("B", "adaptive", 1.0), "ok": False}], scenarios[1:])
+    assert failed[0]["met"] is None and failed[0]["vs_launch_plan"] is None  # nothing to compare, not "missed"
     report = bench.render_report(bench.summarize(records, scenarios), 1)
     assert "vs launch plan" in report and "0.55x" in report and "met" in report
 

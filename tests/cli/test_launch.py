@@ -984,25 +984,35 @@ def test_the_adaptive_options_belong_to_auto_and_are_checked(no_launch, args, me
     assert no_launch == []
 
 
-def test_auto_adapts_unless_told_not_to(monkeypatch, tmp_path):
-    """`--backend auto` hands every task the run folder (TFDIST_ADAPT) beside the plan, and the launcher
-    answers each epoch there; `--no-adapt` leaves it out and keeps the plan."""
+def _fake_auto(monkeypatch, tmp_path, rate_bps: float, model: bool = True) -> tuple[list, list]:
+    """``launch --backend auto`` on hosts w1, w2, p whose links the fake probe measures at ``rate_bps``
+    (with ``model``: two even 10 ms steps of a 669,706-parameter model): ``(the probe's (model, batch)
+    calls, each launched segment's environment)``, in ``tmp_path``."""
     import tfdist.cli.launch as module
     from tfdist.probe import driver as probe
     from tfdist.launch.hosts import parse_hosts
-    from tfdist.run_channel import ADAPT_ENV
 
     monkeypatch.chdir(tmp_path)
+    asked, launched = [], []
 
     def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
-        links = [probe.LinkMeasure(a, b, 2e9, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
-        return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 10.0},
-                               params=669_706, dtype_bytes=4, batch_size=batch_size)
+        asked.append((model, batch_size))
+        links = [probe.LinkMeasure(a, b, rate_bps, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+        measured = dict(steps={"w1": 10.0, "w2": 10.0}, params=669_706, dtype_bytes=4, batch_size=batch_size)
+        return probe.aggregate(parse_hosts(hosts_text), links, **(measured if model else {}))
 
-    launched = []
     monkeypatch.setattr(probe, "probe_hosts", fake)
     monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
     monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    return asked, launched
+
+
+def test_auto_adapts_unless_told_not_to(monkeypatch, tmp_path):
+    """`--backend auto` hands every task the run folder (TFDIST_ADAPT) beside the plan, and the launcher
+    answers each epoch there; `--no-adapt` leaves it out and keeps the plan."""
+    from tfdist.run_channel import ADAPT_ENV
+
+    _, launched = _fake_auto(monkeypatch, tmp_path, 2e9)
     argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", "--model", "m:f", "--batch-size", "64",
             "--save-plan", "plan.json", "--", sys.executable, "train.py"]
     result = CliRunner().invoke(launch, argv)
@@ -1021,24 +1031,10 @@ def test_auto_without_a_model_starts_from_a_first_guess_the_run_refits(monkeypat
     epochs. The memory check still needs the model itself."""
     import json
 
-    import tfdist.cli.launch as module
     from tfdist.auto.pipeline import FIRST_GUESS
-    from tfdist.probe import driver as probe
-    from tfdist.launch.hosts import parse_hosts
     from tfdist.plan import PLAN_ENV
 
-    monkeypatch.chdir(tmp_path)
-    asked = []
-
-    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
-        asked.append((model, batch_size))
-        links = [probe.LinkMeasure(a, b, 6.25e6, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
-        return probe.aggregate(parse_hosts(hosts_text), links)
-
-    launched = []
-    monkeypatch.setattr(probe, "probe_hosts", fake)
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    asked, launched = _fake_auto(monkeypatch, tmp_path, 6.25e6, model=False)
     result = CliRunner().invoke(launch, ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", "--",
                                          sys.executable, "train.py"])
     assert result.exit_code == 0, result.output
@@ -1057,22 +1053,10 @@ def test_auto_without_a_model_starts_from_a_first_guess_the_run_refits(monkeypat
 def test_an_inherited_run_folder_never_reaches_the_tasks_of_another_auto_run(monkeypatch, tmp_path):
     """A TFDIST_ADAPT left in the environment (a shell that ran an adaptive task) must not make the
     tasks of a `--no-adapt` run, or of an adaptive run with its own folder, follow another run's folder."""
-    import tfdist.cli.launch as module
-    from tfdist.probe import driver as probe
-    from tfdist.launch.hosts import parse_hosts
     from tfdist.run_channel import ADAPT_ENV
 
-    monkeypatch.chdir(tmp_path)
+    _, launched = _fake_auto(monkeypatch, tmp_path, 2e9, model=False)
     monkeypatch.setenv(ADAPT_ENV, "/elsewhere/old.run")
-
-    def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
-        links = [probe.LinkMeasure(a, b, 2e9, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
-        return probe.aggregate(parse_hosts(hosts_text), links)
-
-    launched = []
-    monkeypatch.setattr(probe, "probe_hosts", fake)
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
     for extra in (["--no-adapt"], []):
         result = CliRunner().invoke(launch, ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", *extra,
                                              "--save-plan", "plan.json", "--", sys.executable, "train.py"])
