@@ -91,6 +91,10 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
     assert len(stopped) == 2, output[-5000:]
     assert any(f"resumed on parameter_server after epoch {at} (model and optimizer restored)" in line
                for line in lines), output[-5000:]
+    # the parameter-server plan placed as --backend parameter_server would, and applied by its chief
+    assert "chief:0 on w1:" in output and "worker:1 on w2:" in output and "ps:0 on p:" in output, output[-3000:]
+    assert any("[chief:0@w1]" in line and "applying TFDIST_PLAN (inline JSON): parameter_server" in line
+               for line in lines), output[-5000:]
     record = json.loads(out.read_text())  # written by the last chief, from its strategy object
     assert record["kind"] == "parameter_server" and record["variant"] == "parameter_server", record
     assert len(record["epoch_seconds"]) == EPOCHS - at, record  # it trained only the epochs left
