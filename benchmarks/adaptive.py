@@ -38,8 +38,6 @@ import datetime
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +46,7 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_runner import LabRunner, measure_interruptibly  # noqa: E402
+from lab_runner import LabRunner, git_commit, measure_interruptibly, sigterm_as_interrupt  # noqa: E402
 from table import median, rate, render  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -284,14 +282,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def interrupt(signum, frame):
-        signal.signal(signal.SIGTERM, lambda *_: None)
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip() or None
+    sigterm_as_interrupt()
+    commit = git_commit(REPO)
     started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
     print(f"adaptive: {started:%Y-%m-%d %H:%M} UTC, commit {commit}, nproc {os.cpu_count()}, load average "
           f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load_before)}; scenarios "

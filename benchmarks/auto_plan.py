@@ -38,8 +38,6 @@ import datetime
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +45,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_runner import LabRunner, measure_interruptibly  # noqa: E402
+from lab_runner import LabRunner, git_commit, measure_interruptibly, sigterm_as_interrupt  # noqa: E402
 from table import median, rate, render  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -409,21 +407,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _commit() -> str | None:
-    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, check=False)
-    return done.stdout.strip() or None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def interrupt(signum, frame):
-        signal.signal(signal.SIGTERM, lambda *_: None)  # once: the clean-up must not be cut short
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    started, load_before, commit = datetime.datetime.now(datetime.timezone.utc), os.getloadavg(), _commit()
+    sigterm_as_interrupt()
+    started, load_before, commit = datetime.datetime.now(datetime.timezone.utc), os.getloadavg(), git_commit(REPO)
     print(f"auto_plan: {started:%Y-%m-%d %H:%M} UTC, commit {commit}, nproc {os.cpu_count()}, load average "
           f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load_before)}; repeats {args.repeats}, regimes "
           f"{'; '.join(r.name for r in args.regimes)}, steps per epoch "

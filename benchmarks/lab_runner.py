@@ -8,6 +8,7 @@ started on host c, always stopped, and nothing of it left on the hosts afterward
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -69,3 +70,22 @@ def measure_interruptibly(measure: Callable[..., Any], *args: Any) -> bool:
         print("interrupted: the job was stopped and the lab closed", file=sys.stderr, flush=True)
         return True
     return False
+
+
+def sigterm_as_interrupt() -> None:
+    """Turn the first SIGTERM into a KeyboardInterrupt, so that a benchmark stopped by its caller runs
+    the same clean-up as Ctrl-C (``measure_interruptibly``); a second SIGTERM is ignored so that the
+    clean-up is not cut short (not SIG_IGN, which the clean-up's own child processes would inherit)."""
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def git_commit(repo: Path) -> str | None:
+    """The short commit of ``repo`` the benchmark ran, for its header; None outside a git checkout."""
+    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False)
+    return done.stdout.strip() or None

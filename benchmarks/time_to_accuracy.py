@@ -33,14 +33,13 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_runner import LabRunner, measure_interruptibly  # noqa: E402
+from lab_runner import LabRunner, measure_interruptibly, sigterm_as_interrupt  # noqa: E402
 from table import FAILED, median, render  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -341,13 +340,7 @@ def rotated(backends: tuple[str, ...], repeat: int) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def interrupt(signum, frame):
-        signal.signal(signal.SIGTERM, lambda *_: None)  # once: the clean-up must not be cut short (not
-        # SIG_IGN, which the clean-up's own child processes would inherit)
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
+    sigterm_as_interrupt()
     print(f"time_to_accuracy: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}, "
           f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.2f}; repeats {args.repeats}, links "
           f"{', '.join(link_name(rate) for rate in args.links)}, backends {','.join(args.backends)}, "

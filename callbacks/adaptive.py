@@ -33,6 +33,7 @@ import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit 
 
 from tfdist import run_channel
 from tfdist.callbacks import _runtime
+from tfdist.callbacks.backup import error_reason
 from tfdist.callbacks.plan_check import worker_figures
 from tfdist.errors import TfdistError, with_fix
 from tfdist.plan import VARIANTS
@@ -146,8 +147,7 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     try:
         _checkpoint(model).write(os.path.join(scratch, "ckpt"))
     except Exception as exc:  # noqa: BLE001  (TensorFlow raises ValueError, OpError, TypeError, ...)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        return f"its model and optimizer cannot be checkpointed ({type(exc).__name__}: {first})"
+        return f"its model and optimizer cannot be checkpointed ({type(exc).__name__}: {error_reason(exc)})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
@@ -164,7 +164,7 @@ def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target:
     except Exception as exc:  # noqa: BLE001
         shutil.rmtree(where, ignore_errors=True)
         log.warning("tfdist adapt: cannot write the checkpoint to switch plans (%s: %s); training on",
-                    type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
+                    type(exc).__name__, error_reason(exc))
         status = {"status": run_channel.FAILED}
     try:
         run_channel.write_json(run_channel.state_path(folder), {"epoch": epochs_done, "from": variant, "to": target,
@@ -193,8 +193,7 @@ def restore(model: Any, folder: str, scope: Any) -> int | None:
         _checkpoint(model).read(state["checkpoint"]).assert_existing_objects_matched()
         return int(state["epoch"])
     except Exception as exc:  # noqa: BLE001  (TensorFlow's NotFoundError, AssertionError, ValueError, ...)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise ResumeError(with_fix(f"tfdist adapt: cannot resume from the checkpoint {state.get('checkpoint')!r} "
-                                   f"that the last plan left ({type(exc).__name__}: {first})",
+                                   f"that the last plan left ({type(exc).__name__}: {error_reason(exc)})",
                                    "relaunch the same script (the same model and optimizer), or launch with "
                                    "--no-adapt")) from None

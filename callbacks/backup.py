@@ -49,11 +49,11 @@ def unreadable_reason(checkpoint_dir: str) -> str | None:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as exc:  # noqa: BLE001  (TensorFlow raises IndexError, OpError, ValueError, ...)
-        return f"{type(exc).__name__}: {_reason(exc)}"
+        return f"{type(exc).__name__}: {error_reason(exc)}"
     return None
 
 
-def _reason(exc: BaseException) -> str:
+def error_reason(exc: BaseException) -> str:
     """The operating system's words from a TensorFlow save error ("...; File too large [Op:SaveV2]"),
     else the first line of the error, shortened."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -177,7 +177,7 @@ class SafeBackup(tf_keras.callbacks.Callback):
             else:
                 kept, then = "no earlier backup exists", "training starts again from the first epoch"
             raise BackupError(with_fix(
-                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({_reason(exc)}); "
+                f"writing the backup of epoch {epoch + 1} to {self.backup_dir} failed ({error_reason(exc)}); "
                 f"{kept}",
                 f"free disk space (or raise the file-size limit) and relaunch: {then}")) from None
         if self.is_chief:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 #: Set by `make test-fast`: the property-based fuzzers run a fifth of their examples (`make test`: all).
@@ -156,3 +158,13 @@ def usage_error(result) -> str:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     return result.output[result.output.index("Error: "):]
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """The script at ``path`` (a benchmark, say) imported as module ``name``, registered in
+    ``sys.modules`` first (its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -7,8 +7,8 @@ in ``TFDIST_ADAPT``. The folder is the one source of truth for where the run sta
   variant it ran, the epochs the fit trains, the epoch's seconds and examples/s, each worker's compute
   and communication time (where the backend splits them), the model's parameter count, and whether the
   run can be resumed on another plan (``resumable``; ``resume_problem`` says why not);
-* ``verdict-<E>.json``: the launcher's answer, which every task that runs ``fit`` waits for:
-  ``{"action": "continue"}`` or ``{"action": "switch", "to": <variant>}``;
+* ``verdict-<E>.json``: the launcher's answer, which the chief waits for (the other ranks follow the
+  chief's decision, never the file): ``{"action": "continue"}`` or ``{"action": "switch", "to": <variant>}``;
 * ``state/``: the checkpoint the chief writes when told to switch (model and optimizer, slots
   included, as ``tf.train.Checkpoint`` writes them), and ``state.json`` naming it with the epochs done;
   the next plan's ``strategy.fit`` restores it and resumes at the next epoch;
@@ -33,7 +33,7 @@ from tfdist.atomic_write import write_atomically
 ADAPTIVE_BACKENDS = ("horovod", "parameter_server")
 #: The variable that names the run folder to every task; unset, a run does not adapt.
 ADAPT_ENV = "TFDIST_ADAPT"
-#: Seconds a task waits for the launcher's verdict on an epoch before it trains on with its plan.
+#: Seconds the chief waits for the launcher's verdict on an epoch before the run trains on without adapting.
 VERDICT_TIMEOUT_S = 120.0
 #: Seconds between two looks at a file that is not there yet.
 POLL_S = 0.05

@@ -15,6 +15,7 @@ from tfdist import run_channel
 from tfdist.auto import AutoRequest, decide
 from tfdist.auto.adaptive import MARKER, AdaptiveLaunch, RunFolderError
 from tfdist.launch.hosts import HostList, parse_hosts
+from tfdist.plan import PLAN_ENV
 from tfdist.probe import driver as probe
 
 EPOCHS = 20  # a switch at the fourth epoch pays back its 30 s restart
@@ -54,9 +55,10 @@ class Chief:
         self.folder, self.slow_from, self.missing, self.fail = folder, slow_from, missing, fail
         self.segments: list[tuple[str, str, dict]] = []
 
-    def __call__(self, decision, plan, environ) -> int:
+    def __call__(self, decision, environ) -> int:
         assert environ[run_channel.ADAPT_ENV] == str(self.folder)
-        self.segments.append((decision.backend.name, plan.variant, dict(environ)))
+        variant = json.loads(environ[PLAN_ENV])["variant"]  # the plan the tasks get
+        self.segments.append((decision.backend.name, variant, dict(environ)))
         state = run_channel.read_json(run_channel.state_path(str(self.folder)))
         first = state["epoch"] if state else 0
         if state:
@@ -64,10 +66,10 @@ class Chief:
         for epoch in range(first, EPOCHS):
             if epoch in self.missing:
                 continue
-            computes = None if plan.variant == "parameter_server" else (
+            computes = None if variant == "parameter_server" else (
                 (10.0, 40.0) if epoch >= self.slow_from else (10.0, 10.0))
             run_channel.write_json(run_channel.epoch_report_path(str(self.folder), epoch),
-                                   report(epoch, plan.variant, computes))
+                                   report(epoch, variant, computes))
             verdict = run_channel.wait_for(run_channel.verdict_path(str(self.folder), epoch), timeout=10)
             assert verdict is not None, f"no verdict on epoch {epoch}"
             if verdict["action"] == "switch":

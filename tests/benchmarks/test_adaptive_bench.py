@@ -3,22 +3,16 @@ scenario changes the lab, the ratios and target verdicts per scenario, and `tfdi
 lines that the CLI accepts."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
-from support import REPO
+from support import REPO, load_script
 
 DRIVER = REPO / "benchmarks" / "adaptive.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("tfdist_bench_adaptive", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DRIVER, "tfdist_bench_adaptive")
 
 
 def test_each_scenario_changes_the_lab_at_a_third_and_recovers_at_two_thirds(bench):

@@ -3,22 +3,17 @@ brief's measurements, the ratios and target verdicts per regime, what auto ran (
 strategy records), the hand-written script's BENCH line, and command lines `tfdist launch` accepts."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, load_script
 
 DRIVER = REPO / "benchmarks" / "auto_plan.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("tfdist_bench_auto_plan", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DRIVER, "tfdist_bench_auto_plan")
 
 
 def test_the_module_does_not_import_tensorflow():

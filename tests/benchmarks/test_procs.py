@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from support import REPO
+from support import REPO, load_script
 
 from tfdist.launch.processes import marked_pids
 
@@ -25,11 +25,7 @@ _ESCAPE = "setsid sleep 600 & sleep 600"
 
 @pytest.fixture(scope="module")
 def procs():
-    spec = importlib.util.spec_from_file_location("tfdist_bench_procs", BENCHMARKS / "procs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / "procs.py", "tfdist_bench_procs")
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 interleaved schedule, the advisor's prediction it prints, and the tables."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
-from support import REPO
+from support import REPO, load_script
 
 DRIVER = REPO / "benchmarks" / "recommender.py"
 PARAMS = 500_000 * 64 + 1000 * 64 + 2 * (64 * 64 + 64) + 2  # the example's two towers at 500k x 64
@@ -15,11 +14,7 @@ PARAMS = 500_000 * 64 + 1000 * 64 + 2 * (64 * 64 + 64) + 2  # the example's two 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("tfdist_bench_recommender", DRIVER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DRIVER, "tfdist_bench_recommender")
 
 
 def test_the_module_does_not_import_tensorflow():

@@ -94,13 +94,18 @@ def _speed_share(epoch: EpochMeasurement) -> float:
     return min(computes) / max(computes)
 
 
+def _ring_wait(epoch: EpochMeasurement) -> tuple[float, float]:
+    """``(bytes each way, seconds)`` of a ring's step in one epoch: half the bytes a worker's link
+    carried (the median worker's), and the shortest allreduce wait (the slowest worker waits least)."""
+    return (statistics.median(w.bytes_per_step for w in epoch.workers) / 2,
+            min(w.communication_ms for w in epoch.workers) / 1000)
+
+
 def _ring_baseline(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasurement]) -> float:
     """Seconds per byte a ring's wait takes with even workers: the fastest of the given epochs whose
     workers were even (``EVEN_SPEED``), else the launch-time model's (its wait at even speeds)."""
-    seen = [min(w.communication_ms for w in e.workers) / 1000 / (statistics.median(w.bytes_per_step for w in
-                                                                                 e.workers) / 2)
-            for e in epochs if e.backend != "parameter_server" and _speed_share(e) >= EVEN_SPEED
-            and statistics.median(w.bytes_per_step for w in e.workers) > 0]
+    rings = [_ring_wait(e) for e in epochs if e.backend != "parameter_server" and _speed_share(e) >= EVEN_SPEED]
+    seen = [waited / sent for sent, waited in rings if sent > 0]
     if seen:
         return min(seen)
     even = dataclasses.replace(cluster, speeds=())
@@ -136,8 +141,7 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float 
         return [statistics.median(rates) if rates else None for rates in found]
     if cluster.workers < 2 or cluster.hosts < 2 or epoch.variant == "horovod_hierarchical":
         return unknown
-    sent = statistics.median(w.bytes_per_step for w in epoch.workers) / 2
-    waited = min(w.communication_ms for w in epoch.workers) / 1000
+    sent, waited = _ring_wait(epoch)
     seconds = waited - 2 * (cluster.workers - 1) * alpha
     if sent <= 0 or seconds <= 0:
         return unknown

@@ -27,7 +27,7 @@ from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.adapt.replan import Replanner, Verdict
 from tfdist.errors import TfdistError, with_fix
 from tfdist.auto.pipeline import Decision
-from tfdist.plan import Plan, backend_of, plan_environment
+from tfdist.plan import backend_of, plan_environment
 
 __all__ = ["AdaptiveLaunch", "RunFolderError"]
 
@@ -95,12 +95,12 @@ class _Switch:
 
 @dataclass
 class AdaptiveLaunch:
-    """One adaptive run (see the module docstring). ``start(decision, plan, environ)`` runs one segment
-    and returns its exit code; ``log`` prints the launcher's lines."""
+    """One adaptive run (see the module docstring). ``start(decision, environ)`` runs one segment (the
+    plan inline in ``environ``) and returns its exit code; ``log`` prints the launcher's lines."""
 
     decision: Decision
     folder: str
-    start: Callable[[Decision, Plan, dict[str, str]], int]
+    start: Callable[[Decision, dict[str, str]], int]
     environ: Mapping[str, str]
     result_path: str | None
     log: Callable[[str], None]
@@ -121,15 +121,14 @@ class AdaptiveLaunch:
         next_epoch = 0
         try:
             while True:
-                plan = decision.plan()
-                environ = {**self.environ, **plan_environment(plan, self.result_path),
+                environ = {**self.environ, **plan_environment(decision.plan(), self.result_path),
                            run_channel.ADAPT_ENV: os.path.abspath(self.folder)}
                 stop = threading.Event()
                 pending: list[_Switch] = []
                 watcher = threading.Thread(target=self._watch, args=(next_epoch, stop, pending), daemon=True)
                 watcher.start()
                 try:
-                    code = self.start(decision, plan, environ)
+                    code = self.start(decision, environ)
                 finally:
                     stop.set()
                     watcher.join()

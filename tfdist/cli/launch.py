@@ -172,7 +172,7 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
     if plan is not None:  # the run folder under auto is this launcher's own, or none
         environ = {name: value for name, value in environ.items() if name != ADAPT_ENV}
     if plan is not None and not no_adapt and backend in ADAPTIVE_BACKENDS:
-        adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, _plan, env: run(
+        adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, env: run(
             chosen.backend.name, chosen.hosts, chosen.workers, env), environ, result_path, _report, adapt_margin)
         try:
             code = adaptive.run()
