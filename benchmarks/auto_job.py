@@ -16,7 +16,8 @@ on its shard of the arrays (2 x 64 examples a step), parameter servers ``--steps
 either way. One warm-up epoch (tracing, broadcast), then ``--epochs`` timed ones (workload.EpochTimer:
 from the end of the warm-up to the end of the last epoch). Rank 0 / the chief writes ``--out``:
 examples/s of all workers together, and ``kind``, ``variant`` (the plan's, or None), ``compression``,
-``hierarchical_allreduce`` and ``shards`` as the strategy object holds them.
+``hierarchical_allreduce`` and ``shards`` as the strategy object holds them. With ``--logdir`` the
+chief also records the run for TensorBoard and ``tfdist report`` (``TensorBoardRun``).
 """
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="JSON result, written by rank 0 / the chief")
     parser.add_argument("--progress", action="store_true",
                         help="rank 0 / the chief prints AUTOJOB_EPOCH <epoch> at each epoch's end")
+    parser.add_argument("--logdir", help="record the run into this TensorBoard runs folder")
     args = parser.parse_args(argv)
 
     strategy = tfdist.make_strategy(args.backend)  # ps and worker tasks serve here until the chief is done
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
                       loss=workload.loss())
     timer = workload.EpochTimer(args.warmup_epochs)
     callbacks = [timer]
+    if args.logdir:
+        callbacks.append(tfdist.callbacks.TensorBoardRun(args.logdir, strategy=strategy, batch_size=args.batch_size))
     if args.progress and strategy.is_chief:
         callbacks.append(tf.keras.callbacks.LambdaCallback(
             on_epoch_end=lambda epoch, logs: print(f"AUTOJOB_EPOCH {epoch}", flush=True)))

@@ -13,7 +13,8 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
   run trains on and stops adapting);
 * on ``switch`` the chief writes the model and optimizer (slots and iterations included) with
   ``tf.train.Checkpoint`` into a new folder under ``state/``, then ``state.json`` naming it with the
-  epochs done;
+  epochs done and the run's wall time at the end of the last one (the next plan's clock continues it:
+  :func:`resumed_wall_time`);
 * the other ranks follow the chief's decision (a Horovod broadcast, :func:`agree`: they never read
   the folder themselves, so no rank can take another way); on a switch training stops and
   ``strategy.fit`` ends the process (the launcher starts the next plan, whose ``fit`` resumes:
@@ -23,6 +24,7 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -66,11 +68,13 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
     reads and writes the run folder; the other ranks follow what it decided (:func:`agree`).
 
     ``switched_to``: the variant the launcher switched to, once this task stopped for it (else None).
+    ``resumed_wall_s``: the run's wall time this plan continues from (None: it started the run).
     """
 
     def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int, batch_size: int | None = None,
-                 timeout: float = run_channel.VERDICT_TIMEOUT_S) -> None:
+                 timeout: float = run_channel.VERDICT_TIMEOUT_S, resumed_wall_s: float | None = None) -> None:
         super().__init__()
+        self.resumed_wall_s = resumed_wall_s
         self.batch_size = batch_size
         self.folder = folder
         self.is_chief = is_chief
@@ -80,7 +84,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self.switched_to: str | None = None
         self.resume_problem: str | None = None
         self.off = False
-        self._started = 0.0
+        self._started = self._ended = 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if self.is_chief:
@@ -90,6 +94,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self._started = time.monotonic()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._ended = time.monotonic()
         if self.off:
             return
         code = self._chief_decides(epoch, logs or {}) if self.is_chief else CONTINUE_CODE
@@ -112,12 +117,13 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         target = verdict.get("to")
         if verdict.get("action") != run_channel.SWITCH or epoch + 1 >= self.epochs or target not in VARIANTS:
             return CONTINUE_CODE
-        if not _save_state(self.model, self.folder, epoch + 1, self.variant, target):
+        if not _save_state(self.model, self.folder, epoch + 1, self.variant, target,
+                           _wall_time(logs, self._started, self._ended)):
             return CONTINUE_CODE
         return SWITCH_FROM + _VARIANT_NAMES.index(target)
 
     def _report(self, epoch: int, logs: dict[str, Any]) -> None:
-        seconds = time.monotonic() - self._started
+        seconds = self._ended - self._started
         rate = logs.get("examples_per_second")
         try:
             params = int(self.model.count_params())
@@ -153,9 +159,22 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     return None
 
 
-def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target: str) -> bool:
-    """Write the checkpoint of a switch, then ``state.json`` naming it; whether both were written. A
-    checkpoint that cannot be written is removed (and ``state.json`` says ``failed`` where it can)."""
+def _wall_time(logs: dict[str, Any], began: float, ended: float) -> tuple[float, float]:
+    """``(wall_time_s, when)``: the run's wall time at the end of the epoch that ran from ``began`` to
+    ``ended`` (``time.monotonic()``): ``Throughput``'s, else the epoch's seconds; and when the epoch
+    ended, as ``time.time()`` (the wait for the verdict is the switch's)."""
+    try:
+        wall = float(logs["wall_time_s"])
+    except (KeyError, TypeError, ValueError):
+        wall = ended - began
+    return wall, time.time() - (time.monotonic() - ended)
+
+
+def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target: str,
+                wall: tuple[float, float] | None = None) -> bool:
+    """Write the checkpoint of a switch, then ``state.json`` naming it (and ``wall``: the run's wall
+    time and when it stood there); whether both were written. A checkpoint that cannot be written is
+    removed (and ``state.json`` says ``failed`` where it can)."""
     where = os.path.join(run_channel.state_dir(folder), f"epoch-{epochs_done}")
     try:
         shutil.rmtree(where, ignore_errors=True)
@@ -167,8 +186,9 @@ def _save_state(model: Any, folder: str, epochs_done: int, variant: str, target:
                     type(exc).__name__, error_reason(exc))
         status = {"status": run_channel.FAILED}
     try:
+        timing = {"wall_time_s": wall[0], "wall_time_at": wall[1]} if wall is not None else {}
         run_channel.write_json(run_channel.state_path(folder), {"epoch": epochs_done, "from": variant, "to": target,
-                                                                "time": time.time(), **status})
+                                                                "time": time.time(), **timing, **status})
     except (OSError, ValueError) as exc:
         log.warning("tfdist adapt: cannot write %s (%s); training on", run_channel.state_path(folder), exc)
         shutil.rmtree(where, ignore_errors=True)
@@ -197,3 +217,15 @@ def restore(model: Any, folder: str, scope: Any) -> int | None:
                                    f"that the last plan left ({type(exc).__name__}: {error_reason(exc)})",
                                    "relaunch the same script (the same model and optimizer), or launch with "
                                    "--no-adapt")) from None
+
+
+def resumed_wall_time(folder: str, now: float | None = None) -> float | None:
+    """The wall time a resumed run continues from: the last plan's at its last epoch's end plus the
+    time since (the switch: checkpoint, new cluster, restore); None without a saved state that says."""
+    state = run_channel.read_json(run_channel.state_path(folder))
+    if state is None or state.get("status") != "saved":
+        return None
+    wall, at = state.get("wall_time_s"), state.get("wall_time_at")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (wall, at)):
+        return None
+    return max(0.0, float(wall)) + max(0.0, (time.time() if now is None else now) - float(at))

@@ -9,7 +9,9 @@ An epoch's training time runs from its ``on_epoch_begin`` to its first ``on_test
 the clock forwards these hooks (and ``on_train_begin``); the first call of each per epoch reads the
 time and the others find it read, so all of them time the same interval to the same float. The
 start of training is read at the first ``on_train_begin`` only and kept across fits: an elastic fit
-calls ``fit`` once per epoch, and its wall time runs from the first.
+calls ``fit`` once per epoch, and its wall time runs from the first. A run resumed on another
+plan (an adaptive run's next segment) continues the wall time of the one it resumes
+(:meth:`EpochClock.continue_from`).
 """
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ class EpochClock:
         self._start: float | None = None  # the open epoch's on_epoch_begin
         self._stop: float | None = None   # its first on_test_begin
         self._end: float | None = None    # its on_epoch_end: set, the epoch is closed
+
+    def continue_from(self, seconds: float) -> None:
+        """Start the wall clock ``seconds`` ago (before the first ``on_train_begin``): a resumed run
+        continues the wall time of the run it resumes, the pause between them included."""
+        if self.train_start is None:
+            self.train_start = self._now() - seconds
 
     def train_begin(self) -> None:
         """``on_train_begin``: the first one starts the wall clock; later fits keep it. An epoch a

@@ -93,9 +93,40 @@ class PlanCheck(tf_keras.callbacks.Callback):
 
 
 def worker_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
-    """Each rank's ``compute_ms``, ``communication_ms`` and ``examples_per_second`` of one epoch, rank
-    0 first, from ``WorkerMetrics``' keys; empty when the logs lack them or one is not finite (a train
-    step without the allreduce marks has NaN communication times)."""
+    """Each worker's ``compute_ms``, ``communication_ms`` and ``examples_per_second`` of one epoch, the
+    first worker first: Horovod's from ``WorkerMetrics``' keys, parameter servers' from
+    ``ParameterServerMetrics``' (:func:`parameter_server_figures`); empty when the logs lack them or
+    one is not finite (a train step without the allreduce marks has NaN communication times)."""
+    return _horovod_figures(logs) or parameter_server_figures(logs)
+
+
+def parameter_server_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
+    """Each parameter-server worker's step split into compute and communication, from
+    ``ParameterServerMetrics``' keys: its step time (dispatch to result), and the compute of one step
+    timed on the chief (``local_compute_ms``). Every worker pulls and pushes the same bytes, so the
+    communication is taken to be the same for all: the fastest worker's step less that compute (0 when
+    the compute is the longer); each worker's compute is its step less it. A straggler's compute comes
+    out as long as its step says. Empty without the keys, or when a worker ran no step."""
+    steps, rates = [], []
+    while f"worker/{len(steps)}/step_time_ms" in logs:
+        index = len(steps)
+        steps.append(logs[f"worker/{index}/step_time_ms"])
+        rates.append(logs.get(f"worker/{index}/examples_per_second"))
+    try:
+        steps, rates = [float(v) for v in steps], [float(v) for v in rates]
+        local = float(logs["local_compute_ms"])
+    except (KeyError, TypeError, ValueError):
+        return []
+    if not steps or not all(math.isfinite(v) and v > 0 for v in (*steps, local)) or not all(
+            math.isfinite(v) and v >= 0 for v in rates):
+        return []
+    communication = max(0.0, min(steps) - local)
+    return [{"compute_ms": step - communication, "communication_ms": communication, "examples_per_second": rate}
+            for step, rate in zip(steps, rates)]
+
+
+def _horovod_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
+    """Each rank's figures from ``WorkerMetrics``' keys (see :func:`worker_figures`)."""
     workers = []
     while f"worker/{len(workers)}/compute_time_ms" in logs:
         rank = len(workers)

@@ -25,12 +25,17 @@ and sub-folders as a metric, at its last value):
 | ``mean_step_time_ms``                      |                                                            |
 | ``evaluate/<metric>``                      | an ``evaluate`` given this callback, or ``record_evaluation`` |
 | ``advice/predicted_examples_per_second``,  | a run built from a plan (``TFDIST_PLAN``): the prediction, |
-| ``advice/predicted_step_ms``               | at step 0 (the plan is in the HParams and ``plan.json``)   |
+| ``advice/predicted_step_ms``,              | at the step of the first epoch it trains (0; an adaptive   |
+| ``advice/segment/<variant>``               | run's next plan: the epochs done when it took over), the   |
+|                                            | plan in the HParams and ``plan.json``                      |
 | ``advice/measured_examples_per_second``,   | the same run's ``Throughput`` figure each epoch, its step  |
 | ``advice/measured_step_ms``,               | time by the plan's definition, and their ratio to the      |
 | ``advice/measured_over_predicted``         | prediction                                                 |
 
-The step of each is the epoch (1-based) it was taken at. ``wall_time_s`` comes from ``Throughput``
+The step of each is the epoch (1-based) it was taken at. An adaptive run (``tfdist launch --backend
+auto``) writes one segment per plan into the same run: each plan's ``advice/segment/<variant>`` and
+prediction at the epochs done when it took over, so its epochs' ``advice/measured_*`` are against
+its own plan, and its ``wall_time_s`` continues the last plan's (the switch included). ``wall_time_s`` comes from ``Throughput``
 when it runs before this callback; otherwise this callback stamps it into the epoch logs itself.
 
 The HParams record also holds ``learning_rate``: the rate the model's optimizer holds when training
@@ -51,7 +56,7 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
-from tfdist import keras_compat
+from tfdist import keras_compat, run_channel
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.callbacks.learning_rate import learning_rate_value
@@ -97,9 +102,13 @@ def _warn_rate(key: str, given: float, rate: float) -> None:
                  "the rate out of `hparams` (TensorBoardRun records it)", key, given, rate, LEARNING_RATE, rate)
 
 
-def default_run_name(kind: str, workers: int, batch_size: int | None) -> str:
-    """``horovod-2w-b64-20261130-041500``: set-up first, then a timestamp for uniqueness."""
+def default_run_name(kind: str, workers: int, batch_size: int | None, adaptive_folder: str | None = None) -> str:
+    """``horovod-2w-b64-20261130-041500``: set-up first, then a timestamp for uniqueness. In an adaptive
+    run (``adaptive_folder``, its run folder), one name for every plan it runs, from the run folder's:
+    ``auto-b64-plan-20261130-041500``."""
     batch = f"-b{batch_size}" if batch_size else ""
+    if adaptive_folder is not None:
+        return f"auto{batch}-{os.path.basename(os.path.normpath(adaptive_folder)).removesuffix('.run')}"
     return f"{kind}-{workers}w{batch}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -161,13 +170,12 @@ def _write_scalars(log_dir: str, scalars: Mapping[str, float], step: int) -> Non
 
 
 def _write_plan(log_dir: str, plan: Any) -> None:
-    """The plan beside the run (``plan.json``) and its prediction as ``advice/`` scalars at step 0."""
-    from tfdist.plan import plan_json, predicted_record
+    """The plan beside the run (``plan.json``; an adaptive run's: the last plan's)."""
+    from tfdist.plan import plan_json
 
     os.makedirs(log_dir, exist_ok=True)
     with open(os.path.join(log_dir, "plan.json"), "w") as out:
         out.write(plan_json(plan))
-    _write_scalars(log_dir, predicted_record(plan), step=0)
 
 
 def _number(value: Any) -> float | None:
@@ -196,6 +204,7 @@ def _hparams_tensorboard(flavour: str) -> type:
         self._training = False
         self._epochs = 0
         self._wall: float | None = None
+        self._predicted = False
 
     def on_train_begin(self, logs=None) -> None:
         if self._train_start is None:  # one clock per run: an elastic fit calls fit per epoch
@@ -206,6 +215,14 @@ def _hparams_tensorboard(flavour: str) -> type:
                        with_learning_rate(self.hparams, trained_learning_rate(self.model)))
         if self.plan is not None:
             _write_plan(self.log_dir, self.plan)
+
+    def on_epoch_begin(self, epoch: int, logs=None) -> None:
+        base.on_epoch_begin(self, epoch, logs)
+        if self.plan is not None and not self._predicted:  # at the first epoch this plan trains
+            from tfdist.plan import predicted_record
+
+            self._predicted = True
+            _write_scalars(self.log_dir, predicted_record(self.plan), step=epoch)
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         logs = logs if logs is not None else {}
@@ -250,7 +267,8 @@ def _hparams_tensorboard(flavour: str) -> type:
                                       if _number(value) is not None}, step=max(self._epochs, 1))
 
     return type("HParamsTensorBoard", (base,), {
-        "__init__": __init__, "on_train_begin": on_train_begin, "on_epoch_end": on_epoch_end,
+        "__init__": __init__, "on_train_begin": on_train_begin, "on_epoch_begin": on_epoch_begin,
+        "on_epoch_end": on_epoch_end,
         "on_train_end": on_train_end, "on_test_end": on_test_end, "record_evaluation": record_evaluation,
         "__module__": __name__})
 
@@ -278,13 +296,14 @@ class TensorBoardRun(ChiefOnly):
         kind = getattr(strategy, "kind", "single")
         workers = int(strategy.num_workers) if strategy is not None else _runtime.workers()
         replicas = int(strategy.num_replicas_in_sync) if strategy is not None else _runtime.replicas()
-        self.run_name = run_name or default_run_name(kind, workers, batch_size)
+        self.plan = getattr(strategy, "plan", None)
+        adaptive = run_channel.folder_from_env() if self.plan is not None else None
+        self.run_name = run_name or default_run_name(kind, workers, batch_size, adaptive)
         self.run_dir = os.path.join(logdir, self.run_name)
         self.targets = parse_targets(targets)
         record: dict[str, Any] = {"strategy": kind, "workers": workers}
         if batch_size:
             record.update(batch_size=int(batch_size), global_batch_size=int(batch_size) * replicas)
-        self.plan = getattr(strategy, "plan", None)
         if self.plan is not None:
             record.update(self.plan.hparams())
         record.update(hparams or {})

@@ -384,10 +384,17 @@ def compare(plan: Plan, measured_examples_per_second: float) -> dict[str, float]
             "advice/measured_over_predicted": measured_examples_per_second / plan.predicted_examples_per_second}
 
 
+#: The tag prefix that names the plan of a segment of a run (``advice/segment/<variant>``: its predicted
+#: examples/s, at the step of the segment's first epoch): one segment for a fixed plan, one per plan an
+#: adaptive run switched to.
+SEGMENT_PREFIX = "advice/segment/"
+
+
 def predicted_record(plan: Plan) -> dict[str, float]:
-    """The ``advice/`` scalars of the prediction itself."""
+    """The ``advice/`` scalars of the prediction itself, and the segment the plan runs."""
     return {"advice/predicted_examples_per_second": plan.predicted_examples_per_second,
-            "advice/predicted_step_ms": plan.predicted_step_ms}
+            "advice/predicted_step_ms": plan.predicted_step_ms,
+            f"{SEGMENT_PREFIX}{plan.variant}": plan.predicted_examples_per_second}
 
 
 _CHECKS = {

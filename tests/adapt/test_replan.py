@@ -112,3 +112,32 @@ def test_a_malformed_report_keeps_the_plan():
     broken = report(2, (10.0, 10.0))
     broken["workers"][0]["compute_ms"] = -1
     assert "not re-fitted" in follow.on_epoch(broken).line
+
+
+def ps_report(epoch: int, computes: tuple[float, ...], comm: float = 20.0) -> dict:
+    """A parameter-server epoch as the chief reports it: each worker steps at its own pace (compute,
+    then ``comm`` ms of pull and push: the ps link is the bottleneck, at about half the ring's rate,
+    as on the lab), split as ``callbacks.plan_check.parameter_server_figures`` does."""
+    rates = [64 * 1000 / (c + comm) for c in computes]
+    workers = [{"compute_ms": c, "communication_ms": comm, "examples_per_second": r} for c, r in zip(computes, rates)]
+    return {"epoch": epoch, "variant": "parameter_server", "epochs": EPOCHS, "seconds": STEPS * 2 * 64 / sum(rates),
+            "examples_per_second": sum(rates), "workers": workers, "params": 669_706, "resumable": True,
+            "resume_problem": None}
+
+
+def test_parameter_servers_switch_back_to_the_ring_once_the_straggler_recovers():
+    """Scenario D: on parameter servers since epoch 4 (w2 straggling), the run stays while w2 is slow
+    and goes back to Horovod once the median of the plan's epochs sees w2 at full speed again."""
+    follow = planner()
+    follow.switched("parameter_server", at_epoch=4, took_s=12.0)
+    slow = [follow.on_epoch(ps_report(epoch, (10.0, 40.0))) for epoch in range(4, 8)]
+    assert [v.action for v in slow] == ["continue"] * 4, [v.line for v in slow]
+    assert "stay on parameter_server" in slow[-1].line, slow[-1].line
+    verdicts = []
+    for epoch in range(8, EPOCHS):
+        verdicts.append(follow.on_epoch(ps_report(epoch, (10.0, 10.0))))
+        if verdicts[-1].action == "switch":
+            break
+    assert [v.action for v in verdicts] == ["continue"] * (len(verdicts) - 1) + ["switch"], [v.line for v in verdicts]
+    assert verdicts[-1].to in ("horovod", "horovod_fp16") and len(verdicts) == 2, [v.line for v in verdicts]
+    assert "switch parameter_server -> horovod" in verdicts[-1].line

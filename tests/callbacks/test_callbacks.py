@@ -104,6 +104,27 @@ def test_tensorboard_run_writes_one_directory_per_run_with_hparams(tmp_path):
     assert default_run_name("horovod", 4, None).startswith("horovod-4w-2")
 
 
+def test_every_plan_of_an_adaptive_run_records_into_one_run(monkeypatch, tmp_path):
+    """The plans of an adaptive run (each a job of its own, perhaps of another backend) write one
+    TensorBoard run: the default name comes from the run folder, not the backend and the clock."""
+    from types import SimpleNamespace
+
+    from tfdist.plan import Plan
+    from tfdist.run_channel import ADAPT_ENV
+
+    folder = str(tmp_path / "tfdist-plans" / "plan-20261204-203000.run")
+    monkeypatch.setenv(ADAPT_ENV, folder)
+    plan = Plan(backend="horovod", variant="horovod", options={}, workers=2, ps=0, batch_size=64,
+                predicted_examples_per_second=1.0, predicted_step_ms=1.0, bottleneck="compute", explanation="")
+    names = {TensorBoardRun(str(tmp_path), strategy=SimpleNamespace(kind=kind, num_workers=workers,
+                                                                    num_replicas_in_sync=workers, is_chief=True,
+                                                                    plan=plan), batch_size=64).run_name
+             for kind, workers in (("horovod", 2), ("parameter_server", 3))}
+    assert names == {"auto-b64-plan-20261204-203000"}
+    monkeypatch.delenv(ADAPT_ENV)
+    assert default_run_name("horovod", 2, 64, None).startswith("horovod-2w-b64-2")
+
+
 def test_tensorboard_run_writes_nothing_off_the_chief(tmp_path):
     _fit([TensorBoardRun(str(tmp_path), run_name="r", is_chief=False)])
     assert list(tmp_path.iterdir()) == []

@@ -43,7 +43,34 @@ def test_the_record_carries_each_epochs_per_worker_figures(tmp_path):
 
 
 def test_an_epoch_without_per_worker_figures_or_with_a_nan_one_adds_none():
-    assert worker_figures({"examples_per_second": 10.0}) == []  # parameter servers: no per-rank split
+    assert worker_figures({"examples_per_second": 10.0}) == []  # no per-worker keys
     assert worker_figures(logs(10.0, (10.0, math.nan, 5.0))) == []  # a train step without the allreduce marks
     assert worker_figures(logs(10.0, (10.0, 1.0, 5.0))) == [
         {"compute_ms": 10.0, "communication_ms": 1.0, "examples_per_second": 5.0}]
+
+
+def ps_logs(local: float, *workers: tuple[float, float]) -> dict[str, float]:
+    """An epoch's logs as ParameterServerMetrics leaves them: (step time ms, examples/s) per worker."""
+    found = {"examples_per_second": sum(rate for _, rate in workers), "local_compute_ms": local,
+             "coordinator_step_ms": 5.0}
+    for index, (step, rate) in enumerate(workers):
+        found |= {f"worker/{index}/step_time_ms": step, f"worker/{index}/examples_per_second": rate,
+                  f"worker/{index}/steps": 100.0}
+    return found
+
+
+def test_a_parameter_server_epoch_is_split_into_each_workers_compute_and_communication():
+    """The launcher re-fits worker speeds from these (an adaptive run on parameter servers sees a
+    straggler recover): the communication is the fastest worker's step less the compute timed on the
+    chief, the same for every worker; each worker's compute is the rest of its step."""
+    assert worker_figures(ps_logs(10.0, (14.0, 4000.0), (44.0, 1400.0))) == [
+        {"compute_ms": 10.0, "communication_ms": 4.0, "examples_per_second": 4000.0},
+        {"compute_ms": 40.0, "communication_ms": 4.0, "examples_per_second": 1400.0}]
+    # workers faster than the chief's processor: no communication is left over
+    assert worker_figures(ps_logs(20.0, (14.0, 4000.0), (16.0, 3500.0))) == [
+        {"compute_ms": 14.0, "communication_ms": 0.0, "examples_per_second": 4000.0},
+        {"compute_ms": 16.0, "communication_ms": 0.0, "examples_per_second": 3500.0}]
+    assert worker_figures(ps_logs(10.0, (14.0, 4000.0), (math.nan, 0.0))) == []  # a worker that ran no step
+    without_compute = ps_logs(10.0, (14.0, 4000.0))
+    del without_compute["local_compute_ms"]
+    assert worker_figures(without_compute) == []

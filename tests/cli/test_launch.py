@@ -1062,3 +1062,20 @@ def test_an_inherited_run_folder_never_reaches_the_tasks_of_another_auto_run(mon
                                              "--save-plan", "plan.json", "--", sys.executable, "train.py"])
         assert result.exit_code == 0, result.output
     assert ADAPT_ENV not in launched[0] and launched[1][ADAPT_ENV] == str(tmp_path / "plan.run")
+
+
+def test_a_foreign_run_folder_is_refused_before_the_probe(monkeypatch, tmp_path):
+    """--save-plan mine.json makes the run folder mine.run, which the launcher empties: a folder of
+    that name that is not an adaptive run's is refused before anything is probed; --no-adapt runs."""
+    asked, launched = _fake_auto(monkeypatch, tmp_path, 2e9, model=False)
+    (tmp_path / "mine.run").mkdir()
+    (tmp_path / "mine.run" / "notes.txt").write_text("keep me")
+    argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p:1", "--ps", "1", "--save-plan", "mine.json", "--",
+            sys.executable, "train.py"]
+    result = CliRunner().invoke(launch, argv)
+    assert result.exit_code == 2 and asked == [] and launched == [], result.output
+    assert (f"Error: {tmp_path / 'mine.run'} exists and is not an adaptive run's folder (no .tfdist-run in it); "
+            "fix: move it away, pass another --save-plan, or launch with --no-adapt") in result.output
+    assert (tmp_path / "mine.run" / "notes.txt").read_text() == "keep me"
+    result = CliRunner().invoke(launch, [*argv[:-3], "--no-adapt", *argv[-3:]])
+    assert result.exit_code == 0 and len(asked) == 1, result.output

@@ -40,7 +40,7 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
             "--ssh-port", str(lab.ssh_port), "--ssh-identity-file", str(lab.identity_file), "--grace", "2",
             "--save-plan", str(plan_path), "--",
             sys.executable, "benchmarks/auto_job.py", "--steps", "100", "--warmup-epochs", "1",
-            "--epochs", str(EPOCHS - 1), "--out", str(out)]
+            "--epochs", str(EPOCHS - 1), "--out", str(out), "--logdir", str(tmp_path / "runs")]
     env = subprocess_env()
     process = lab.popen("c", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                         cwd=REPO)
@@ -99,4 +99,27 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
     assert record["kind"] == "parameter_server" and record["variant"] == "parameter_server", record
     assert len(record["epoch_seconds"]) == EPOCHS - at, record  # it trained only the epochs left
     assert any(line.startswith("tfdist launch: adaptive run: horovod") for line in lines), output[-3000:]
+    recorded(tmp_path / "runs", at)
     assert_nothing_left(lab)
+
+
+def recorded(runs, at: int) -> None:
+    """The chief of each plan wrote into one TensorBoard run, which `tfdist report` reads back as two
+    segments on one clock: the ring's epochs, then the parameter servers' from the switch on."""
+    from tfdist.report.data import segments
+    from tfdist.report.events import load_runs
+    from tfdist.report.tags import TRAIN, WALL_TIME_TAG
+
+    (run,) = load_runs(str(runs))
+    assert run.name.startswith("auto-b64-plan"), run.name
+    parts = segments(run)
+    assert [(p.variant.split("_")[0], p.first_epoch, p.last_epoch) for p in parts] == [
+        ("horovod", 0, at), ("parameter", at, EPOCHS)], parts
+    wall = run.series(TRAIN, WALL_TIME_TAG)
+    assert wall.steps == tuple(range(EPOCHS)) and all(b > a for a, b in zip(wall.values, wall.values[1:])), wall
+    print("segments: " + "; ".join(f"{p.variant} {p.epochs} {p.start_s:.1f}-{p.end_s:.1f} s, measured "
+                                   f"{p.measured_examples_per_second:,.0f}, predicted "
+                                   f"{p.predicted_examples_per_second:,.0f}" for p in parts))
+    result = subprocess.run([sys.executable, "-m", "tfdist", "report", str(runs), "--out", str(runs / "report.png")],
+                            capture_output=True, text=True, timeout=120, env=subprocess_env())
+    assert result.returncode == 0 and (runs / "report.png").stat().st_size > 0, result.stderr[-2000:]

@@ -82,9 +82,9 @@ def test_the_html_shows_the_predicted_figure_and_the_numbers(runs, data, tmp_pat
     rows = re.findall(r"<tr>(.*?)</tr>", table)
     cells = [c for row in rows if (c := re.findall(r"<td[^>]*>(.*?)</td>", row))]
     assert cells == [
-        ["one-epoch", "parameter_server", "", "", "200.0", "150.0", "0.750", "1", "", ""],
-        ["planned", "horovod", "fp16-allreduce", "fusion_threshold_mb=64", "1,000.0", "850.0", "0.850", "4", "64.0",
-         "75.0"]]
+        ["one-epoch", "parameter_server", "", "all", "", "200.0", "150.0", "0.750", "1", "", ""],
+        ["planned", "horovod", "fp16-allreduce", "all", "fusion_threshold_mb=64", "1,000.0", "850.0", "0.850", "4",
+         "64.0", "75.0"]]
 
 
 def test_the_png_page_has_the_panel(runs, data, tmp_path):

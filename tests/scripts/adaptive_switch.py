@@ -8,7 +8,8 @@ training begins (after ``strategy.fit`` restored a switch's checkpoint; N: the f
 and ``end-<E>.npz`` after each epoch E, each with the model's weights, the optimizer's variables (slots
 and iterations) in creation order. The last line is ``DONE <kind>`` when fit ran to its end (a task
 that stops for a switch ends inside ``strategy.fit``). With ``again``, a second ``strategy.fit`` of one
-epoch follows (``AGAIN <kind>``): a process's later fits are not followed by the launcher.
+epoch follows (``AGAIN <kind>``): a process's later fits are not followed by the launcher. The first
+fit also records the run for TensorBoard in ``OUTDIR/runs/adaptive`` (``TensorBoardRun``).
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ with strategy.scope():
     model = K.Sequential([K.Input((8,)), K.layers.Dense(16, activation="relu"), K.layers.Dense(1)])
     model.compile(optimizer=strategy.optimizer(K.optimizers.Adam(1e-2), scale_lr=False), loss="mse")
 fit = {"steps_per_epoch": 8} if strategy.kind == "parameter_server" else {}
-strategy.fit(model, x, y, batch_size=16, epochs=EPOCHS, callbacks=[Snapshot(strategy.kind, strategy.is_chief)],
-             verbose=0, **fit)
+record = tfdist.callbacks.TensorBoardRun(os.path.join(OUTDIR, "runs"), "adaptive", strategy=strategy)
+strategy.fit(model, x, y, batch_size=16, epochs=EPOCHS, verbose=0, **fit,
+             callbacks=[Snapshot(strategy.kind, strategy.is_chief), record])
 print(f"DONE {strategy.kind}", flush=True)
 if sys.argv[4:] == ["again"]:
     strategy.fit(model, x, y, batch_size=16, epochs=1, callbacks=[Snapshot(strategy.kind, strategy.is_chief)],

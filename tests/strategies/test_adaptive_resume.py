@@ -71,6 +71,7 @@ def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path)
     assert first.stderr.count("switching to parameter_server; this task ends here") == 2, first.stderr[-3000:]
     state = json.loads((folder / "state.json").read_text())
     assert (state["epoch"], state["from"], state["to"], state["status"]) == (1, "horovod", "parameter_server", "saved")
+    switched_at = state["wall_time_at"]
 
     second = launch_ps(out, "tf_keras", 4, plan_env("parameter_server", folder, ps=1))
     assert second.returncode == 0, second.stderr[-3000:]
@@ -88,6 +89,25 @@ def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path)
     with np.load(out / "end-3.npz") as last:  # Adam counted every step once: 4 epochs of 8 steps
         assert int(last["o0"]) == 4 * 8, last["o0"]
     assert (folder / "resumed-1.json").exists() and (folder / "resumed-2.json").exists()
+    recorded_segments(out / "runs", json.loads((folder / "resumed-1.json").read_text())["time"] - switched_at)
+
+
+def recorded_segments(runs: Path, switch_s: float) -> None:
+    """The chief's TensorBoard run holds each plan as a segment (issue 36 item 3), read back as
+    ``tfdist report`` reads it: its epochs and prediction, and one clock across the three jobs that
+    counts the first switch (``switch_s``: from the end of epoch 1 to the resumed job's restore)."""
+    from tfdist.report.data import segments
+    from tfdist.report.events import load_run
+    from tfdist.report.tags import TRAIN, WALL_TIME_TAG
+
+    run = load_run(str(runs / "adaptive"))
+    assert [(part.variant, part.first_epoch, part.last_epoch, part.predicted_examples_per_second)
+            for part in segments(run)] == [("horovod", 0, 1, 1000.0), ("parameter_server", 1, 2, 1000.0),
+                                           ("horovod", 2, 4, 1000.0)]
+    wall = run.series(TRAIN, WALL_TIME_TAG)
+    assert wall.steps == (0, 1, 2, 3), wall
+    assert all(b > a for a, b in zip(wall.values, wall.values[1:])), wall.values
+    assert wall.values[1] - wall.values[0] >= switch_s > 0, (wall.values, switch_s)
 
 
 def test_keras_3_resumes_under_another_horovod_plan(tmp_path):

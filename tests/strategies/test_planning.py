@@ -87,7 +87,7 @@ def test_auto_applies_the_plan_and_the_run_records_itself_against_it(tmp_path, c
     median = sorted(rates[1:])[0] + (sorted(rates[1:])[1] - sorted(rates[1:])[0]) / 2
     assert "<td>run</td>" in table and "1,000,000,000.0" in table and f"{median:,.1f}" in table, table
     cells = re.findall(r"<td[^>]*>(.*?)</td>", table)
-    assert cells[:4] == ["run", "single", "single", "scale_lr=False"], cells  # the options, not the fields
+    assert cells[:5] == ["run", "single", "single", "all", "scale_lr=False"], cells  # the options, not the fields
 
 
 def test_a_plans_bad_option_value_names_the_file(tmp_path):

@@ -29,7 +29,7 @@ from tfdist.errors import TfdistError, with_fix
 from tfdist.auto.pipeline import Decision
 from tfdist.plan import backend_of, plan_environment
 
-__all__ = ["AdaptiveLaunch", "RunFolderError"]
+__all__ = ["AdaptiveLaunch", "RunFolderError", "check_run_folder"]
 
 #: Seconds between two looks at the run folder.
 WATCH_POLL_S = 0.1
@@ -43,13 +43,24 @@ class RunFolderError(TfdistError, OSError):
     """The run folder cannot be made fresh; the message names it and the fix."""
 
 
+def check_run_folder(folder: str) -> None:
+    """Refuse (:class:`RunFolderError`) a ``folder`` that holds anything but an adaptive run's files:
+    the launcher empties it. The CLI calls it before the probe; :meth:`AdaptiveLaunch.run` again."""
+    try:
+        foreign = os.path.lexists(folder) and not (os.path.isdir(folder) and (
+            not os.listdir(folder) or os.path.exists(os.path.join(folder, MARKER))))
+    except OSError as exc:
+        raise RunFolderError(with_fix(f"cannot read the run folder {folder} ({exc.strerror or exc})",
+                                      "pass another --save-plan, or launch with --no-adapt")) from None
+    if foreign:
+        raise RunFolderError(with_fix(f"{folder} exists and is not an adaptive run's folder (no {MARKER} in it)",
+                                      "move it away, pass another --save-plan, or launch with --no-adapt"))
+
+
 def _fresh_run_folder(folder: str) -> None:
     """Empty ``folder`` of a previous run (whose state must never be resumed) and mark it; refuse a
     folder that holds anything but a run's files."""
-    if os.path.lexists(folder) and not (os.path.isdir(folder) and (not os.listdir(folder) or
-                                                                    os.path.exists(os.path.join(folder, MARKER)))):
-        raise RunFolderError(with_fix(f"{folder} exists and is not an adaptive run's folder (no {MARKER} in it)",
-                                      "move it away, pass another --save-plan, or launch with --no-adapt"))
+    check_run_folder(folder)
     try:
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(run_channel.state_dir(folder))

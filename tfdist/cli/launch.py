@@ -18,7 +18,7 @@ from tfdist.advise.model_inputs import MAX_BATCH_SIZE
 from tfdist.advise.user_inputs import parse_model_ref
 from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.auto import AutoRequest, Decision, MeasureError, decide
-from tfdist.auto.adaptive import AdaptiveLaunch, RunFolderError
+from tfdist.auto.adaptive import AdaptiveLaunch, RunFolderError, check_run_folder
 from tfdist.cli.brief_help import BriefOption
 from tfdist.cli.interrupt import exit_on_interrupt
 from tfdist.cli.launch_options import AUTO, FLAGS, given, reject_foreign_options
@@ -147,6 +147,11 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             raise click.UsageError(f"--backend auto saves its plan in ./{PLANS_FOLDER}/ unless --save-plan says "
                                    f"where, and {problem}; fix: pass --save-plan PATH in a writable folder, or "
                                    "launch from one")
+        if save_plan is not None and not no_adapt:  # a folder the run would empty: refused before the probe
+            try:
+                check_run_folder(run_folder_path(save_plan))
+            except RunFolderError as exc:
+                raise click.UsageError(str(exc)) from None
         decision = _choose_backend(ctx, hosts, workers, ps, model, batch_size, ssh, probe_seconds, optimizer,
                                    embeddings)
         backend, hosts, workers, plan = decision.backend.name, decision.hosts, decision.workers, decision.plan()

@@ -25,6 +25,12 @@ Choices, each visible in the figures' labels:
   times (``advice/*_step_ms``); backend and variant from the ``plan/backend`` and ``plan/variant``
   hparams, the other ``plan/<option>`` hparams (all but ``tfdist.plan.HPARAM_FIELDS``) as the
   plan's options;
+* **plan segments** (an adaptive run, which switched plans mid-run): the ``advice/segment/<variant>``
+  scalars, one at the step of each plan's first epoch; each plan's epochs are those from its step to
+  the next plan's, its time on the run's clock from the end of the last plan's last epoch (0 for the
+  first) to the end of its own last one (``epoch_wall_time_s``, which a resumed plan continues), and
+  its predicted-vs-measured row is over its own epochs (median after its first); a run of one plan
+  keeps one row as above;
 * **runs shown**: those with a scalar or an hparam; the others, and the files read in part, are
   ``not_read`` lines saying why (values no run logs, infinite or beyond 1e15, are left out as they
   are read: :mod:`tfdist.report.values`); a figure that cannot be computed from what was read is a
@@ -39,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import fmean, median
 
-from tfdist.plan import HPARAM_FIELDS
+from tfdist.plan import HPARAM_FIELDS, SEGMENT_PREFIX, backend_of
 from tfdist.report.events import MAIN, Run, run_line
 from tfdist.report.results import result_table
 from tfdist.report.tags import (LOSS_TAG, MEAN_RATE_TAG, MEASURED_RATE_TAG, MEASURED_STEP_TAG, PLAN_PREFIX,
@@ -48,9 +54,9 @@ from tfdist.report.tags import (LOSS_TAG, MEAN_RATE_TAG, MEASURED_RATE_TAG, MEAS
                                 VALIDATION, WALL_TIME_TAG, accuracy_tag)
 from tfdist.report.values import is_positive, shown, usable_value
 
-__all__ = ["TRAIN", "VALIDATION", "Curve", "Prediction", "ReportData", "ScalingPoint", "Throughput",
-           "TimeToTarget", "accuracy_tag", "curve", "hparam_table", "prediction", "report_data", "scaling",
-           "throughput", "time_to_target"]
+__all__ = ["TRAIN", "VALIDATION", "Curve", "Prediction", "ReportData", "ScalingPoint", "Segment", "Throughput",
+           "TimeToTarget", "accuracy_tag", "curve", "hparam_table", "prediction", "predictions", "report_data",
+           "scaling", "segments", "throughput", "time_to_target"]
 
 _WORKER_TAG = re.compile(r"^epoch_worker/(?P<rank>[^/]+)/(?P<metric>.+)$")
 
@@ -120,10 +126,35 @@ class Prediction:
     variant: str | None = None
     options: tuple[tuple[str, str], ...] = ()
 
+    #: For one plan of an adaptive run: ``epochs A-B`` (1-based) it trained; None for a run of one plan.
+    segment: str | None = None
+
     @property
     def plan(self) -> str:
-        """``backend / variant`` of the plan, or what of it is known."""
-        return " / ".join(p for p in (self.backend, self.variant) if p) or "plan not recorded"
+        """``backend / variant`` of the plan (and the epochs of its segment), or what of it is known."""
+        text = " / ".join(p for p in (self.backend, self.variant) if p) or "plan not recorded"
+        return text if self.segment is None else f"{text}, {self.segment}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One plan of an adaptive run: its epochs (``first_epoch`` done when it took over, ``last_epoch``
+    done when it ended) and its span on the run's clock (None where the run did not log it)."""
+
+    run: str
+    variant: str
+    first_epoch: int
+    last_epoch: int
+    start_s: float | None
+    end_s: float | None
+    predicted_examples_per_second: float
+    measured_examples_per_second: float | None
+
+    @property
+    def epochs(self) -> str:
+        """The epochs it trained, 1-based: ``epochs 5-10``."""
+        first, last = self.first_epoch + 1, self.last_epoch
+        return f"epoch {first}" if first == last else f"epochs {first}-{last}"
 
 
 @dataclass(frozen=True)
@@ -140,6 +171,8 @@ class ReportData:
     hparam_columns: tuple[str, ...]
     hparam_rows: tuple[tuple[str, ...], ...]
     predictions: tuple[Prediction, ...] = ()
+    #: The plans of the adaptive runs (those that switched plans), in run and epoch order.
+    segments: tuple[Segment, ...] = ()
     not_read: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     result_columns: tuple[str, ...] = ()
@@ -188,6 +221,68 @@ def prediction(run: Run) -> Prediction | None:
         backend=None if backend is None else _cell(backend),
         variant=None if variant is None else _cell(variant),
         options=tuple(sorted((k, _cell(v)) for k, v in plan.items())))
+
+
+def _plan_starts(run: Run) -> list[tuple[int, str, float]]:
+    """``(first epoch, variant, predicted examples/s)`` of each plan the run trained on, by epoch; a
+    plan that follows itself (a fit run again on the same plan) is one segment."""
+    starts = sorted((step, tag[len(SEGMENT_PREFIX):], value) for tag in run.tags(MAIN) if tag.startswith(SEGMENT_PREFIX)
+                    for step, value in zip(run.series(MAIN, tag).steps, run.series(MAIN, tag).values))
+    merged: list[tuple[int, str, float]] = []
+    for start in starts:
+        if not merged or merged[-1][1] != start[1]:
+            merged.append(start)
+    return merged
+
+
+def _between(series, low: int, high: float) -> list[float]:
+    """The values of ``series`` (None: none) at steps in ``(low, high]``, by step."""
+    if series is None:
+        return []
+    return [v for step, v in sorted(zip(series.steps, series.values)) if low < step <= high]
+
+
+def segments(run: Run) -> tuple[Segment, ...]:
+    """The plans of ``run`` when it switched plans (two or more), else empty (see the module doc)."""
+    starts = _plan_starts(run)
+    if len(starts) < 2:
+        return ()
+    measured = run.series(MAIN, MEASURED_RATE_TAG)
+    wall = run.series(TRAIN, WALL_TIME_TAG)
+    wall_at = dict(zip(wall.steps, wall.values)) if wall is not None else {}  # by 0-based epoch
+    last_step = max([*(measured.steps if measured is not None else ()), *(s + 1 for s in wall_at)], default=0)
+    found = []
+    for index, (first, variant, predicted) in enumerate(starts):
+        last = starts[index + 1][0] if index + 1 < len(starts) else max(last_step, first + 1)
+        start_s = 0.0 if first == 0 else wall_at.get(first - 1)
+        found.append(Segment(run.name, variant, first, last, start_s, wall_at.get(last - 1), predicted,
+                             _median_after_first(_between(measured, first, last))))
+    return tuple(found)
+
+
+def predictions(run: Run) -> tuple[Prediction, ...]:
+    """The run's predicted-vs-measured rows: one per plan of an adaptive run (:func:`segments`), else
+    :func:`prediction`'s one (none without a prediction)."""
+    parts = segments(run)
+    if not parts:
+        one = prediction(run)
+        return () if one is None else (one,)
+    measured_steps = run.series(MAIN, MEASURED_STEP_TAG)
+    predicted_steps = run.series(MAIN, PREDICTED_STEP_TAG)
+    rows = []
+    for part in parts:
+        ratio = (part.measured_examples_per_second / part.predicted_examples_per_second
+                 if part.measured_examples_per_second is not None and is_positive(part.predicted_examples_per_second)
+                 else None)
+        step_ms = _between(predicted_steps, part.first_epoch - 1, part.first_epoch)
+        rows.append(Prediction(
+            run.name, part.predicted_examples_per_second, part.measured_examples_per_second,
+            ratio if ratio is not None and usable_value(ratio) else None,
+            len(_between(run.series(MAIN, MEASURED_RATE_TAG), part.first_epoch, part.last_epoch)),
+            predicted_step_ms=step_ms[0] if step_ms else None,
+            measured_step_ms=_median_after_first(_between(measured_steps, part.first_epoch, part.last_epoch)),
+            backend=backend_of(part.variant), variant=part.variant, segment=part.epochs))
+    return tuple(rows)
 
 
 def curve(run: Run, sub: str, tag: str) -> Curve | None:
@@ -350,7 +445,8 @@ def report_data(runs: Sequence[Run]) -> ReportData:
         throughput=tuple(rates),
         scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}, notes),
         time_to_target=targets, system=tuple(system), hparam_columns=columns, hparam_rows=rows,
-        predictions=tuple(p for run in runs if (p := prediction(run)) is not None), not_read=not_read,
+        predictions=tuple(p for run in runs for p in predictions(run)),
+        segments=tuple(part for run in runs for part in segments(run)), not_read=not_read,
         notes=tuple(notes), result_columns=result_columns, result_rows=result_rows)
 
 

@@ -20,11 +20,11 @@ from matplotlib.figure import Figure
 
 from tfdist.report.data import ReportData
 from tfdist.report.panels import (LABEL_CHARACTERS, draw_accuracy, draw_loss, draw_per_worker, draw_predictions,
-                                  draw_scaling, draw_system, draw_throughput, draw_time_to_target, left_out,
+                                  draw_scaling, draw_segments, draw_system, draw_throughput, draw_time_to_target, left_out,
                                   left_out_lines, panels)
 
 __all__ = ["DPI", "LABEL_CHARACTERS", "PANEL_SIZE", "draw_accuracy", "draw_loss", "draw_per_worker",
-           "draw_predictions", "draw_scaling", "draw_system", "draw_throughput", "draw_time_to_target",
+           "draw_predictions", "draw_scaling", "draw_segments", "draw_system", "draw_throughput", "draw_time_to_target",
            "left_out", "left_out_lines", "page_png", "page_size", "panel_pngs", "panels"]
 
 #: Inches of one panel, and the resolution of every PNG.

@@ -33,7 +33,7 @@ th.results { background: #e8eef7; }
 .problems li { font-family: monospace; font-size: 0.85em; }
 .left-out { color: #555; font-size: 0.9em; margin: 0.2em 0; }
 """
-_PREDICTION_COLUMNS = ("run", "backend", "variant", "options", "predicted examples/s",
+_PREDICTION_COLUMNS = ("run", "backend", "variant", "epochs of the plan", "options", "predicted examples/s",
                        "measured examples/s (median, epochs 2..)", "measured / predicted", "epochs",
                        "predicted step (ms)", "measured step (ms, median)")
 
@@ -43,7 +43,7 @@ def _number(value: float | None, digits: str = ",.1f") -> str:
 
 
 def _prediction_row(p: Prediction) -> str:
-    cells = [(p.run, ""), (p.backend or "", ""), (p.variant or "", ""),
+    cells = [(p.run, ""), (p.backend or "", ""), (p.variant or "", ""), (p.segment or "all", ""),
              (", ".join(f"{k}={v}" for k, v in p.options), ""),
              (_number(p.predicted_examples_per_second), "number"),
              (_number(p.measured_examples_per_second), "number"),

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from tfdist.report.data import TRAIN, ReportData
+from tfdist.report.tags import WALL_TIME_TAG
 
 #: Longest run or folder name in a legend or on an axis (the HTML table has them whole).
 LABEL_CHARACTERS = 40
@@ -60,11 +61,22 @@ def _time_axis(ax: Axes, times: list[float], label: str) -> None:
     ax.grid(alpha=0.3)
 
 
+def _switches(ax: Axes, data: ReportData, runs: set[str]) -> None:
+    """A dotted line, in the run's colour, where each adaptive run of ``runs`` took up another plan."""
+    run_colours = colours(data)
+    for part in data.segments:
+        if part.run in runs and part.first_epoch > 0 and part.start_s is not None:
+            ax.axvline(part.start_s, color=run_colours[part.run], linestyle=":", linewidth=1)
+            ax.text(part.start_s, 1.0, f" \u2192 {_short(part.variant, 20)}", transform=ax.get_xaxis_transform(),
+                    fontsize=6, va="top", color=run_colours[part.run])
+
+
 def _curves(ax: Axes, data: ReportData, curves, ylabel: str) -> None:
     run_colours = colours(data)
     for c in curves:
         ax.plot(c.times, c.values, "-" if c.sub == TRAIN else "--", marker="o", markersize=2.5,
                 color=run_colours[c.run], label=f"{_short(c.run)} ({_short(c.sub)})")
+    _switches(ax, data, {c.run for c in curves if c.clock == WALL_TIME_TAG})
     clocks = sorted({c.clock for c in curves})
     _time_axis(ax, [t for c in curves for t in c.times],
                f"wall-clock seconds since training start ({', '.join(clocks)})")
@@ -222,6 +234,33 @@ def draw_predictions(ax: Axes, data: ReportData) -> None:
                        Patch(facecolor="0.45", label="measured (median)")], fontsize=6, loc="lower right")
 
 
+def draw_segments(ax: Axes, data: ReportData) -> None:
+    """Each adaptive run's plans on its clock: one bar per plan, from the end of the last plan's last
+    epoch (the switch is in the bar) to the end of its own, labelled with what it measured and was
+    predicted."""
+    runs = list(dict.fromkeys(part.run for part in data.segments))
+    run_colours = colours(data)
+    ends = [0.0]
+    for row, run in enumerate(runs):
+        parts = [part for part in data.segments if part.run == run]
+        for index, part in enumerate(parts):
+            if part.start_s is None or part.end_s is None or not part.end_s >= part.start_s:
+                continue
+            ax.barh(row, part.end_s - part.start_s, 0.6, left=part.start_s, edgecolor=run_colours[run],
+                    color=shade(run_colours[run], index % 2, 3), linewidth=0.8)
+            measured = (f"{part.measured_examples_per_second:,.0f}" if part.measured_examples_per_second is not None
+                        else "not measured")
+            ax.text(part.start_s, row, f" {_short(part.variant, 24)}, {part.epochs}\n measured {measured}, "
+                    f"predicted {part.predicted_examples_per_second:,.0f} ex/s", va="center", fontsize=6)
+            ends.append(part.end_s)
+    ax.set_yticks(range(len(runs)), [_short(run) for run in runs], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0.0, max(ends) * 1.05 or 1.0)
+    ax.set_xlabel(f"wall-clock seconds since training start ({WALL_TIME_TAG}); a plan's first epoch includes "
+                  "the switch to it", fontsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
 def _system_panel(tag: str, ylabel: str) -> Callable[[Axes, ReportData], None]:
     return lambda ax, data: draw_system(ax, data, tag, ylabel)
 
@@ -247,6 +286,7 @@ def _catalogue(data: ReportData) -> list[tuple[str, Callable[[Axes, ReportData],
          "no run reached its target (the results table says which did not)" if data.time_to_target
          else f"no run recorded a target: {targets}"),
         ("Predicted against measured examples per second", draw_predictions, bool(data.predictions), None),
+        ("Plans of adaptive runs against wall-clock time", draw_segments, bool(data.segments), None),
         ("CPU per task", _system_panel("system/cpu_percent", "CPU %"),
          any(c.tag == "system/cpu_percent" for c in data.system), None),
         ("Resident memory per task", _system_panel("system/rss_mb", "RSS (MB)"),

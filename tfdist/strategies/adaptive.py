@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from tfdist import run_channel
-from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore
+from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore, resumed_wall_time
+from tfdist.callbacks.epoch_clock import EpochClock
 
 log = logging.getLogger("tfdist")
 #: Whether this process already ran its adaptive fit: the epochs a launcher follows are one fit's.
@@ -52,7 +53,20 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
                 log.warning("tfdist adapt: cannot tell the launcher the run resumed (%s)", exc)
     batch_size = kwargs.get("batch_size")
     return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)),
-                          batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None)
+                          batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None,
+                          resumed_wall_s=resumed_wall_time(folder) if done is not None else None)
+
+
+def continue_clocks(callbacks: list, callback: AdaptiveEpochs | None) -> None:
+    """A resumed plan's epoch clocks (``Throughput``'s and those sharing it) continue the run's wall
+    time from where the last plan left it, so that the run's time axis (TensorBoard, ``tfdist
+    report``, time to target) counts the switch and every plan once."""
+    if callback is None or callback.resumed_wall_s is None:
+        return
+    for each in callbacks:
+        clock = getattr(getattr(each, "callback", each), "clock", None)
+        if isinstance(clock, EpochClock):
+            clock.continue_from(callback.resumed_wall_s)
 
 
 def end_if_switched(callback: AdaptiveEpochs | None) -> None:

@@ -17,7 +17,7 @@ from tfdist.callbacks.system_metrics import SystemMetrics
 from tfdist.environments import ClusterEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError
 from tfdist.strategies import inputs, outputs
-from tfdist.strategies.adaptive import adaptive_epochs, end_if_switched
+from tfdist.strategies.adaptive import adaptive_epochs, continue_clocks, end_if_switched
 from tfdist.strategies.options import StrategyOptions
 
 log = logging.getLogger("tfdist")
@@ -148,6 +148,7 @@ class DistributedStrategy:
         if self.plan is not None:
             callbacks = self._with_plan_check(callbacks, kwargs.get("batch_size"), per_worker=adaptive is not None)
             callbacks += [adaptive] if adaptive is not None else []
+            continue_clocks(callbacks, adaptive)
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
