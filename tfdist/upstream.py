@@ -346,6 +346,20 @@ def is_graph_network(model: Any) -> bool:
     return value
 
 
+def keras3_tf_variable(variable: Any) -> Any:
+    """The ``tf.Variable`` a Keras 3 variable of the TensorFlow backend keeps its value in
+    (``variable._value``; its public ``value`` is that variable cast to the layer's compute dtype inside
+    a mixed-precision layer call), or ``None`` while it is not initialised. What Horovod's
+    ``DistributedGradientTape`` and ``broadcast_variables`` need: they call ``.ref()`` and ``.assign``,
+    which only a ``tf.Variable`` has (horovod#4290)."""
+    import tensorflow as tf
+
+    value = _get(variable, "_value")
+    if value is not None and not isinstance(value, tf.Variable):
+        raise _missing(variable, "_value")
+    return value
+
+
 def keras3_build_shapes(model: Any) -> dict | None:
     """The input shapes a Keras 3 model was built or first called with (``model._build_shapes_dict``,
     which Keras 3's own export reads for subclassed models); ``None`` when it was never built."""

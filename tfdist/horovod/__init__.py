@@ -1,4 +1,4 @@
-"""A drop-in for ``horovod.tensorflow.keras`` that trains tf-keras and Keras 3 models alike.
+"""A drop-in for ``horovod.tensorflow.keras`` and Horovod's TF2 API, for tf-keras and Keras 3 models alike.
 
     import tensorflow as tf
     import tfdist.horovod as hvd          # in place of: import horovod.tensorflow.keras as hvd
@@ -20,11 +20,32 @@ first (as Horovod's examples do) and ``TF_USE_LEGACY_KERAS=1`` gives tf-keras, u
 (``import tfdist...`` before TensorFlow sets ``TF_USE_LEGACY_KERAS=1`` when unset; ``import keras``
 is Keras 3 either way.) For Keras 3, leave ``experimental_run_tf_function`` out of ``compile``.
 
+Custom training loops written for Horovod's TF2 API (``import horovod.tensorflow as hvd``, as in
+Horovod's ``examples/tensorflow2/tensorflow2_mnist.py``) change the same one line:
+
+    with tf.GradientTape() as tape:
+        loss_value = loss(labels, model(images, training=True))
+    tape = hvd.DistributedGradientTape(tape)                   # tfdist.horovod.tape
+    grads = tape.gradient(loss_value, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    if first_batch:
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        hvd.broadcast_variables(opt.variables, root_rank=0)    # Horovod's example: opt.variables()
+
+``DistributedGradientTape`` is Horovod's own tape, taking Keras 3 variables as well (Horovod's raises
+``'Variable' object has no attribute 'ref'`` on them, horovod#4290); ``broadcast_variables`` takes
+``tf.Variable``s and the variables of either Keras, eagerly or inside ``tf.function``. A Keras 3
+optimizer's ``variables`` is a list, so Horovod's ``opt.variables()`` raises ``TypeError`` there (before
+any Horovod code runs): write ``opt.variables``, which tf-keras optimizers take as well.
+
 The framework-neutral names (``init``, ``size``, ``rank``, ``Average``, ``Compression``,
 ``ProcessSet``, ...) are Horovod's own, re-exported from ``horovod.tensorflow``. ``allreduce``,
-``allgather``, ``broadcast`` and ``reducescatter`` keep the Keras-level contract of
-``horovod.tensorflow.keras``: they take a tensor-compatible value (numpy, list, number) and return
-the eager result tensor.
+``allgather``, ``broadcast`` and ``reducescatter`` serve both APIs: given a tensor-compatible value
+(numpy, list, number) they keep the Keras-level contract of ``horovod.tensorflow.keras`` (``name``
+names the constant made of it; the eager result tensor); given a TensorFlow tensor or variable (eager,
+or symbolic inside ``tf.function``) they are Horovod's TF2 ops, ``name`` naming the op. Their
+positional order is the Keras one (``allreduce(value, name, average, ...)``); Horovod's TF2-only
+arguments (``device_dense``, ``process_set``, ``ignore_name_scope``, ...) are keyword-only.
 
 Not provided (each raises ``TfdistError`` with the fix when used):
 
@@ -44,14 +65,16 @@ allreduce per update), and under a ``mixed_float16`` global policy ``Distributed
 ``LossScaleOptimizer`` that allreduces the scaled gradients (docs/mixed-precision.md).
 
 Layering: beside ``tfdist.strategies`` (neither imports the other): it may import
-:mod:`tfdist.callbacks`, :mod:`tfdist.runtime` and the ground modules.
+:mod:`tfdist.callbacks`, :mod:`tfdist.runtime` and the ground modules. One module per part:
+:mod:`tfdist.horovod.callbacks` (``hvd.callbacks.*``), :mod:`tfdist.horovod.tape` (the TF2 tape and the
+Keras 3 variable lookup it shares with ``broadcast_variables``), the rest here.
 """
 from __future__ import annotations
 
 import json
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -87,6 +110,7 @@ from horovod.tensorflow.mpi_ops import ProcessSet, add_process_set, global_proce
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.horovod import callbacks  # noqa: F401  (hvd.callbacks.*, as in Horovod)
+from tfdist.horovod.tape import DistributedGradientTape, tf_variables  # noqa: F401  (Horovod's TF2 tape)
 from tfdist.keras_compat import KERAS_3, PACKAGES, TF_KERAS, flavour_of, keras_module
 from tfdist.runtime import allreduce as _allreduce
 
@@ -160,10 +184,19 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     return _allreduce.distributed_optimizer(optimizer, settings)
 
 
-def broadcast_variables(variables: Sequence[Any], root_rank: int,
+def broadcast_variables(variables: Iterable[Any] | Callable[[], Iterable[Any]], root_rank: int,
                         process_set: Any = global_process_set) -> None:
-    """Give every rank ``root_rank``'s values of ``variables`` (tf-keras or Keras 3 variables)."""
-    _allreduce.broadcast_variables(list(variables), root_rank=root_rank,
+    """Give every rank ``root_rank``'s values of ``variables``, eagerly or inside ``tf.function``:
+    ``tf.Variable``s and the variables of either Keras, a model's (``model.variables``) or an optimizer's
+    (``opt.variables``: a list on Keras 3, where ``opt.variables()`` raises ``TypeError``; tf-keras
+    optimizers take both, and the method of a legacy tf-keras optimizer is called here)."""
+    if callable(variables) and not isinstance(variables, Iterable):
+        variables = variables()
+    if isinstance(variables, (str, bytes)) or not isinstance(variables, Iterable):
+        raise ArgumentTypeError(with_fix(
+            f"`variables` must be a list of variables, got {type(variables).__module__}.{type(variables).__name__}",
+            "pass model.variables or opt.variables"))
+    _allreduce.broadcast_variables(tf_variables(variables, "variables"), root_rank=root_rank,
                                    process_set=None if process_set is global_process_set else process_set)
 
 
@@ -178,33 +211,66 @@ def broadcast_global_variables(root_rank: int) -> None:
 
 def allreduce(value: Any, name: str | None = None, average: bool | None = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0, op: Any = None,
-              compression: Any = Compression.none) -> tf.Tensor:
-    """Allreduce a tensor-compatible value (same shape on every rank); ``op`` defaults to Average."""
+              compression: Any = Compression.none, *, device_dense: str = "", device_sparse: str = "",
+              process_set: Any = global_process_set, ignore_name_scope: bool = False) -> Any:
+    """Reduce ``value`` over the ranks (same shape on every rank); ``op`` defaults to Average. A
+    TensorFlow tensor, variable or ``IndexedSlices`` (also inside ``tf.function``) goes to Horovod's TF2
+    ``allreduce`` as it is; any other value becomes a constant first (Horovod's Keras contract)."""
     import horovod.tensorflow as hvd
 
-    return hvd.allreduce(tf.constant(value, name=name), average=average, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, op=op, compression=compression)
+    tensor, op_name = _collective_input(value, name)
+    return hvd.allreduce(tensor, average=average, device_dense=device_dense, device_sparse=device_sparse,
+                         compression=compression, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, name=op_name, process_set=process_set,
+                         ignore_name_scope=ignore_name_scope)
 
 
-def allgather(value: Any, name: str | None = None) -> tf.Tensor:
-    """Concatenate every rank's value along the first dimension."""
+def allgather(value: Any, name: str | None = None, *, process_set: Any = global_process_set,
+              ignore_name_scope: bool = False) -> Any:
+    """Concatenate every rank's value along the first dimension (tensors as in :func:`allreduce`)."""
     import horovod.tensorflow as hvd
 
-    return hvd.allgather(tf.constant(value, name=name))
+    tensor, op_name = _collective_input(value, name)
+    return hvd.allgather(tensor, name=op_name, ignore_name_scope=ignore_name_scope, process_set=process_set)
 
 
-def broadcast(value: Any, root_rank: int, name: str | None = None) -> tf.Tensor:
-    """``root_rank``'s value, on every rank."""
+def broadcast(value: Any, root_rank: int, name: str | None = None, *, process_set: Any = global_process_set,
+              ignore_name_scope: bool = False) -> Any:
+    """``root_rank``'s value, on every rank (tensors as in :func:`allreduce`)."""
     import horovod.tensorflow as hvd
 
-    return hvd.broadcast(tf.constant(value, name=name), root_rank)
+    tensor, op_name = _collective_input(value, name)
+    return hvd.broadcast(tensor, root_rank, name=op_name, ignore_name_scope=ignore_name_scope,
+                         process_set=process_set)
 
 
-def reducescatter(value: Any, name: str | None = None, op: Any = Average) -> tf.Tensor:
-    """Reduce over the ranks, then give each rank its slice of the first dimension."""
+def reducescatter(value: Any, name: str | None = None, op: Any = Average, *, device_dense: str = "",
+                  compression: Any = Compression.none, process_set: Any = global_process_set,
+                  ignore_name_scope: bool = False, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> Any:
+    """Reduce over the ranks, then give each rank its slice of the first dimension (tensors as in
+    :func:`allreduce`)."""
     import horovod.tensorflow as hvd
 
-    return hvd.reducescatter(tf.constant(value, name=name), op=op)
+    tensor, op_name = _collective_input(value, name)
+    return hvd.reducescatter(tensor, device_dense=device_dense, compression=compression, op=op, name=op_name,
+                             process_set=process_set, ignore_name_scope=ignore_name_scope,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+
+
+def _collective_input(value: Any, name: Any) -> tuple[Any, str | None]:
+    """``(tensor, name of the Horovod op)``: a TensorFlow tensor, variable or ``IndexedSlices`` as it is
+    (a Keras 3 variable read into a tensor) with ``name`` for the op, as Horovod's TF2 API takes them;
+    any other value made a constant named ``name``, as Horovod's Keras API does."""
+    if name is not None and not isinstance(name, str):
+        raise ArgumentTypeError(with_fix(
+            f"`name` must be a string, got {name!r}: after the value, tfdist.horovod's collectives take "
+            "Horovod's Keras order (value, name, ...)", "pass the other arguments by keyword, e.g. average=False"))
+    if not tf.is_tensor(value):
+        return tf.constant(value, name=name), None
+    if not isinstance(value, (tf.Tensor, tf.Variable, tf.IndexedSlices)):
+        value = tf.convert_to_tensor(value)
+    return value, name
 
 
 def saved_keras(filepath: Any) -> str:
@@ -277,6 +343,6 @@ def _optimizer_variables(optimizer: Any) -> list:
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "annotations", "json", "os", "zipfile", "Any", "Sequence", "tf", "TfdistError", "with_fix",
-    "ArgumentTypeError", "ArgumentValueError", "KERAS_3", "PACKAGES", "TF_KERAS", "flavour_of",
+    "annotations", "json", "os", "zipfile", "Any", "Callable", "Iterable", "Sequence", "tf", "tape", "tf_variables",
+    "TfdistError", "with_fix", "ArgumentTypeError", "ArgumentValueError", "KERAS_3", "PACKAGES", "TF_KERAS", "flavour_of",
     "keras_module", "saved_keras"}]
