@@ -41,6 +41,42 @@ def make_data(examples: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+#: The digits the MLP is validated on (the last ones of the shipped set); it trains on the others.
+DIGITS_HELD_OUT = 297
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    """The shipped 8x8 digits as the MLP's 784 inputs: each pixel a 3x3 block, in a 28x28 frame, 0..1."""
+    from tfdist.datasets import load_digits
+
+    digits = load_digits()
+    images = np.kron(digits.images / 16.0, np.ones((3, 3)))  # 24x24
+    framed = np.pad(images, ((0, 0), (2, 2), (2, 2))).reshape(len(images), INPUT_DIM).astype(np.float32)
+    return framed, digits.target
+
+
+def make_digits(examples: int) -> tuple[np.ndarray, np.ndarray]:
+    """``examples`` training digits (all but the held-out ones, repeated in one fixed shuffled order):
+    the same arrays in every process, so the backends train on the same examples."""
+    x, y = _digits()
+    x, y = x[:-DIGITS_HELD_OUT], y[:-DIGITS_HELD_OUT]
+    order = np.random.default_rng(SEED).permutation(len(x))
+    index = np.resize(order, examples)
+    return x[index], y[index]
+
+
+def digits_accuracy(weights: list[np.ndarray]) -> float:
+    """The accuracy on the held-out digits of the MLP with ``weights`` (``model.get_weights()``:
+    kernel, bias per Dense layer), computed in NumPy on the process that asks."""
+    x, y = _digits()
+    h = x[-DIGITS_HELD_OUT:]
+    layers = list(zip(weights[::2], weights[1::2]))
+    for kernel, bias in layers[:-1]:
+        h = np.maximum(h @ kernel + bias, 0.0)
+    kernel, bias = layers[-1]
+    return float(np.mean(np.argmax(h @ kernel + bias, axis=1) == y[-DIGITS_HELD_OUT:]))
+
+
 class EpochTimer(tf.keras.callbacks.Callback):
     """Wall time from the end of the warm-up epochs to the end of the last epoch.
 

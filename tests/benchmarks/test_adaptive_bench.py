@@ -49,6 +49,21 @@ def test_the_ratios_are_against_the_plan_auto_launched_and_the_best_fixed_plan(b
     assert "vs launch plan" in report and "0.55x" in report and "met" in report
 
 
+def test_the_adaptive_run_must_keep_the_launch_plans_accuracy(bench):
+    """B and C: the held-out accuracy within 0.5 points of the plan auto launched; a run that was faster
+    but learned less misses the target."""
+    scenarios = [s for s in bench.SCENARIOS if s.key == "B"]
+    fixed = [run("B", "horovod", 200.0, val_accuracy=0.960), run("B", "ps", 120.0, val_accuracy=0.950)]
+    close = bench.summarize([*fixed, run("B", "adaptive", 110.0, launched="horovod", switches=1,
+                                         val_accuracy=0.957)], scenarios)[0]
+    assert close["accuracy_points"] == pytest.approx(0.3) and close["met"] is True
+    assert close["accuracy"] == {"horovod": 0.960, "ps": 0.950, "adaptive": 0.957}
+    worse = bench.summarize([*fixed, run("B", "adaptive", 110.0, launched="horovod", switches=1,
+                                         val_accuracy=0.940)], scenarios)[0]
+    assert worse["accuracy_points"] == pytest.approx(2.0) and worse["met"] is False
+    assert "96.0/95.0/94.0" in bench.render_report([worse], 1)
+
+
 @pytest.mark.parametrize("job", ["horovod", "ps", "adaptive"])
 def test_every_command_line_is_one_tfdist_launch_takes(bench, job, tmp_path):
     from tfdist.cli.launch import launch
@@ -61,6 +76,7 @@ def test_every_command_line_is_one_tfdist_launch_takes(bench, job, tmp_path):
     command = list(ctx.params["command"])
     assert ctx.params["backend"] == {"horovod": "horovod", "ps": "parameter_server", "adaptive": "auto"}[job]
     assert command[command.index("--epochs") + 1] == "11" and "--progress" in command  # 1 warm-up + 11
+    assert command[command.index("--data") + 1] == "digits"  # a held-out accuracy for every job
     if job == "adaptive":
         assert ctx.params["model"] is None and "--backend" not in command  # the job is the probe
         assert ctx.params["save_plan"] == str(tmp_path / "out-plan.json")
