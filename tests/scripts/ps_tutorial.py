@@ -3,7 +3,9 @@ passed as ``cluster=`` (tests/strategies/test_parameter_server.py).
 
     python ps_tutorial.py OUTDIR FORMS        # FORMS: resolver, cluster_spec and/or dict, comma-separated
 
-One in-process cluster; each form in turn (a new make_strategy, model and fit) writes OUTDIR/<form>.json.
+One in-process cluster; each form in turn (a new make_strategy, model and fit) writes OUTDIR/<form>.json,
+with the example ids each worker read from the pipeline ``strategy.fit`` builds for numpy arrays
+(``shards``: worker index -> ids, the first 12 batches handed out).
 """
 from __future__ import annotations
 
@@ -53,9 +55,33 @@ def train(form: str) -> dict:
         model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
         model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
     history = strategy.fit(model, x, y, batch_size=32, epochs=3, verbose=0)
-    return {"is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
+    return {"shards": shards_read(model.distribute_strategy, strategy.num_workers),
+            "is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
             "loss": history.history["loss"],
             "kernel_devices": sorted({v.device for v in model.layers[0].kernel.variables})}
+
+
+def shards_read(tf_strategy, workers: int) -> dict[str, list[int]]:
+    """The ids 0..63 each worker reads, unshuffled, through the array pipeline of ``strategy.fit``
+    (``tfdist.strategies.inputs.array_dataset_creator``), as the coordinator hands out the batches."""
+    from tfdist.strategies.inputs import array_dataset_creator
+
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(tf_strategy)
+    creator = array_dataset_creator((np.arange(64, dtype=np.int64),), 4, False, True, workers)
+    iterator = iter(coordinator.create_per_worker_dataset(
+        lambda: tf_strategy.distribute_datasets_from_function(creator)))
+
+    @tf.function
+    def read(it):
+        return tf.distribute.coordinator.experimental_get_current_worker_index(), next(it)
+
+    results = [coordinator.schedule(read, args=(iterator,)) for _ in range(12)]
+    coordinator.join()
+    seen: dict[str, list[int]] = {}
+    for result in results:
+        index, (ids,) = result.fetch()
+        seen.setdefault(str(int(index)), []).extend(int(i) for i in ids)
+    return seen
 
 
 for form in FORMS:

@@ -187,6 +187,17 @@ def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(t
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # min_shard_bytes split the kernel
 
 
+def test_each_worker_reads_its_own_shard_of_the_arrays(tutorial):
+    """shard_data (on by default) gives each worker its own part of numpy arrays. It used to shard by
+    the InputContext, which under parameter servers says one pipeline on every worker, so both workers
+    read every example (ids 0, 1, 2, ... on each)."""
+    _, outdir = tutorial
+    shards = json.loads((outdir / "resolver.json").read_text())["shards"]
+    assert sorted(shards) == ["0", "1"], shards
+    assert all(i % 2 == 0 for i in shards["0"]) and all(i % 2 == 1 for i in shards["1"]), shards
+    assert not set(shards["0"]) & set(shards["1"])
+
+
 def _start_tasks(names: list[str], cluster: dict, mode: str, outdir: Path,
                  **env: str) -> dict[str, subprocess.Popen]:
     """Tasks started by hand, as an orchestrator does (no tfdist launch): one process each."""

@@ -215,13 +215,17 @@ def require_steps(kwargs: dict, what: str) -> None:
             "pass `steps_per_epoch=N` to strategy.fit (N = examples per epoch / batch size)"))
 
 
-def array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool, shard: bool) -> Any:
-    """Each worker reads its own shard of the arrays (all of them without ``shard``), shuffled,
-    repeated, batched."""
+def array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool, shard: bool, workers: int) -> Any:
+    """Each of the ``workers`` reads its own shard of the arrays (all of them without ``shard``),
+    shuffled, repeated, batched. The shard is the worker's index
+    (``tf.distribute.coordinator.experimental_get_current_worker_index``, read where the coordinator
+    builds the worker's dataset): the ``InputContext`` a parameter-server strategy hands the function
+    says one pipeline on every worker (``parameter_server_strategy_v2.py``, ``num_input_pipelines_in_sync
+    = 1``), so sharding by it splits nothing."""
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices(arrays)
-        if shard:
-            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        if shard and workers > 1:
+            dataset = dataset.shard(workers, tf.distribute.coordinator.experimental_get_current_worker_index())
         if shuffle:
             dataset = dataset.shuffle(4096)
         return dataset.repeat().batch(batch_size).prefetch(2)
@@ -252,7 +256,7 @@ def finite_eval_dataset(data: Any, batch_size: int | None, steps: int | None,
     return dataset.repeat(), steps
 
 
-def parameter_server_fit_inputs(x: Any, y: Any, kwargs: dict, *, shard: bool) -> tuple[Any, Any, dict]:
+def parameter_server_fit_inputs(x: Any, y: Any, kwargs: dict, *, shard: bool, workers: int) -> tuple[Any, Any, dict]:
     """``fit`` arguments for the coordinator: per-worker pipelines and an explicit epoch length."""
     creator_type = tf_keras.utils.experimental.DatasetCreator
     if isinstance(x, creator_type) or (callable(x) and not is_dataset(x)):
@@ -279,7 +283,7 @@ def parameter_server_fit_inputs(x: Any, y: Any, kwargs: dict, *, shard: bool) ->
         if kwargs.get("steps_per_epoch") is None:
             kwargs["steps_per_epoch"] = -(-examples // batch_size)
         shuffle = kwargs.pop("shuffle", True)
-        x, y = array_dataset_creator(arrays, batch_size, shuffle, shard), None
+        x, y = array_dataset_creator(arrays, batch_size, shuffle, shard, workers), None
     validation = kwargs.get("validation_data")
     if validation is not None:
         kwargs["validation_data"], steps = finite_eval_dataset(

@@ -408,7 +408,7 @@ class ParameterServerStrategy(DistributedStrategy):
         return error
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        return inputs.parameter_server_fit_inputs(x, y, kwargs, shard=self.options.shard_data)
+        return inputs.parameter_server_fit_inputs(x, y, kwargs, shard=self.options.shard_data, workers=self.num_workers)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.parameter_server_evaluate_inputs(x, y, kwargs)
