@@ -108,3 +108,25 @@ def test_a_run_of_one_plan_has_no_segments_panel(events, tmp_path):
     data = report_data(load_runs(str(tmp_path)))
     assert data.segments == () and len(data.predictions) == 1
     assert "Plans of adaptive runs" not in " ".join(title for title, _ in panels(data))
+
+
+def test_names_that_look_like_mathtext_and_unusable_values_still_give_a_page(events, tmp_path):
+    """A variant or run name with ``$`` is the user's text: matplotlib parsed ``$a_{`` as mathtext and
+    the page failed as it was rendered, past every panel's guard. A segment without times is not drawn."""
+    from tfdist.report.data import report_data
+    from tfdist.report.events import load_runs
+    from tfdist.report.figures import panels
+
+    events.write_points(tmp_path / "r$x", [("advice/segment/a$b_{", 0, T0, 100.0),
+                                           ("advice/segment/$\\frac{1", 2, T0, float("nan")),
+                                           ("advice/measured_examples_per_second", 1, T0, 50.0),
+                                           ("advice/measured_examples_per_second", 3, T0, 60.0)],
+                        hparams={"plan/variant": "$x_{"})
+    events.write_points(tmp_path / "r$x" / "train", [("epoch_loss", 0, T0, 1.0), ("epoch_loss", 2, T0, 0.5)])
+    data = report_data(load_runs(str(tmp_path)))
+    assert [part.variant for part in data.segments] == ["a$b_{", "$\\frac{1"]
+    assert "Plans of adaptive runs against wall-clock time" not in [title for title, _ in panels(data)]  # no times
+    for out in ("report.png", "report.html"):
+        result = invoke("report", str(tmp_path), "--out", str(tmp_path / out))
+        assert result.exit_code == 0 and result.stderr == "", result.output
+    assert "a$b_{" in (tmp_path / "report.html").read_text()

@@ -4,15 +4,20 @@
     png = page_png(data)         # those panels, a line per panel left out, the HParams and results table
 
 Drawn with the Agg canvas on ``matplotlib.figure.Figure`` objects (no pyplot, no global backend),
-so it runs headless and leaves matplotlib's state alone. What each panel shows, its colours and when
+so it runs headless and leaves matplotlib's state alone; mathtext is off while they are drawn (the
+labels are the user's text, ``$`` included). What each panel shows, its colours and when
 it is left out: :mod:`tfdist.report.panels`. A panel that fails to draw shows why instead (and the
 reason is added to ``failed``), so one panel cannot cost the page.
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections.abc import Callable
+from typing import Any
+
+import matplotlib
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -58,6 +63,19 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
+def _plain_text(function: Callable) -> Callable:
+    """``function`` with matplotlib's mathtext off: run names, tags and plans are the user's text,
+    and a ``$`` in them must be drawn, not parsed (an unbalanced ``$a_{`` raised when the page was
+    rendered, past every panel's guard)."""
+    @functools.wraps(function)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return function(*args, **kwargs)
+
+    return plain
+
+
+@_plain_text
 def panel_pngs(data: ReportData, failed: list[str] | None = None) -> list[tuple[str, bytes]]:
     """One PNG of ``PANEL_SIZE`` inches at ``DPI`` per panel with something to draw, with its title."""
     out = []
@@ -120,6 +138,7 @@ def _table_font(cells: list[list[str]], inches: float) -> tuple[float, list[floa
     return max(3.0, min(float(_TABLE_FONT), 72.0 * inches / sum(ems))), ems
 
 
+@_plain_text
 def page_png(data: ReportData, failed: list[str] | None = None) -> bytes:
     """The panels, two a row, a line per panel left out and the table below, on one PNG of
     :func:`page_size`."""

@@ -286,7 +286,8 @@ def _catalogue(data: ReportData) -> list[tuple[str, Callable[[Axes, ReportData],
          "no run reached its target (the results table says which did not)" if data.time_to_target
          else f"no run recorded a target: {targets}"),
         ("Predicted against measured examples per second", draw_predictions, bool(data.predictions), None),
-        ("Plans of adaptive runs against wall-clock time", draw_segments, bool(data.segments), None),
+        ("Plans of adaptive runs against wall-clock time", draw_segments, any(
+            part.start_s is not None and part.end_s is not None for part in data.segments), None),
         ("CPU per task", _system_panel("system/cpu_percent", "CPU %"),
          any(c.tag == "system/cpu_percent" for c in data.system), None),
         ("Resident memory per task", _system_panel("system/rss_mb", "RSS (MB)"),
