@@ -17,6 +17,7 @@ line); its epoch clock is an ``EpochClock`` (``tfdist.callbacks.epoch_clock``).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -77,9 +78,12 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     hooks only, as parameter servers require. Needs a model with known input shapes (``Sequential`` with ``Input``
     or functional). Parameter servers only: elsewhere it refuses to run. ``clock`` is an
     ``EpochClock`` shared with other callbacks (``strategy.metrics`` shares ``Throughput``'s).
+    ``optional=True`` (what ``strategy.fit`` adds on its own, for an adaptive run) measures nothing,
+    with one warning, for a model whose input shape it cannot know, where the default refuses it.
     """
 
-    def __init__(self, batch_size: int, repeats: int = 5, clock: EpochClock | None = None) -> None:
+    def __init__(self, batch_size: int, repeats: int = 5, clock: EpochClock | None = None,
+                 optional: bool = False) -> None:
         super().__init__()
         for name, value in (("batch_size", batch_size), ("repeats", repeats)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -88,6 +92,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
                                                   else "leave repeats at 5"))
         self.batch_size = batch_size
         self.repeats = repeats
+        self.optional = optional
         self._step: Callable[[], Any] | None = None
         self.clock = clock if clock is not None else EpochClock()
         self.logged_keys: frozenset[str] = frozenset()  # what the last on_epoch_end added to the logs
@@ -131,9 +136,22 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
                 "ParameterServerMetrics measures a parameter-server job, and this model trains under "
                 f"{type(strategy).__name__}",
                 "use it with make_strategy('parameter_server'); WorkerMetrics measures Horovod jobs"))
-        self._step = _in_thread(self._build_local_step)
-        self._workers.start(tf.distribute.experimental.coordinator.ClusterCoordinator(strategy))
+        self._step = self._local_step()
+        if self._step is not None:
+            self._workers.start(tf.distribute.experimental.coordinator.ClusterCoordinator(strategy))
         self.clock.train_begin()
+
+    def _local_step(self) -> Callable[[], Any] | None:
+        """The local compute step; None (one warning) when ``optional`` and the model's input shape is
+        unknown (a subclassed model), whose per-worker figures are then not measured."""
+        try:
+            return _in_thread(self._build_local_step)
+        except ArgumentValueError as exc:
+            if not self.optional:
+                raise
+            logging.getLogger("tfdist").warning("tfdist: no per-worker figures for this parameter-server run "
+                                                "(%s)", exc)
+            return None
 
     def on_train_end(self, logs=None) -> None:
         self._workers.stop()

@@ -195,3 +195,21 @@ def test_parameter_server_metrics_refuses_other_backends_and_unknown_shapes():
         metrics._build_local_step()
     with pytest.raises(TfdistError, match="`repeats` must be a positive integer"):
         ParameterServerMetrics(16, repeats=0)
+
+
+def test_parameter_server_metrics_that_fit_added_itself_measure_nothing_for_an_unknown_shape(caplog):
+    """An adaptive run adds them on its own after a switch to parameter servers: a subclassed model
+    (no input shape) must train on without per-worker figures, not fail the job it switched to."""
+    import tf_keras
+
+    lazy = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+    metrics = ParameterServerMetrics(16, optional=True)
+    metrics.set_model(lazy)
+    with caplog.at_level("WARNING", logger="tfdist"):
+        assert metrics._local_step() is None
+    assert "no per-worker figures for this parameter-server run" in caplog.text
+    assert "needs the model's input shape" in caplog.text
+    strict = ParameterServerMetrics(16)
+    strict.set_model(lazy)
+    with pytest.raises(TfdistError, match="needs the model's input shape"):
+        strict._local_step()

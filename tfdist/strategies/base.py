@@ -178,7 +178,8 @@ class DistributedStrategy:
             index, throughput = next((i, cb) for i, cb in enumerate(callbacks)
                                      if isinstance(getattr(cb, "callback", cb), Throughput))
             figures = self._worker_figures(batch_size or plan.batch_size, getattr(throughput, "callback",
-                                                                                    throughput).clock)
+                                                                                    throughput).clock,
+                                           optional=True)
             kinds = tuple(type(figure) for figure in figures)
             if kinds and not any(isinstance(getattr(cb, "callback", cb), kinds) for cb in callbacks):
                 callbacks[index + 1:index + 1] = figures
@@ -224,8 +225,9 @@ class DistributedStrategy:
         figures = self._worker_figures(batch_size, throughput.clock)
         return [throughput, *figures, *([] if show_workers or not figures else progress_lines(figures))]
 
-    def _worker_figures(self, batch_size: int, clock: Any) -> list:
-        """The callbacks that measure this backend per worker, on ``clock`` (``metrics`` only)."""
+    def _worker_figures(self, batch_size: int, clock: Any, optional: bool = False) -> list:
+        """The callbacks that measure this backend per worker, on ``clock`` (``metrics``; ``optional``:
+        added by ``fit`` itself, they measure nothing rather than fail where they cannot measure)."""
         return []
 
     # --- after training -----------------------------------------------------------------------

@@ -214,7 +214,7 @@ class HorovodStrategy(DistributedStrategy):
             setattr(wrapped, SCALED_FOR, self.size)
         return wrapped
 
-    def _worker_figures(self, batch_size: int, clock: Any) -> list:
+    def _worker_figures(self, batch_size: int, clock: Any, optional: bool = False) -> list:
         """Every rank's step, allreduce and compute time (``WorkerMetrics``), for ``metrics``."""
         return [WorkerMetrics(batch_size, clock=clock)]
 

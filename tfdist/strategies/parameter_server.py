@@ -343,10 +343,10 @@ class ParameterServerStrategy(DistributedStrategy):
     def lr_scale(self) -> float:
         return 1.0
 
-    def _worker_figures(self, batch_size: int, clock: Any) -> list:
+    def _worker_figures(self, batch_size: int, clock: Any, optional: bool = False) -> list:
         """The coordinator's step time against one step's compute, and each worker's steps
-        (``ParameterServerMetrics``), for ``metrics``."""
-        return [ParameterServerMetrics(batch_size, clock=clock)]
+        (``ParameterServerMetrics``), for ``metrics`` (``optional``: for ``fit``'s own use)."""
+        return [ParameterServerMetrics(batch_size, clock=clock, optional=optional)]
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
         keras_compat.refuse_keras_3(
