@@ -217,3 +217,22 @@ def test_a_ring_paced_by_a_cpu_starved_straggler_keeps_the_links_launch_rate():
         assert cluster.bandwidths == pytest.approx(links)  # not the 16 MB/s the straggler's wait would say
         predicted = cost.predict_all(cluster, workload)
         assert predicted["parameter_server"].examples_per_second > 1.3 * predicted["horovod"].examples_per_second
+
+
+def test_a_straggler_is_told_from_slow_links_with_another_job_slowing_the_fastest_worker_too():
+    """CI ran the lab's adaptive run beside other tests: the job slowed w1 too, so w2's speed share
+    against w1 (0.3) understated how much slower w2 had become than in its own even epochs (13x), and
+    the bound from the share read w2's CPU-paced wait as slow links: the run never left the ring. Its
+    slowdown against its own even compute keeps the links' rate, as on a quiet lab."""
+    lab = Cluster(workers=2, ps=1, bandwidths=(2e9, 2.5e9), ps_bandwidth=2.4e9)
+    moved = 2 * 2 * 0.5 * SMALL.model_bytes
+    even = EpochMeasurement(1, "horovod", (WorkerEpoch(5.4, 9.2, 4364.0, moved), WorkerEpoch(5.1, 9.5, 4361.0, moved)))
+    busy = [EpochMeasurement(e, "horovod", (WorkerEpoch(20.0, 196.0, 300.0, moved),
+                                            WorkerEpoch(66.4, 150.0, 300.0, moved))) for e in (2, 3, 4)]
+    cluster, workload = refit(lab, SMALL, [even, *busy])  # the median reads the three busy epochs
+    assert cluster.speeds == pytest.approx((1.0, 20.0 / 66.4))
+    assert cluster.bandwidths == lab.bandwidths  # not what 150 ms of waiting would say of the links
+    predicted = cost.predict_all(cluster, workload)
+    assert predicted["parameter_server"].examples_per_second > 1.3 * predicted["horovod"].examples_per_second
+    alone = refit(lab, SMALL, busy)[0]  # without the even epoch, only the share (0.3) can say: links
+    assert alone.bandwidths != lab.bandwidths

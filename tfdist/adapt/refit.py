@@ -54,7 +54,8 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
     baseline = _ring_baseline(cluster, workload, epochs)
-    per_epoch = [_link_rates(cluster, e, baseline) for e in recent]
+    even = _even_computes(epochs)
+    per_epoch = [_link_rates(cluster, e, baseline, even) for e in recent]
     bandwidths = []
     for host, launched in enumerate(cluster.bandwidths):
         seen = [rates[host] for rates in per_epoch if rates[host] is not None]
@@ -88,6 +89,26 @@ EVEN_SPEED = 0.75
 CPU_EXPLAINS = 2.0
 
 
+def _even_computes(epochs: Sequence[EpochMeasurement]) -> tuple[float, ...] | None:
+    """Each worker's compute time (the median) over the given rings' epochs whose workers were even
+    (``EVEN_SPEED``); None when there is none."""
+    even = [e for e in epochs if e.backend != "parameter_server" and _speed_share(e) >= EVEN_SPEED]
+    if not even:
+        return None
+    return tuple(statistics.median(e.workers[i].compute_ms for e in even) for i in range(len(even[0].workers)))
+
+
+def _slowdown(epoch: EpochMeasurement, even_computes: tuple[float, ...] | None) -> float:
+    """How many times slower than it should be the slowest worker of ``epoch`` computes: against the
+    fastest worker (1 / the speed share), or against its own compute in the even epochs when that is
+    more: a job beside the run slows the fastest worker too, which hides the straggler's own loss."""
+    slowdown = 1.0 / _speed_share(epoch)
+    if even_computes is not None and len(even_computes) == len(epoch.workers):
+        slowest = max(range(len(epoch.workers)), key=lambda i: epoch.workers[i].compute_ms)
+        slowdown = max(slowdown, epoch.workers[slowest].compute_ms / even_computes[slowest])
+    return slowdown
+
+
 def _speed_share(epoch: EpochMeasurement) -> float:
     """The slowest worker's speed over the fastest's in one epoch (compute time, inverted)."""
     computes = [w.compute_ms for w in epoch.workers]
@@ -113,7 +134,8 @@ def _ring_baseline(cluster: Cluster, workload: Workload, epochs: Sequence[EpochM
     return max(0.0, predicted.step_ms - workload.step_ms) / 1000 / max(1.0, predicted.wire_bytes)
 
 
-def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float = 0.0) -> list[float | None]:
+def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float = 0.0,
+                even_computes: tuple[float, ...] | None = None) -> list[float | None]:
     """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
 
     Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
@@ -128,7 +150,10 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float 
     host starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the
     lab, a worker at a tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links). The
     wait is put down to the CPU when it is within CPU_EXPLAINS of ``ring_baseline`` (seconds per byte
-    with even workers) over the slowest worker's speed share.
+    with even workers) times the straggler's slowdown (:func:`_slowdown`: against the fastest worker,
+    or against its own even epochs' compute, ``even_computes``, when that is more). Against the fastest
+    worker alone, the bound failed with another job beside the lab run: the job slowed the fastest
+    worker too, the straggler's wait read as slow links, and the run never left the ring.
     """
     unknown: list[float | None] = [None] * cluster.hosts
     alpha = cluster.latency_s
@@ -145,8 +170,8 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement, ring_baseline: float 
     seconds = waited - 2 * (cluster.workers - 1) * alpha
     if sent <= 0 or seconds <= 0:
         return unknown
-    share = _speed_share(epoch)
-    if share < EVEN_SPEED and waited <= CPU_EXPLAINS * ring_baseline * sent / share:
+    if _speed_share(epoch) < EVEN_SPEED and waited <= CPU_EXPLAINS * ring_baseline * sent * _slowdown(
+            epoch, even_computes):
         return unknown
     rate = sent / seconds
     if epoch.backend == "multi_worker_mirrored":
