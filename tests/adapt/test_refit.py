@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
-from tfdist.adapt.refit import CPU_EXPLAINS, EVEN_SPEED
+from tfdist.adapt.refit import EVEN_SPEED
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -75,7 +75,9 @@ def test_parameter_servers_tell_the_slow_host_apart_and_a_ring_cannot():
 
 
 def test_the_refitted_model_predicts_what_the_true_cluster_predicts():
-    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25), bandwidths=(GBIT / 20,))
+    """Uneven workers (within EVEN_SPEED) on slow links: both are found, and every plan is predicted
+    as on the true cluster. (With a straggler the ring says nothing of its links: the test below.)"""
+    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.8), bandwidths=(GBIT / 20,))
     cluster, workload = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "horovod")])
     for name, prediction in cost.predict_all(truth, SMALL).items():
         refitted = cost.predict_all(cluster, workload)[name]
@@ -180,8 +182,8 @@ def test_refit_refuses_no_epochs_another_worker_count_and_a_stalled_worker():
        variant=st.sampled_from(["horovod", "parameter_server", "multi_worker_mirrored"]))
 def test_any_measured_cluster_is_found_again(slow, rates, variant):
     """Speeds (the fastest at 1) are always found; per-host rates under parameter servers, the slowest
-    link's rate under a ring, except where a straggler's CPU explains the ring's wait: then the ring
-    says nothing of the links and they keep their launch rate (``CPU_EXPLAINS``)."""
+    link's rate under a ring, except with a straggler (below ``EVEN_SPEED``): then the ring says
+    nothing of the links and they keep their launch rate."""
     workers = len(slow) + 1
     truth = Cluster(workers=workers, ps=1, speeds=(1.0, *slow), bandwidths=tuple(rates[:workers]))
     launched = Cluster(workers=workers, ps=1, bandwidths=(GBIT,))
@@ -191,12 +193,7 @@ def test_any_measured_cluster_is_found_again(slow, rates, variant):
     assert workload.step_ms == pytest.approx(SMALL.step_ms)
     expected = truth.bandwidths if variant == "parameter_server" else (min(truth.bandwidths),) * workers
     if variant != "parameter_server" and min(slow) < EVEN_SPEED:
-        even = cost.horovod(launched, SMALL)  # the ring's wait per byte at even speeds, as launched
-        per_byte = (even.step_ms - SMALL.step_ms) / 1000 / even.wire_bytes
-        sent = measured.workers[0].bytes_per_step / 2
-        waited = min(w.communication_ms for w in measured.workers) / 1000
-        if waited <= CPU_EXPLAINS * per_byte * sent / min(slow):
-            expected = (GBIT,) * workers
+        expected = (GBIT,) * workers
     assert cluster.bandwidths == pytest.approx(expected, rel=1e-6)
 
 
@@ -220,10 +217,10 @@ def test_a_ring_paced_by_a_cpu_starved_straggler_keeps_the_links_launch_rate():
 
 
 def test_a_straggler_is_told_from_slow_links_with_another_job_slowing_the_fastest_worker_too():
-    """CI ran the lab's adaptive run beside other tests: the job slowed w1 too, so w2's speed share
-    against w1 (0.3) understated how much slower w2 had become than in its own even epochs (13x), and
-    the bound from the share read w2's CPU-paced wait as slow links: the run never left the ring. Its
-    slowdown against its own even compute keeps the links' rate, as on a quiet lab."""
+    """CI ran the lab's adaptive run beside other tests: the job slowed w1 too, and a bound on the wait
+    w2's CPU explains (from its share against w1, then from its slowdown against its own even epochs)
+    read w2's CPU-paced wait as slow links: the run never left the ring. A ring with a straggler now
+    says nothing of its links."""
     lab = Cluster(workers=2, ps=1, bandwidths=(2e9, 2.5e9), ps_bandwidth=2.4e9)
     moved = 2 * 2 * 0.5 * SMALL.model_bytes
     even = EpochMeasurement(1, "horovod", (WorkerEpoch(5.4, 9.2, 4364.0, moved), WorkerEpoch(5.1, 9.5, 4361.0, moved)))
@@ -234,5 +231,13 @@ def test_a_straggler_is_told_from_slow_links_with_another_job_slowing_the_fastes
     assert cluster.bandwidths == lab.bandwidths  # not what 150 ms of waiting would say of the links
     predicted = cost.predict_all(cluster, workload)
     assert predicted["parameter_server"].examples_per_second > 1.3 * predicted["horovod"].examples_per_second
-    alone = refit(lab, SMALL, busy)[0]  # without the even epoch, only the share (0.3) can say: links
-    assert alone.bandwidths != lab.bandwidths
+    assert refit(lab, SMALL, busy)[0].bandwidths == lab.bandwidths  # without the even epoch too
+
+
+def test_links_slowing_while_a_worker_straggles_are_not_seen_until_the_workers_are_even():
+    """The price of the rule: a straggler and slow links at once keep the links' last rate."""
+    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25), bandwidths=(GBIT / 20,))
+    cluster, _ = refit(LAUNCHED, SMALL, [measure(truth, SMALL, "horovod")])
+    assert cluster.speeds == pytest.approx((1.0, 0.25)) and cluster.bandwidths == LAUNCHED.bandwidths
+    even = dataclasses.replace(truth, speeds=(1.0, 1.0))
+    assert refit(LAUNCHED, SMALL, [measure(even, SMALL, "horovod")])[0].bandwidths == pytest.approx((GBIT / 20,) * 2)
