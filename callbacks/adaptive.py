@@ -11,7 +11,12 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
   optimizer written and removed at the start of training: what cannot be written cannot be switched);
 * the chief waits for the launcher's verdict on that epoch (at most ``VERDICT_TIMEOUT_S``; then the
   run trains on and stops adapting);
-* on ``switch`` the chief writes the model and optimizer (slots and iterations included) with
+* on a ``switch`` the launcher marks ``in_process`` (a change the running job can make: Horovod's
+  compression), every rank makes it through the ``in_process`` change it was given (the train step is
+  traced again) and training goes on; the chief writes ``resumed-<E>.json`` saying so. When the change
+  cannot be made here (the optimizer was not made by tfdist, Horovod's tf-keras accumulation), the
+  chief says why and the switch restarts the job as any other;
+* on any other ``switch`` the chief writes the model and optimizer (slots and iterations included) with
   ``tf.train.Checkpoint`` into a new folder under ``state/``, then ``state.json`` naming it with the
   epochs done and the run's wall time at the end of the last one (the next plan's clock continues it:
   :func:`resumed_wall_time`);
@@ -28,7 +33,7 @@ import math
 import os
 import shutil
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
@@ -49,9 +54,21 @@ def _checkpoint(model: Any) -> tf.train.Checkpoint:
 
 
 #: What the chief decided at an epoch end, as every rank gets it (:func:`agree`): train on, stop
-#: adapting (no verdict came), or ``SWITCH_FROM + i``: switch to the i-th of tfdist.plan.VARIANTS.
-CONTINUE_CODE, OFF_CODE, SWITCH_FROM = 0, 1, 2
+#: adapting (no verdict came), ``SWITCH_FROM + i``: stop to switch to the i-th of tfdist.plan.VARIANTS,
+#: or ``CHANGE_FROM + i``: change to it in this process.
 _VARIANT_NAMES = tuple(VARIANTS)
+CONTINUE_CODE, OFF_CODE, SWITCH_FROM = 0, 1, 2
+CHANGE_FROM = SWITCH_FROM + len(_VARIANT_NAMES)
+
+
+class InProcessChange(Protocol):
+    """How the running job takes another plan without a restart (``tfdist.strategies.adaptive``)."""
+
+    def problem(self, variant: str) -> str | None:
+        """Why this process cannot change to ``variant``, or None when :meth:`apply` can."""
+
+    def apply(self, variant: str, plan: dict[str, Any] | None) -> None:
+        """Change to ``variant`` (``plan``: the launcher's plan for it, on the chief), from the next epoch."""
 
 
 def agree(value: int, name: str) -> int:
@@ -72,8 +89,11 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
     """
 
     def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int, batch_size: int | None = None,
-                 timeout: float = run_channel.VERDICT_TIMEOUT_S, resumed_wall_s: float | None = None) -> None:
+                 timeout: float = run_channel.VERDICT_TIMEOUT_S, resumed_wall_s: float | None = None,
+                 in_process: InProcessChange | None = None) -> None:
         super().__init__()
+        self.in_process = in_process
+        self._plan: dict[str, Any] | None = None
         self.resumed_wall_s = resumed_wall_s
         self.batch_size = batch_size
         self.folder = folder
@@ -101,9 +121,24 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         code = agree(code, f"tfdist.adapt.epoch.{epoch}")
         if code == OFF_CODE:
             self.off = True
+        elif code >= CHANGE_FROM:
+            self._change(epoch, _VARIANT_NAMES[code - CHANGE_FROM])
         elif code >= SWITCH_FROM:
             self.switched_to = _VARIANT_NAMES[code - SWITCH_FROM]
             self.model.stop_training = True
+
+    def _change(self, epoch: int, target: str) -> None:
+        """Take ``target`` in this process from the next epoch; the chief tells the launcher."""
+        self.in_process.apply(target, self._plan if self.is_chief else None)
+        log.warning("tfdist adapt: changed to %s in this process after epoch %d (the train step is traced again)",
+                    target, epoch + 1)
+        if self.is_chief:
+            try:
+                run_channel.write_json(run_channel.resumed_path(self.folder, epoch + 1),
+                                       {"variant": target, "time": time.time(), "in_process": True})
+            except (OSError, ValueError) as exc:
+                log.warning("tfdist adapt: cannot tell the launcher the plan changed (%s)", exc)
+        self.variant = target
 
     def _chief_decides(self, epoch: int, logs: dict[str, Any]) -> int:
         """Report, wait for the verdict, and on a switch write the state: the code every rank follows."""
@@ -117,6 +152,14 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         target = verdict.get("to")
         if verdict.get("action") != run_channel.SWITCH or epoch + 1 >= self.epochs or target not in VARIANTS:
             return CONTINUE_CODE
+        if verdict.get("in_process") is True:
+            problem = (f"a {self.variant} run changes nothing in process" if self.in_process is None
+                       else self.in_process.problem(target))
+            if problem is None:
+                self._plan = verdict.get("plan") if isinstance(verdict.get("plan"), dict) else None
+                return CHANGE_FROM + _VARIANT_NAMES.index(target)
+            log.warning("tfdist adapt: cannot change to %s in this process (%s); the job stops and restarts "
+                        "with it", target, problem)
         if not _save_state(self.model, self.folder, epoch + 1, self.variant, target,
                            _wall_time(logs, self._started, self._ended)):
             return CONTINUE_CODE

@@ -52,6 +52,10 @@ class PlanCheck(tf_keras.callbacks.Callback):
         except (AttributeError, TypeError, ValueError):  # a model not built yet: the record goes without
             self.params = None
 
+    def plan_changed(self, plan: Plan) -> None:
+        """An adaptive run took ``plan`` in this process: the epochs from here on are measured against it."""
+        self.plan, self.rates, self.worker_epochs = plan, [], []
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         rate = (logs or {}).get("examples_per_second")
         if rate is None:

@@ -224,6 +224,10 @@ def _hparams_tensorboard(flavour: str) -> type:
             self._predicted = True
             _write_scalars(self.log_dir, predicted_record(self.plan), step=epoch)
 
+    def plan_changed(self, plan: Any) -> None:
+        """An adaptive run took ``plan`` in this process: its segment starts at the next epoch."""
+        self.plan, self._predicted = plan, False
+
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         logs = logs if logs is not None else {}
         if "wall_time_s" not in logs and self._train_start is not None:
@@ -268,7 +272,7 @@ def _hparams_tensorboard(flavour: str) -> type:
 
     return type("HParamsTensorBoard", (base,), {
         "__init__": __init__, "on_train_begin": on_train_begin, "on_epoch_begin": on_epoch_begin,
-        "on_epoch_end": on_epoch_end,
+        "on_epoch_end": on_epoch_end, "plan_changed": plan_changed,
         "on_train_end": on_train_end, "on_test_end": on_test_end, "record_evaluation": record_evaluation,
         "__module__": __name__})
 
@@ -309,6 +313,11 @@ class TensorBoardRun(ChiefOnly):
         record.update(hparams or {})
         self._arguments = (self.run_dir, self.run_name, record, dict(tensorboard_kwargs))
         super().__init__(self._tensorboard(keras_compat.TF_KERAS), is_chief=is_chief)
+
+    def plan_changed(self, plan: Any) -> None:
+        """An adaptive run took ``plan`` in this process (see the inner callback's)."""
+        self.plan = plan
+        self.callback.plan_changed(plan)
 
     def _tensorboard(self, flavour: str) -> Any:
         run_dir, run_name, record, kwargs = self._arguments

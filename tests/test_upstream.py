@@ -263,6 +263,30 @@ def test_horovods_tf_keras_wrapper_allreduces_on_every_path_and_fails_closed(leg
         upstream.allreduce_on_every_path(types.SimpleNamespace(_aggregated_gradients=False))
 
 
+def test_horovods_tf_keras_allreduce_is_rebuilt_with_another_compression_and_fails_closed(monkeypatch):
+    """An adaptive run changes Horovod's compression in-process (issue 36) by giving the wrapper a new
+    ``_allreduce_grads``; Horovod's maker of it and an accumulation helper are checked first."""
+    hvd = pytest.importorskip("horovod.tensorflow")
+    import tf_keras
+
+    options = {"op": hvd.Average, "name": None, "device_dense": "", "device_sparse": "",
+               "compression": hvd.Compression.none, "sparse_as_dense": False}
+    wrapped = upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), **options)
+    before = wrapped._allreduce_grads
+    rebuild = {"compression": hvd.Compression.fp16, "sparse_as_dense": False, "op": hvd.Average,
+               "gradient_predivide_factor": 1.0, "groups": None, "device_dense": "", "device_sparse": "",
+               "process_set": None}
+    upstream.rebuild_horovod_allreduce(wrapped, **rebuild)
+    assert wrapped._allreduce_grads is not before and callable(wrapped._allreduce_grads)
+    accumulating = upstream.horovod_tf_keras_optimizer(tf_keras.optimizers.SGD(0.1), backward_passes_per_step=2,
+                                                       **options)
+    with pytest.raises(upstream.UpstreamChangedError, match="_agg_helper"):
+        upstream.rebuild_horovod_allreduce(accumulating, **rebuild)
+    monkeypatch.delattr(hvd, "_make_allreduce_grads_fn")
+    with pytest.raises(upstream.UpstreamChangedError, match="_make_allreduce_grads_fn"):
+        upstream.rebuild_horovod_allreduce(wrapped, **rebuild)
+
+
 def test_horovodruns_build_checks_are_answered_by_the_given_function_and_undone(monkeypatch):
     """run_controller / _run_elastic call the names horovod.runner.launch imported; those are replaced."""
     launch = pytest.importorskip("horovod.runner.launch")

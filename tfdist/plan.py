@@ -69,6 +69,17 @@ def variant_options(variant: str) -> dict[str, Any]:
     return dict(VARIANTS[variant][1])
 
 
+#: ``make_strategy`` options a running strategy changes without a new cluster (Horovod's compression):
+#: an adaptive run switches between variants that differ only in these in-process.
+IN_PROCESS_OPTIONS = frozenset({"compression"})
+
+
+def changed_options(a: str, b: str) -> set[str]:
+    """The ``make_strategy`` options in which variants ``a`` and ``b`` (of one backend) differ."""
+    options_a, options_b = variant_options(a), variant_options(b)
+    return {k for k in options_a.keys() | options_b.keys() if options_a.get(k) != options_b.get(k)}
+
+
 _FIELDS = ("version", "backend", "variant", "options", "workers", "ps", "batch_size",
            "predicted_examples_per_second", "predicted_step_ms", "bottleneck", "explanation", "inputs")
 

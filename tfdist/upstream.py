@@ -217,6 +217,26 @@ def horovod_tf_keras_optimizer(optimizer: Any, *, op: Any, gradient_predivide_fa
     return allreduce_on_every_path(wrapped)
 
 
+def rebuild_horovod_allreduce(wrapped: Any, *, compression: Any, sparse_as_dense: bool, op: Any,
+                              gradient_predivide_factor: float, groups: Any, device_dense: str, device_sparse: str,
+                              process_set: Any) -> None:
+    """Give Horovod's tf-keras ``wrapped`` optimizer a new gradient allreduce (its ``_allreduce_grads``,
+    which Horovod builds once, in ``__init__``, as a ``tf.function`` over these arguments), so that the
+    next trace of the train step allreduces with ``compression``. Refused when Horovod's accumulation
+    helper (``_agg_helper``) holds the old one."""
+    import horovod.tensorflow as hvd
+
+    make = _get(hvd, "_make_allreduce_grads_fn")
+    if not callable(make) or not callable(_get(wrapped, "_allreduce_grads")):
+        raise _missing(wrapped, "_allreduce_grads")
+    if _get(wrapped, "_agg_helper") is not None:
+        raise _missing(wrapped, "_agg_helper (None: no local accumulation)")
+    name = _get(wrapped, "_name")
+    wrapped._allreduce_grads = make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                    gradient_predivide_factor, groups,
+                                    process_set=hvd.global_process_set if process_set is None else process_set)
+
+
 #: Horovod's tf-keras wrapper sets this flag in ``_allreduce``, the method that averages the gradients.
 ALLREDUCED_FLAG = "_aggregated_gradients"
 

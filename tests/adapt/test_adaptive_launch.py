@@ -37,8 +37,8 @@ def decision(monkeypatch):
     return found
 
 
-def report(epoch: int, variant: str, computes: tuple[float, float] | None) -> dict:
-    step_ms = max(computes or (10.0,)) + 2.0
+def report(epoch: int, variant: str, computes: tuple[float, float] | None, wait_ms: float = 2.0) -> dict:
+    step_ms = max(computes or (10.0,)) + wait_ms
     workers = [] if computes is None else [
         {"compute_ms": c, "communication_ms": step_ms - c, "examples_per_second": 64_000 / step_ms} for c in computes]
     return {"epoch": epoch, "variant": variant, "epochs": EPOCHS, "seconds": 400 * step_ms / 1000,
@@ -49,11 +49,17 @@ def report(epoch: int, variant: str, computes: tuple[float, float] | None) -> di
 class Chief:
     """Plays the tasks of every segment: reports epochs, waits for each verdict, writes the state on a
     switch and the resumed marker after one. ``slow_from``: the epoch from which w2 computes 4x as long;
-    ``missing``: epochs whose report is never written; ``fail``: the exit code of a segment that switched."""
+    ``links_slow_from``: the epoch from which the ring's wait is 60 ms a step (links slowed, workers
+    even); ``missing``: epochs whose report is never written; ``fail``: the exit code of a segment that
+    switched; ``changes``: whether the tasks make an ``in_process`` switch in-process (as a Horovod job
+    with tfdist's optimizer does) or stop for it (an optimizer tfdist cannot reach)."""
 
-    def __init__(self, folder: Path, slow_from: int = 2, missing: tuple[int, ...] = (), fail: int = 0) -> None:
+    def __init__(self, folder: Path, slow_from: int = 2, missing: tuple[int, ...] = (), fail: int = 0,
+                 links_slow_from: int | None = None, changes: bool = True) -> None:
         self.folder, self.slow_from, self.missing, self.fail = folder, slow_from, missing, fail
+        self.links_slow_from, self.changes = links_slow_from, changes
         self.segments: list[tuple[str, str, dict]] = []
+        self.verdicts: list[dict] = []
 
     def __call__(self, decision, environ) -> int:
         assert environ[run_channel.ADAPT_ENV] == str(self.folder)
@@ -68,11 +74,18 @@ class Chief:
                 continue
             computes = None if variant == "parameter_server" else (
                 (10.0, 40.0) if epoch >= self.slow_from else (10.0, 10.0))
+            slow_links = self.links_slow_from is not None and epoch >= self.links_slow_from
+            wait = (60.0 if variant == "horovod" else 30.0) if slow_links else 2.0  # fp16: half the bytes
             run_channel.write_json(run_channel.epoch_report_path(str(self.folder), epoch),
-                                   report(epoch, variant, computes))
+                                   report(epoch, variant, computes, wait))
             verdict = run_channel.wait_for(run_channel.verdict_path(str(self.folder), epoch), timeout=10)
             assert verdict is not None, f"no verdict on epoch {epoch}"
-            if verdict["action"] == "switch":
+            self.verdicts.append(verdict)
+            if verdict["action"] == "switch" and verdict["in_process"] and self.changes:
+                variant = verdict["to"]
+                run_channel.write_json(run_channel.resumed_path(str(self.folder), epoch + 1),
+                                       {"variant": variant, "time": time.time(), "in_process": True})
+            elif verdict["action"] == "switch":
                 run_channel.write_json(run_channel.state_path(str(self.folder)),
                                        {"epoch": epoch + 1, "status": "saved", "checkpoint": "x"})
                 return self.fail
@@ -148,3 +161,34 @@ def test_a_verdict_that_cannot_be_computed_keeps_the_plan(decision, tmp_path, mo
     assert code == 0 and len(chief.segments) == 1
     assert any("no verdict (ZeroDivisionError: x); the plan is kept" in line for line in lines)
     assert threading.active_count() >= 1 and os.path.isdir(folder)
+
+
+def test_slower_links_change_the_compression_in_process_without_a_restart(decision, tmp_path):
+    """Issue 36: "a change that needs no new cluster (Horovod's compression) happens in-process"."""
+    folder = tmp_path / "plan.run"
+    chief = Chief(folder, slow_from=EPOCHS, links_slow_from=3)
+    adaptive, code, lines = launch(decision, folder, chief)
+    assert code == 0 and len(chief.segments) == 1, lines  # one job: no restart
+    switches = [v for v in chief.verdicts if v["action"] == "switch"]
+    assert [(v["to"], v["in_process"]) for v in switches] == [("horovod_fp16", True)], lines
+    assert switches[0]["plan"]["variant"] == "horovod_fp16"  # what the tasks take, with its prediction
+    assert switches[0]["plan"]["options"] == {"compression": "fp16"}
+    assert switches[0]["plan"]["predicted_examples_per_second"] > 0
+    changed = [line for line in lines if line.startswith("tfdist launch: re-planned at epoch ")]
+    assert len(changed) == 1 and " horovod -> horovod_fp16 in process (measured " in changed[0], lines
+    assert adaptive.final.advice.variant == "horovod_fp16" and adaptive.planner.current == "horovod_fp16"
+    assert adaptive.planner.restart_s is None  # an in-process change says nothing of a restart's cost
+    epochs = [line for line in lines if line.startswith("tfdist launch: epoch ")]
+    assert len(epochs) == EPOCHS and any(" on horovod_fp16: " in line for line in epochs)
+    assert lines[-1].startswith("tfdist launch: adaptive run: horovod -> horovod_fp16; ")
+
+
+def test_a_job_that_cannot_change_in_process_restarts_and_later_switches_are_priced_as_restarts(decision, tmp_path):
+    folder = tmp_path / "plan.run"
+    chief = Chief(folder, slow_from=EPOCHS, links_slow_from=3, changes=False)
+    adaptive, code, lines = launch(decision, folder, chief)
+    assert code == 0
+    assert [variant for _, variant, _ in chief.segments] == ["horovod", "horovod_fp16"], lines
+    assert adaptive.planner.in_process == frozenset()
+    assert [s.in_process for s in adaptive.switches] == [False]
+    assert not any(" in process " in line for line in lines)

@@ -6,7 +6,9 @@
 The chief writes, under OUTDIR, what the tests compare across a switch: ``begin-<kind>-<N>.npz`` when
 training begins (after ``strategy.fit`` restored a switch's checkpoint; N: the first epoch it trains)
 and ``end-<E>.npz`` after each epoch E, each with the model's weights, the optimizer's variables (slots
-and iterations) in creation order. The last line is ``DONE <kind>`` when fit ran to its end (a task
+and iterations) in creation order; and ``wire-<E>.json``: the variant and compression the task's own
+strategy object held during epoch E, and the dtypes its traced train step allreduces gradients in
+(read from the graphs of the step that trained the epoch). The last line is ``DONE <kind>`` when fit ran to its end (a task
 that stops for a switch ends inside ``strategy.fit``). With ``again``, a second ``strategy.fit`` of one
 epoch follows (``AGAIN <kind>``): a process's later fits are not followed by the launcher. The first
 fit also records the run for TensorBoard in ``OUTDIR/runs/adaptive`` (``TensorBoardRun``).
@@ -14,6 +16,7 @@ fit also records the run for TensorBoard in ``OUTDIR/runs/adaptive`` (``TensorBo
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 
@@ -34,6 +37,23 @@ def state(model) -> dict[str, np.ndarray]:
     return arrays
 
 
+def allreduced_dtypes(train_function) -> list[str]:
+    """The dtypes of the Horovod allreduce ops in the traced train step (nested functions included):
+    tf-keras's ``train_function`` is a ``tf.function``; Keras 3's a Python function over them."""
+    import tensorflow as tf
+
+    functions = [train_function] + [cell.cell_contents for cell in (getattr(train_function, "__closure__", None) or ())
+                                    if hasattr(cell.cell_contents, "_list_all_concrete_functions")]
+    found = set()
+    for function in functions:
+        for concrete in getattr(function, "_list_all_concrete_functions", lambda: [])():
+            graph = concrete.graph.as_graph_def()
+            nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+            found.update(tf.dtypes.as_dtype(n.attr["T"].type).name for n in nodes
+                         if n.op.startswith("Horovod") and "Allreduce" in n.op)
+    return sorted(found)
+
+
 class Snapshot(K.callbacks.Callback):
     def __init__(self, kind: str, chief: bool) -> None:
         super().__init__()
@@ -47,6 +67,10 @@ class Snapshot(K.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.chief:
             np.savez(os.path.join(OUTDIR, f"end-{epoch}.npz"), **state(self.model))
+            if strategy.kind == "horovod":
+                with open(os.path.join(OUTDIR, f"wire-{epoch}.json"), "w") as out:
+                    json.dump({"variant": strategy.plan.variant, "compression": strategy.options.compression,
+                               "dtypes": allreduced_dtypes(self.model.train_function)}, out)
 
 
 strategy = tfdist.make_strategy("auto")

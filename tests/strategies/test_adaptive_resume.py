@@ -34,12 +34,26 @@ def plan_env(variant: str, folder: Path, ps: int = 0) -> dict[str, str]:
     return subprocess_env(**plan_environment(plan), **{run_channel.ADAPT_ENV: str(folder)})
 
 
+#: An answer of :func:`verdicts` that the running job takes in-process, as the launcher marks a change
+#: of Horovod's compression.
+IN_PROCESS = " in process"
+
+
 def verdicts(folder: Path, *answers: str | None) -> None:
-    """The launcher's verdict on each epoch: None to continue, else the variant to switch to."""
+    """The launcher's verdict on each epoch: None to continue, else the variant to switch to (ending in
+    IN_PROCESS: in-process, with no plan attached, so the tasks keep the running plan's prediction)."""
     (folder / "state").mkdir(parents=True, exist_ok=True)
     for epoch, target in enumerate(answers):
-        verdict = {"action": "continue", "to": None} if target is None else {"action": "switch", "to": target}
+        verdict = {"action": "continue", "to": None} if target is None else {
+            "action": "switch", "to": target.removesuffix(IN_PROCESS), "in_process": target.endswith(IN_PROCESS)}
         (folder / f"verdict-{epoch}.json").write_text(json.dumps(verdict))
+
+
+def wire(out: Path, epoch: int) -> tuple[str, str, list[str]]:
+    """What the chief's strategy object said during ``epoch`` (variant, compression), and the dtypes
+    its traced train step allreduced the gradients in."""
+    found = json.loads((out / f"wire-{epoch}.json").read_text())
+    return found["variant"], found["compression"], found["dtypes"]
 
 
 def same_state(a: Path, b: Path) -> None:
@@ -62,7 +76,7 @@ def launch_ps(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> sub
 def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path):
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
-    verdicts(folder, "parameter_server", "horovod", None, None)
+    verdicts(folder, "parameter_server", "horovod", "horovod_fp16" + IN_PROCESS, None)
     args = (str(out), "tf_keras", "4")
 
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
@@ -85,7 +99,12 @@ def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path)
     assert third.stdout.count("AGAIN horovod") == 2 and (out / "begin-horovod-0.npz").exists(), third.stdout
     assert third.stderr.count("only the first strategy.fit of a process is followed") == 2, third.stderr[-3000:]
     same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
-    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "horovod", 3: "horovod"}
+    # the compression changed in the running job (tf-keras: Horovod's wrapper), no restart and nothing lost
+    assert not (out / "begin-horovod-3.npz").exists()
+    assert third.stderr.count("changed to horovod_fp16 in this process after epoch 3") == 2, third.stderr[-3000:]
+    assert wire(out, 2) == ("horovod", "none", ["float32"]) and wire(out, 3) == ("horovod_fp16", "fp16", ["float16"])
+    assert json.loads((folder / "resumed-3.json").read_text())["in_process"] is True
+    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "horovod", 3: "horovod_fp16"}
     with np.load(out / "end-3.npz") as last:  # Adam counted every step once: 4 epochs of 8 steps
         assert int(last["o0"]) == 4 * 8, last["o0"]
     assert (folder / "resumed-1.json").exists() and (folder / "resumed-2.json").exists()
@@ -103,24 +122,31 @@ def recorded_segments(runs: Path, switch_s: float) -> None:
     run = load_run(str(runs / "adaptive"))
     assert [(part.variant, part.first_epoch, part.last_epoch, part.predicted_examples_per_second)
             for part in segments(run)] == [("horovod", 0, 1, 1000.0), ("parameter_server", 1, 2, 1000.0),
-                                           ("horovod", 2, 4, 1000.0)]
+                                           ("horovod", 2, 3, 1000.0), ("horovod_fp16", 3, 4, 1000.0)]
     wall = run.series(TRAIN, WALL_TIME_TAG)
     assert wall.steps == (0, 1, 2, 3), wall
     assert all(b > a for a, b in zip(wall.values, wall.values[1:])), wall.values
     assert wall.values[1] - wall.values[0] >= switch_s > 0, (wall.values, switch_s)
 
 
-def test_keras_3_resumes_under_another_horovod_plan(tmp_path):
-    """Keras 3 trains on Horovod only (not under parameter servers): a switch from the plain ring to
-    fp16 compression, which tfdist's Horovod strategy reads at start-up, restarts the job."""
+def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_it_cannot_make(tmp_path):
+    """Keras 3 trains on Horovod only (not under parameter servers). A switch from the plain ring to fp16
+    compression happens in the running job (the allreduce in the optimizer's ``apply`` reads it at the
+    next trace); hierarchical allreduce is read when Horovod starts, so a switch to it restarts the job,
+    even when the launcher asked for an in-process one (the chief says why)."""
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
-    verdicts(folder, "horovod_fp16", None)
-    args = (str(out), "keras_3", "2")
+    verdicts(folder, "horovod_fp16" + IN_PROCESS, "horovod_hierarchical" + IN_PROCESS, None)
+    args = (str(out), "keras_3", "3")
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
     assert first.returncode == 0 and "DONE" not in first.stdout, first.stderr[-3000:]
-    second = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod_fp16", folder))
+    assert first.stderr.count("changed to horovod_fp16 in this process after epoch 1") == 2, first.stderr[-3000:]
+    assert "cannot change to horovod_hierarchical in this process (hierarchical_allreduce is read when Horovod " \
+           "starts); the job stops and restarts with it" in first.stderr, first.stderr[-3000:]
+    assert wire(out, 0) == ("horovod", "none", ["float32"]) and wire(out, 1) == ("horovod_fp16", "fp16", ["float16"])
+    assert not (out / "begin-horovod-1.npz").exists()  # no restart for the first change
+    second = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod_hierarchical", folder))
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("DONE horovod") == 2, second.stdout
-    same_state(out / "end-0.npz", out / "begin-horovod-1.npz")
-    assert reported(folder) == {0: "horovod", 1: "horovod_fp16"}
+    same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
+    assert reported(folder) == {0: "horovod", 1: "horovod_fp16", 2: "horovod_hierarchical"}

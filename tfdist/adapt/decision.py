@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from tfdist.adapt.errors import AdaptError, check_number, check_whole
 from tfdist.advise.cost import Prediction
 from tfdist.errors import with_fix
-from tfdist.plan import VARIANTS, backend_of, variant_options
+from tfdist.plan import IN_PROCESS_OPTIONS, VARIANTS, backend_of, changed_options
 
 #: Default share of the remaining time a switch must save beyond its cost (``--adapt-margin``).
 DEFAULT_MARGIN = 0.10
@@ -37,8 +37,6 @@ DEFAULT_MIN_STAY = 2
 DEFAULT_RESTART_S = 30.0
 #: Cost of an in-process change (seconds): the train step traced again with the new option.
 IN_PROCESS_SWITCH_S = 1.0
-#: ``make_strategy`` options a running strategy can change without a new cluster.
-IN_PROCESS_OPTIONS = frozenset({"compression"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +73,7 @@ def needs_restart(a: str, b: str, in_process: frozenset[str] = IN_PROCESS_OPTION
     _known(b, "b")
     if backend_of(a) != backend_of(b):
         return True
-    options_a, options_b = variant_options(a), variant_options(b)
-    changed = {k for k in options_a.keys() | options_b.keys() if options_a.get(k) != options_b.get(k)}
-    return not changed <= in_process
+    return not changed_options(a, b) <= in_process
 
 
 def switch_cost(a: str, b: str, restart_s: float | None = None,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS
-from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds
+from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import refitted
 from tfdist.advise.cost import Prediction
@@ -41,14 +41,16 @@ __all__ = ["Replanner", "Verdict"]
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """The answer to one epoch: ``action`` (``continue`` or ``switch``), ``to`` (the variant to switch
-    to, else None) and ``line`` (what the launcher prints about the epoch)."""
+    to, else None), ``line`` (what the launcher prints about the epoch) and ``in_process`` (the switch
+    changes only options the running job changes itself: no restart)."""
 
     action: str
     to: str | None
     line: str
+    in_process: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "to": self.to, "reason": self.line}
+        return {"action": self.action, "to": self.to, "reason": self.line, "in_process": self.in_process}
 
 
 def _number(report: Mapping[str, Any], field: str) -> float | None:
@@ -144,7 +146,8 @@ class Replanner:
         if decision.switch:
             return Verdict(SWITCH, decision.to, f"{head} ({fitted}, {decision.to} "
                                                 f"{self.predictions[decision.to].examples_per_second:,.0f}): "
-                                                f"{decision.reason}")
+                                                f"{decision.reason}",
+                           in_process=not needs_restart(self.current, decision.to, self.in_process))
         return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
 
     def _keep(self, head: str, key: str, why: str) -> Verdict:

@@ -5,11 +5,17 @@ re-fitted model says another plan finishes sooner, and start that plan where the
 runner: horovodrun or a tf.distribute cluster, blocking). Beside it a thread reads the chief's epoch
 reports from the run folder (:mod:`tfdist.run_channel`), asks :class:`tfdist.adapt.replan.Replanner`,
 and writes each verdict. After a ``switch`` verdict the tasks checkpoint and end; the next plan starts
-with the same folder, and its ``strategy.fit`` resumes at the next epoch. The launcher prints one line
-per epoch, one line per switch::
+with the same folder, and its ``strategy.fit`` resumes at the next epoch. A switch that changes only
+what the running job changes itself (Horovod's compression, ``tfdist.plan.IN_PROCESS_OPTIONS``) is
+made in-process: the verdict says ``in_process`` and carries the new plan, every rank takes it, and
+the chief says so in the run folder; a job that cannot (its optimizer was not made by tfdist) stops
+and restarts as for any switch, and the next decisions price every switch as a restart. The launcher
+prints one line per epoch, one line per switch::
 
     tfdist launch: re-planned at epoch 4: horovod -> parameter_server (measured 1,030 examples/s, predicted
     3,950 for parameter_server; switching took 14.2 s)
+    tfdist launch: re-planned at epoch 6: horovod -> horovod_fp16 in process (measured 262 examples/s,
+    predicted 505 for horovod_fp16; switching took 0.1 s, the next epoch traces the step again)
 
 and at the end the total, the time spent switching and what each fixed plan was predicted to take.
 """
@@ -27,7 +33,7 @@ from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.adapt.replan import Replanner, Verdict
 from tfdist.errors import TfdistError, with_fix
 from tfdist.auto.pipeline import Decision
-from tfdist.plan import backend_of, plan_environment
+from tfdist.plan import IN_PROCESS_OPTIONS, backend_of, plan_environment
 
 __all__ = ["AdaptiveLaunch", "RunFolderError", "check_run_folder"]
 
@@ -102,6 +108,7 @@ class _Switch:
     predicted: float
     asked_at: float
     took_s: float | None = None
+    in_process: bool = False
 
 
 @dataclass
@@ -127,7 +134,7 @@ class AdaptiveLaunch:
         decision = self.final = self.decision
         self.planner = Replanner(decision.cluster, decision.workload, decision.advice.variant,
                                  decision.advice.predictions, candidates=self._candidates(), margin=self.margin,
-                                 memory=decision.advice.memory)
+                                 memory=decision.advice.memory, in_process=IN_PROCESS_OPTIONS)
         started = time.monotonic()
         next_epoch = 0
         try:
@@ -148,6 +155,9 @@ class AdaptiveLaunch:
                         or state.get("epoch") != pending[-1].epoch):
                     break  # done, failed or interrupted (130): the next plan starts only after a clean stop
                 switch = pending[-1]
+                if switch.in_process:  # the job could not change in-process: every switch is a restart now
+                    switch.in_process = False
+                    self.planner.in_process = frozenset()
                 self.switches.append(switch)
                 decision = self.final = decision.with_variant(switch.target, self.planner.predictions,
                                                               f"re-planned after epoch {switch.epoch}")
@@ -173,12 +183,14 @@ class AdaptiveLaunch:
         while True:
             if last is not None and last.took_s is None:
                 self._timed(last)
+            if pending and pending[-1].in_process and self._changed_in_process(pending[-1]):
+                pending.pop()
             found = _next_report(self.folder, epoch)
             if found is not None:
                 epoch, report = found
                 verdict = self._answer(epoch, report, pending)
                 try:
-                    run_channel.write_json(run_channel.verdict_path(self.folder, epoch), verdict.as_dict())
+                    run_channel.write_json(run_channel.verdict_path(self.folder, epoch), self._said(verdict))
                 except (OSError, ValueError) as exc:
                     self.log(f"tfdist launch: cannot write the verdict on epoch {epoch + 1} ({exc}); the run "
                              f"trains on after {run_channel.VERDICT_TIMEOUT_S:.0f} s and stops adapting")
@@ -188,6 +200,24 @@ class AdaptiveLaunch:
             if stop.is_set():
                 return
             stop.wait(WATCH_POLL_S)
+
+    def _changed_in_process(self, switch: _Switch) -> bool:
+        """Whether the job took ``switch`` in-process (its chief's marker says so); if so the switch is
+        recorded, timed and printed, and the planner follows it (its cost of a restart unchanged)."""
+        marker = run_channel.read_json(run_channel.resumed_path(self.folder, switch.epoch))
+        if marker is None or marker.get("in_process") is not True or marker.get("variant") != switch.target:
+            return False
+        at = marker.get("time")
+        switch.took_s = max(0.0, at - switch.asked_at) if isinstance(at, (int, float)) and not isinstance(
+            at, bool) else 0.0
+        self.switches.append(switch)
+        self.final = self.final.with_variant(switch.target, self.planner.predictions,
+                                             f"re-planned after epoch {switch.epoch}")
+        self.planner.switched(switch.target, switch.epoch)
+        self.log(f"tfdist launch: re-planned at epoch {switch.epoch}: {switch.source} -> {switch.target} in process "
+                 f"(measured {switch.measured:,.0f} examples/s, predicted {switch.predicted:,.0f} for "
+                 f"{switch.target}; switching took {switch.took_s:.1f} s, the next epoch traces the step again)")
+        return True
 
     def _timed(self, last: _Switch) -> None:
         """Time ``last`` once the next plan's chief said it resumed, and print the switch's line."""
@@ -201,6 +231,14 @@ class AdaptiveLaunch:
                  f"{last.measured:,.0f} examples/s, predicted {last.predicted:,.0f} for {last.target}; switching "
                  f"took {last.took_s:.1f} s)")
 
+    def _said(self, verdict: Verdict) -> dict:
+        """What the tasks read: the verdict, and for an in-process switch the plan they take."""
+        said = verdict.as_dict()
+        if verdict.in_process and verdict.to is not None and self.final is not None:
+            said["plan"] = self.final.with_variant(verdict.to, self.planner.predictions,
+                                                   "changed in process").plan().as_dict()
+        return said
+
     def _answer(self, epoch: int, report: dict, pending: list[_Switch]) -> Verdict:
         """The verdict on one report; a switch goes into ``pending``. Never raises: whatever goes wrong
         keeps the plan (the tasks are waiting for an answer)."""
@@ -209,7 +247,8 @@ class AdaptiveLaunch:
             if verdict.action == run_channel.SWITCH and verdict.to is not None:
                 measured = float(report.get("examples_per_second") or 0.0)
                 predicted = self.planner.predictions[verdict.to].examples_per_second
-                pending.append(_Switch(epoch + 1, self.planner.current, verdict.to, measured, predicted, time.time()))
+                pending.append(_Switch(epoch + 1, self.planner.current, verdict.to, measured, predicted, time.time(),
+                                       in_process=verdict.in_process))
             return verdict
         except Exception as exc:  # noqa: BLE001  (a bug here must not leave the tasks waiting)
             return Verdict(run_channel.CONTINUE, None, f"epoch {epoch + 1}: no verdict ({type(exc).__name__}: "

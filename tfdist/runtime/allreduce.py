@@ -22,7 +22,7 @@ update on the mean of the k accumulated gradients, so gradients move once per k 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
@@ -100,13 +100,15 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
             initial_scale=optimizer.initial_scale,
             **({"dynamic_growth_steps": optimizer.dynamic_growth_steps} if optimizer.dynamic else {}))
     extra = {} if settings.process_set is None else {"process_set": settings.process_set}
-    return upstream.horovod_tf_keras_optimizer(
+    wrapped = upstream.horovod_tf_keras_optimizer(
         optimizer, name=settings.name, device_dense=settings.device_dense, device_sparse=settings.device_sparse,
         compression=settings.compression, sparse_as_dense=settings.sparse_as_dense,
         gradient_predivide_factor=settings.gradient_predivide_factor, op=settings.op,
         backward_passes_per_step=settings.backward_passes_per_step,
         average_aggregated_gradients=settings.average_aggregated_gradients,
         num_groups=settings.num_groups, **extra)
+    setattr(wrapped, ALLREDUCE_MARK, settings)
+    return wrapped
 
 
 def refuse_tf_keras_loss_scale_accumulation(optimizer: Any, backward_passes_per_step: int) -> None:
@@ -142,7 +144,8 @@ def _allreduce_in_apply(optimizer: Any, settings: AllreduceSettings) -> Any:
     if inner is not None:
         _refuse_wrapped(inner)
     steps = _accumulation_steps(optimizer if inner is None else inner, settings)
-    reduce = _gradient_reducer(hvd, settings)
+    reduce = _gradient_reducer(hvd, lambda: getattr(optimizer, ALLREDUCE_MARK))  # read when traced:
+    # change_compression takes effect at the next trace
     if steps > 1:
         if inner is not None and settings.compression is not hvd.Compression.none:
             raise ArgumentValueError(with_fix(
@@ -230,6 +233,55 @@ def _same_finite_decision(hvd: Any, loss_scale: Any) -> None:
     loss_scale.check_finite = finite_everywhere
 
 
+def compression_change_problem(optimizer: Any) -> str | None:
+    """Why the allreduce of ``optimizer`` (as :func:`distributed_optimizer` returned it) cannot change
+    its compression in a running process, or None when :func:`change_compression` can."""
+    holder = _compression_holder(optimizer)
+    if holder is None:
+        return (f"this {type(optimizer).__name__} was not made by tfdist's strategy.optimizer (or "
+                "DistributedOptimizer), so tfdist cannot reach its allreduce")
+    settings = getattr(holder, ALLREDUCE_MARK)
+    if flavour_of(holder) == TF_KERAS and settings.backward_passes_per_step > 1:
+        return (f"Horovod's tf-keras accumulation (backward_passes_per_step={settings.backward_passes_per_step}) "
+                "keeps the allreduce it was built with")
+    return None
+
+
+def change_compression(optimizer: Any, compression: Any) -> None:
+    """Make the allreduce of ``optimizer`` use ``compression`` (``hvd.Compression.none`` or ``.fp16``)
+    from the next time the train step is traced; the caller traces it again (``make_train_function(
+    force=True)``). Raises ArgumentValueError when :func:`compression_change_problem` says it cannot."""
+    problem = compression_change_problem(optimizer)
+    if problem is not None:
+        raise ArgumentValueError(with_fix(f"cannot change the compression in this process: {problem}",
+                                          "restart the job with the other compression"))
+    holder = _compression_holder(optimizer)
+    settings = dataclasses.replace(getattr(holder, ALLREDUCE_MARK), compression=compression)
+    if flavour_of(holder) == TF_KERAS:  # Horovod's wrapper built its allreduce function with the old one
+        upstream.rebuild_horovod_allreduce(holder, compression=settings.compression,
+                                           sparse_as_dense=settings.sparse_as_dense, op=settings.op,
+                                           gradient_predivide_factor=settings.gradient_predivide_factor,
+                                           groups=settings.num_groups or None, device_dense=settings.device_dense,
+                                           device_sparse=settings.device_sparse, process_set=settings.process_set)
+    setattr(holder, ALLREDUCE_MARK, settings)  # a Keras 3 reducer reads it at its next trace
+
+
+def _compression_holder(optimizer: Any) -> Any:
+    """The object that carries ``optimizer``'s allreduce settings: itself, or the optimizer inside
+    its loss-scale optimizer (tf-keras), or None when it has none."""
+    for candidate in (optimizer, _inner_or_none(optimizer)):
+        if candidate is not None and isinstance(getattr(candidate, ALLREDUCE_MARK, None), AllreduceSettings):
+            return candidate
+    return None
+
+
+def _inner_or_none(optimizer: Any) -> Any:
+    try:
+        return upstream.loss_scale_inner(optimizer)
+    except upstream.UpstreamChangedError:
+        return None
+
+
 def rehome_under_loss_scale(optimizer: Any) -> Any:
     """Move the allreduce of a Keras 3 optimizer that ``compile`` wrapped in a ``LossScaleOptimizer``
     afterwards (the model's dtype policy is ``mixed_float16``, the global one was not) out to that
@@ -244,24 +296,25 @@ def rehome_under_loss_scale(optimizer: Any) -> Any:
     return _allreduce_in_apply(optimizer, dataclasses.replace(settings, backward_passes_per_step=1))
 
 
-def _gradient_reducer(hvd: Any, settings: AllreduceSettings):
-    """A function from a list of gradients (``None`` kept in place) to their allreduced values."""
+def _gradient_reducer(hvd: Any, current: Callable[[], AllreduceSettings]):
+    """A function from a list of gradients (``None`` kept in place) to their allreduced values, with
+    the settings ``current()`` gives when the step is traced."""
     import tensorflow as tf
 
-    op, prescale, postscale = settings.op, 1.0, 1.0
-    if settings.op == hvd.Average and settings.gradient_predivide_factor != 1.0:
-        op, prescale = hvd.Sum, 1.0 / settings.gradient_predivide_factor
-        postscale = settings.gradient_predivide_factor / hvd.size()
-    common = {"compression": settings.compression, "op": op, "prescale_factor": prescale,
-              "postscale_factor": postscale, "device_dense": settings.device_dense,
-              "device_sparse": settings.device_sparse}
-    if settings.process_set is not None:
-        common["process_set"] = settings.process_set
-    prefix = settings.name or "tfdist.gradients"
-
     def reduce(grads: list) -> list:
+        settings = current()
         if hvd.size() == 1 and settings.process_set is None:
             return grads
+        op, prescale, postscale = settings.op, 1.0, 1.0
+        if settings.op == hvd.Average and settings.gradient_predivide_factor != 1.0:
+            op, prescale = hvd.Sum, 1.0 / settings.gradient_predivide_factor
+            postscale = settings.gradient_predivide_factor / hvd.size()
+        common = {"compression": settings.compression, "op": op, "prescale_factor": prescale,
+                  "postscale_factor": postscale, "device_dense": settings.device_dense,
+                  "device_sparse": settings.device_sparse}
+        if settings.process_set is not None:
+            common["process_set"] = settings.process_set
+        prefix = settings.name or "tfdist.gradients"
         present = [i for i, g in enumerate(grads) if g is not None]
         tensors = [grads[i] for i in present]
         if settings.sparse_as_dense:

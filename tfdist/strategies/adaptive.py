@@ -8,6 +8,8 @@ process's first ``fit`` is followed: its epochs are the ones the launcher counts
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from typing import Any
@@ -15,6 +17,8 @@ from typing import Any
 from tfdist import run_channel
 from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore, resumed_wall_time
 from tfdist.callbacks.epoch_clock import EpochClock
+from tfdist.plan import IN_PROCESS_OPTIONS, Plan, PlanError, backend_of, changed_options, parse_plan, variant_options
+from tfdist.runtime import allreduce
 
 log = logging.getLogger("tfdist")
 #: Whether this process already ran its adaptive fit: the epochs a launcher follows are one fit's.
@@ -54,14 +58,72 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
     batch_size = kwargs.get("batch_size")
     return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)),
                           batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None,
-                          resumed_wall_s=resumed_wall_time(folder) if done is not None else None)
+                          resumed_wall_s=resumed_wall_time(folder) if done is not None else None,
+                          in_process=CompressionChange(strategy, model) if strategy.kind == "horovod" else None)
+
+
+class CompressionChange:
+    """A Horovod job's change of gradient compression without a restart (issue 36: "a change that
+    needs no new cluster happens in-process"): the optimizer's allreduce takes the new compression
+    (:func:`tfdist.runtime.allreduce.change_compression`), the train step is traced again, and the
+    strategy's options and plan, and the callbacks that follow the plan, say the new one."""
+
+    def __init__(self, strategy: Any, model: Any) -> None:
+        self.strategy, self.model = strategy, model
+        #: Callbacks with ``plan_changed(plan)`` (the run's TensorBoard record, PlanCheck).
+        self.followers: list[Any] = []
+
+    def problem(self, variant: str) -> str | None:
+        current = self.strategy.plan.variant
+        if backend_of(variant) != "horovod" or backend_of(current) != "horovod":
+            return f"{current} -> {variant} changes the backend"
+        changed = changed_options(current, variant)
+        if not changed <= IN_PROCESS_OPTIONS:
+            return f"{', '.join(sorted(changed - IN_PROCESS_OPTIONS))} is read when Horovod starts"
+        if getattr(self.strategy.options, "elastic", False):
+            return "an elastic Horovod job keeps its optimizer's allreduce"
+        return allreduce.compression_change_problem(getattr(self.model, "optimizer", None))
+
+    def apply(self, variant: str, plan: dict[str, Any] | None) -> None:
+        import horovod.tensorflow as hvd
+
+        compression = variant_options(variant).get("compression", "none")
+        allreduce.change_compression(self.model.optimizer, hvd.Compression.fp16 if compression == "fp16"
+                                     else hvd.Compression.none)
+        self.strategy.options = dataclasses.replace(self.strategy.options, compression=compression)
+        self.strategy.plan = self._plan(variant, plan)
+        self.model.make_train_function(force=True)  # traced again at the next step, with the new allreduce
+        for follower in self.followers:
+            follower.plan_changed(self.strategy.plan)
+
+    def _plan(self, variant: str, given: dict[str, Any] | None) -> Plan:
+        """The launcher's plan for ``variant`` (the chief has it), else the running one with ``variant``'s
+        options and its prediction kept."""
+        if given is not None:
+            try:
+                plan = parse_plan(json.dumps(given), "the launcher's verdict")
+                if plan.variant == variant:
+                    return plan
+            except (PlanError, TypeError, ValueError) as exc:
+                log.warning("tfdist adapt: the launcher's plan for %s is unreadable (%s); keeping the "
+                            "prediction of %s", variant, exc, self.strategy.plan.variant)
+        running = self.strategy.plan
+        options = {k: v for k, v in running.options.items() if k not in IN_PROCESS_OPTIONS}
+        return dataclasses.replace(running, variant=variant, options={**options, **variant_options(variant)})
 
 
 def continue_clocks(callbacks: list, callback: AdaptiveEpochs | None) -> None:
-    """A resumed plan's epoch clocks (``Throughput``'s and those sharing it) continue the run's wall
-    time from where the last plan left it, so that the run's time axis (TensorBoard, ``tfdist
-    report``, time to target) counts the switch and every plan once."""
-    if callback is None or callback.resumed_wall_s is None:
+    """Join ``callbacks`` to an adaptive run: a resumed plan's epoch clocks (``Throughput``'s and those
+    sharing it) continue the run's wall time from where the last plan left it, so that the run's time
+    axis (TensorBoard, ``tfdist report``, time to target) counts the switch and every plan once; and the
+    callbacks that follow the plan hear of a change made in this process."""
+    if callback is None:
+        return
+    if isinstance(callback.in_process, CompressionChange):
+        followers = [each if callable(getattr(each, "plan_changed", None)) else getattr(each, "callback", None)
+                     for each in callbacks]
+        callback.in_process.followers = [f for f in followers if callable(getattr(f, "plan_changed", None))]
+    if callback.resumed_wall_s is None:
         return
     for each in callbacks:
         clock = getattr(getattr(each, "callback", each), "clock", None)
