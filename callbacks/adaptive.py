@@ -102,6 +102,8 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self.epochs = epochs
         self.timeout = timeout
         self.switched_to: str | None = None
+        #: The epochs done when this task stopped for a switch (else None).
+        self.switched_at: int | None = None
         self.resume_problem: str | None = None
         self.off = False
         self._started = self._ended = 0.0
@@ -124,7 +126,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         elif code >= CHANGE_FROM:
             self._change(epoch, _VARIANT_NAMES[code - CHANGE_FROM])
         elif code >= SWITCH_FROM:
-            self.switched_to = _VARIANT_NAMES[code - SWITCH_FROM]
+            self.switched_to, self.switched_at = _VARIANT_NAMES[code - SWITCH_FROM], epoch + 1
             self.model.stop_training = True
 
     def _change(self, epoch: int, target: str) -> None:

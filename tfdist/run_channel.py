@@ -42,7 +42,7 @@ SWITCH = "switch"
 #: What ``state.json`` says when the chief could not write the checkpoint: the run trains on.
 FAILED = "failed"
 
-__all__ = ["ADAPTIVE_BACKENDS", "ADAPT_ENV", "CONTINUE", "FAILED", "SWITCH", "VERDICT_TIMEOUT_S", "epoch_report_path", "folder_from_env",
+__all__ = ["ADAPTIVE_BACKENDS", "ADAPT_ENV", "CONTINUE", "FAILED", "SWITCH", "VERDICT_TIMEOUT_S", "epoch_report_path", "folder_from_env", "left_path",
            "read_json", "resumed_path", "state_dir", "state_path", "verdict_path", "wait_for", "write_json"]
 
 
@@ -63,6 +63,12 @@ def verdict_path(folder: str, epoch: int) -> str:
 def resumed_path(folder: str, epoch: int) -> str:
     """Written by the chief that resumed at ``epoch`` (the first epoch of its plan)."""
     return os.path.join(folder, f"resumed-{epoch}.json")
+
+
+def left_path(folder: str, epoch: int) -> str:
+    """Written by the chief that stopped for a switch after ``epoch`` epochs, as its last act (``fit``
+    and its callbacks done, files closed): the launcher may end the rest of that job at once."""
+    return os.path.join(folder, f"left-{epoch}.json")
 
 
 def state_dir(folder: str) -> str:

@@ -60,9 +60,11 @@ class Chief:
         self.links_slow_from, self.changes = links_slow_from, changes
         self.segments: list[tuple[str, str, dict]] = []
         self.verdicts: list[dict] = []
+        self.stopped_early = 0
 
-    def __call__(self, decision, environ) -> int:
+    def __call__(self, decision, environ, finished) -> int:
         assert environ[run_channel.ADAPT_ENV] == str(self.folder)
+        assert not finished()  # a new segment has work to do
         variant = json.loads(environ[PLAN_ENV])["variant"]  # the plan the tasks get
         self.segments.append((decision.backend.name, variant, dict(environ)))
         state = run_channel.read_json(run_channel.state_path(str(self.folder)))
@@ -88,7 +90,21 @@ class Chief:
             elif verdict["action"] == "switch":
                 run_channel.write_json(run_channel.state_path(str(self.folder)),
                                        {"epoch": epoch + 1, "status": "saved", "checkpoint": "x"})
-                return self.fail
+                if self.fail:
+                    return self.fail
+                return self._linger(epoch + 1, finished)
+        return 0
+
+    def _linger(self, epochs_done: int, finished) -> int:
+        """The chief leaves (its marker); the job's other tasks would take long to end (a straggler's
+        teardown): the runner stops them once ``finished()`` says the work is done, and returns 0."""
+        assert not finished()
+        run_channel.write_json(run_channel.left_path(str(self.folder), epochs_done), {"time": time.time()})
+        deadline = time.monotonic() + 10
+        while not finished():
+            assert time.monotonic() < deadline, "the launcher never said the segment's work was done"
+            time.sleep(0.01)
+        self.stopped_early += 1
         return 0
 
 
@@ -113,6 +129,7 @@ def test_a_straggler_switches_the_run_once_and_the_next_plan_resumes(decision, t
     assert len(epochs) == EPOCHS  # every epoch answered once, across both plans
     assert lines[-1].startswith("tfdist launch: adaptive run: horovod -> parameter_server; ")
     assert (folder / MARKER).exists() and not (folder / "state").exists()
+    assert chief.stopped_early == 1  # the old job ended once its chief had left, not when its last task did
 
 
 def test_a_missing_report_is_skipped_not_waited_on(decision, tmp_path):

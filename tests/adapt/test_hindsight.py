@@ -72,7 +72,9 @@ def test_a_ring_whose_links_turned_slow_is_re_fitted_from_its_allreduce_wait():
     slow["params"] = WORKLOAD.params
     line = hindsight(LAUNCHED, WORKLOAD, "horovod", slow)
     assert line.split("): ")[1].startswith("horovod_fp16 "), line  # the lab: fp16 1.9-2.0x at 50 Mbit/s
-    assert "horovod 290 (ran)" in line and "horovod_fp16 would have been 1.95x faster" in line, line
+    # the plan that ran, re-predicted, is what it measured: 2 x 64 examples a 440 ms step (the ring's
+    # fixed cost is taken off its wait before the rate is fitted, so the fit reproduces the step)
+    assert "horovod 291 (ran)" in line and "horovod_fp16 would have been 1.95x faster" in line, line
     even = record((10.0, 10.0), (10.0, 10.0), comm=2.0)
     assert hindsight(LAUNCHED, WORKLOAD, "horovod", even).endswith("still holds")
 

@@ -141,3 +141,41 @@ def test_parameter_servers_switch_back_to_the_ring_once_the_straggler_recovers()
     assert [v.action for v in verdicts] == ["continue"] * (len(verdicts) - 1) + ["switch"], [v.line for v in verdicts]
     assert verdicts[-1].to in ("horovod", "horovod_fp16") and len(verdicts) == 2, [v.line for v in verdicts]
     assert "switch parameter_server -> horovod" in verdicts[-1].line
+
+
+def lab_planner(**kwargs) -> Replanner:
+    """The lab as the probe found it: unlimited links (about 2 GB/s) and the job's even ranks computing
+    5.4 ms a step; in-process changes of compression, as ``tfdist launch`` follows a run."""
+    lab = Cluster(workers=2, ps=1, bandwidths=(2e9, 2e9), ps_bandwidth=2e9)
+    workload = Workload(params=669_706, batch_size=64, step_ms=5.4)
+    return Replanner(lab, workload, "horovod", predict_all(lab, workload), candidates=CANDIDATES,
+                     in_process=frozenset({"compression"}), **kwargs)
+
+
+def test_the_rings_fixed_cost_is_measured_on_the_job_and_not_read_as_slow_links():
+    """The lab's even ranks wait 9.2 ms a step on unlimited links, where the 2.7 MB take about 1.3 ms:
+    the rest is Horovod's own cost a step, which fp16 does not halve. Read as slow links it predicted fp16
+    1.3x faster, and an in-process change (1 s) flapped the lab run between the two (horovod ->
+    horovod_fp16 -> horovod -> parameter_server). Measured once, on the first even epochs, it is kept."""
+    follow = lab_planner()
+    verdicts = [follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2)) for epoch in range(EPOCHS)]
+    assert [v.action for v in verdicts] == ["continue"] * EPOCHS, [v.line for v in verdicts]
+    assert follow.ring_overhead_ms == pytest.approx(9.2 - 2.68 / 2 - 2 * 0.05, abs=0.3)
+    fp16, plain = follow.predictions["horovod_fp16"], follow.predictions["horovod"]
+    assert fp16.examples_per_second < 1.1 * plain.examples_per_second
+
+
+def test_links_that_slow_later_change_the_compression_in_process():
+    """Issue 36 scenario C: both links drop to 50 Mbit/s after a third of the run. The ring's wait
+    grows from 9.2 ms to about 440 ms; past the fixed cost measured on the even epochs that is the wire,
+    and fp16 halves it: one in-process switch, no restart."""
+    follow = lab_planner()
+    verdicts = []
+    for epoch in range(EPOCHS):
+        slow = epoch >= 6
+        verdicts.append(follow.on_epoch(report(epoch, (5.4, 5.4), comm=440.0 if slow else 9.2)))
+        if verdicts[-1].action == "switch":
+            break
+    assert [(v.to, v.in_process) for v in verdicts if v.action == "switch"] == [("horovod_fp16", True)], [
+        v.line for v in verdicts]
+    assert len(verdicts) in (7, 8)  # one or two slow epochs: the median of three sees it after two

@@ -581,11 +581,11 @@ class _Decided:
 def test_launch_argument_checking(case):
     calls = []
 
-    def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest):
+    def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest, **_):
         calls.append(("tf", backend, workers, ps, hosts))
         return 0
 
-    def horovod(ctx, command, num_proc, hosts, *rest):
+    def horovod(ctx, command, num_proc, hosts, *rest, **_):
         calls.append(("horovod", num_proc, hosts))
         return 0
 

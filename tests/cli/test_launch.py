@@ -543,8 +543,8 @@ def no_launch(monkeypatch):
     import tfdist.cli.launch as module
 
     calls = []
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: calls.append(("tf", *args[:4])) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: calls.append(("horovod", *args[2:4])) or 0)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args, **_: calls.append(("tf", *args[:4])) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args, **_: calls.append(("horovod", *args[2:4])) or 0)
     return calls
 
 
@@ -777,8 +777,8 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
 
     launched = []
     monkeypatch.setattr(probe, "probe_hosts", fake)
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args, **_: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args, **_: launched.append(args) or 0)
     argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p1:1,p2:1", "--ps", "2", "--model", "m:f",
             "--batch-size", "64", "--optimizer", "adagrad", "--", sys.executable, "train.py"]
     caps.update(p1=3 * gib, p2=3 * gib)
@@ -820,8 +820,8 @@ def test_auto_with_the_models_embedding_table_plans_for_the_rows_a_step_moves(mo
 
     launched = []
     monkeypatch.setattr(probe, "probe_hosts", fake)
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args, **_: launched.append(args) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args, **_: launched.append(args) or 0)
     argv = ["--backend", "auto", "--hosts", "w1:1,w2:1,p1:1", "--ps", "1", "--model", "m:f", "--batch-size", "64",
             "--", sys.executable, "train.py"]
     rates = {}
@@ -1002,8 +1002,8 @@ def _fake_auto(monkeypatch, tmp_path, rate_bps: float, model: bool = True) -> tu
         return probe.aggregate(parse_hosts(hosts_text), links, **(measured if model else {}))
 
     monkeypatch.setattr(probe, "probe_hosts", fake)
-    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args: launched.append(args[-1]) or 0)
-    monkeypatch.setattr(module, "_launch_horovod", lambda *args: launched.append(args[-1]) or 0)
+    monkeypatch.setattr(module, "_launch_tf_cluster", lambda *args, **_: launched.append(args[-1]) or 0)
+    monkeypatch.setattr(module, "_launch_horovod", lambda *args, **_: launched.append(args[-1]) or 0)
     return asked, launched
 
 

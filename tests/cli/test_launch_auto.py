@@ -76,12 +76,12 @@ def launched(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     calls = _Calls()
 
-    def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest):
+    def tf_cluster(backend, command, workers, ps, evaluator, hosts, *rest, **_):
         calls.append((backend, hosts, workers, ps))
         environments.append(rest[-1])
         return 0
 
-    def horovod(ctx, command, num_proc, hosts, *rest):
+    def horovod(ctx, command, num_proc, hosts, *rest, **_):
         calls.append(("horovod", hosts, None, None))
         environments.append(rest[-1])
         return 0
@@ -187,7 +187,7 @@ def test_the_end_of_the_run_refits_the_model_on_the_jobs_own_epochs(monkeypatch,
 
     _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})  # even at launch: Horovod
 
-    def horovod_with_a_straggler(ctx, command, num_proc, hosts, *rest):
+    def horovod_with_a_straggler(ctx, command, num_proc, hosts, *rest, **_):
         launched.append(("horovod", hosts, None, None))
         epoch = {"workers": [{"compute_ms": 100.0, "communication_ms": 301.0, "examples_per_second": 160.0},
                              {"compute_ms": 400.0, "communication_ms": 1.0, "examples_per_second": 160.0}]}

@@ -30,8 +30,8 @@ def nothing_runs(monkeypatch, tmp_path):
     (tmp_path / "paths").mkdir()
     calls: list = []
     monkeypatch.setattr(probe, "probe_hosts", lambda *args, **kwargs: calls.append(("probe", args)))
-    monkeypatch.setattr(launch_module, "_launch_tf_cluster", lambda *args: calls.append(("launch", args)))
-    monkeypatch.setattr(launch_module, "_launch_horovod", lambda *args: calls.append(("launch", args)))
+    monkeypatch.setattr(launch_module, "_launch_tf_cluster", lambda *args, **_: calls.append(("launch", args)))
+    monkeypatch.setattr(launch_module, "_launch_horovod", lambda *args, **_: calls.append(("launch", args)))
     return calls
 
 

@@ -192,3 +192,38 @@ def test_a_local_wrapper_shell_exiting_137_is_checked_against_the_memory_cgroup(
     code, kill = exits.cause(local.TaskProcess("ps", 0, wrapper, {}), 137)
     assert code == 137 and kill == oom.KillCause(None, exited=True)
     assert exits.cause(local.TaskProcess("ps", 0, wrapper, {}), 1) == (1, None)
+
+
+# --- a job whose work is done though tasks still run (an adaptive run's chief left: issue 36) ----------
+def _leaves_then_lingers(marker) -> tuple[str, ...]:
+    """A task that writes ``marker`` (its work done) and then lingers, as a straggler's teardown does;
+    left alone it would end with code 0 after 60 s, and the launcher would not have stopped it."""
+    return (sys.executable, "-c", f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(60)")
+
+
+def test_a_cluster_is_stopped_with_code_0_once_its_work_is_done(tmp_path):
+    import io
+    import os
+
+    from tfdist.launch.commands import TaskProcess
+    from tfdist.launch.local import run_local_cluster
+    from tfdist.launch.policy import ParameterServerPolicy
+
+    marker = tmp_path / "left"
+    env = dict(os.environ)
+    tasks = [TaskProcess("chief", 0, _leaves_then_lingers(marker), env), TaskProcess("worker", 0, _SLEEP, env),
+             TaskProcess("ps", 0, _SLEEP, env)]
+    lines: list[str] = []
+    code = run_local_cluster(tasks, ParameterServerPolicy([t.name for t in tasks], timeout=600), grace=1,
+                             sink=io.BytesIO(), report=lines.append, finished=marker.exists)
+    assert code == 0 and lines == ["stopped chief:0, worker:0, ps:0"], lines
+
+
+def test_a_launcher_command_is_stopped_with_code_0_once_its_work_is_done(tmp_path):
+    from tfdist.launch.local import run_command
+
+    marker = tmp_path / "left"
+    lines: list[str] = []
+    code = run_command(list(_leaves_then_lingers(marker)), grace=1, report=lines.append, name="horovodrun",
+                       finished=marker.exists)
+    assert code == 0 and lines == ["horovodrun stopped: the job's work was done"], lines

@@ -86,9 +86,11 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
     assert all(reports[e]["variant"] == "parameter_server" for e in range(at, EPOCHS)), reports
     assert not (folder / "state").exists()  # the switch's checkpoint is removed at the end
 
-    # the tasks' own words: both Horovod ranks stopped for the switch, the ps chief resumed after `at`
+    # the tasks' own words: the Horovod ranks stopped for the switch (the straggler's rank may still be
+    # winding down when its chief has left: the launcher then stops the job), the ps chief resumed after `at`
     stopped = [line for line in lines if "switching to parameter_server; this task ends here" in line]
-    assert len(stopped) == 2, output[-5000:]
+    stopped_early = "horovodrun stopped: the job's work was done" in output
+    assert len(stopped) == 2 or (stopped_early and len(stopped) == 1), output[-5000:]
     assert any(f"resumed on parameter_server after epoch {at} (model and optimizer restored)" in line
                for line in lines), output[-5000:]
     # the parameter-server plan placed as --backend parameter_server would, and applied by its chief

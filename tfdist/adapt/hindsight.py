@@ -22,7 +22,7 @@ from typing import Any
 
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.adapt.refit import refit
+from tfdist.adapt.refit import refit, ring_overhead_ms
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE, Cluster, Workload
@@ -65,6 +65,18 @@ def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: flo
             "workers": [{**worker, "bytes_per_step": bytes_per_step} if isinstance(worker, Mapping) else worker
                         for worker in workers]}))
     return epochs[1:] or epochs
+
+
+def ring_overhead(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> float | None:
+    """The job's own fixed cost of a ring step in ms (:func:`tfdist.adapt.refit.ring_overhead_ms`) from
+    ``record``'s epochs, with the bytes the model says ``variant`` moves for the job's parameters;
+    None when they say nothing. Raises as :func:`refitted`."""
+    workload = job_workload(workload, record)
+    launched = predict_all(cluster, workload).get(variant)
+    if launched is None or launched.wire_bytes <= 0:
+        return None
+    epochs = measured_epochs(record, variant, 2 * launched.wire_bytes)
+    return ring_overhead_ms(cluster, epochs) if epochs else None
 
 
 def refitted(cluster: Cluster, workload: Workload, variant: str,
@@ -112,4 +124,4 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["PREFIX", "hindsight", "job_workload", "measured_epochs", "refitted"]
+__all__ = ["PREFIX", "hindsight", "job_workload", "measured_epochs", "refitted", "ring_overhead"]

@@ -9,7 +9,14 @@ noisy epoch, a checkpoint or a validation pass, moves nothing) :func:`refit` tak
 * ``Cluster.speeds``: each worker's speed relative to it (fastest 1.0; a worker at a quarter of a
   core, computing 4x as long, 0.25);
 * ``Cluster.bandwidths``: each worker host's effective link rate, from the bytes its link carried
-  per step over the time the step spent communicating (the model's latency taken off).
+  per step over the time the step spent communicating (the model's latency and a ring step's fixed
+  cost, ``Workload.allreduce_overhead_ms``, taken off).
+
+:func:`ring_overhead_ms` measures that fixed cost on the job: what a Horovod ring's wait holds beyond
+the latency and the wire time at the launch-time link rate, in its even epochs (Horovod's cycle,
+negotiation and fusion copies: about 8 ms a step on the lab's unlimited links, where the wire takes
+about 1 ms). Without it that time read as slow links, and fp16 compression, which halves the wire
+time only, was predicted 1.3x faster where it gained nothing.
 
     cluster, workload = refit(cluster, workload, measured_epochs)
     predict_all(cluster, workload)   # every plan, on what the job measured
@@ -30,7 +37,7 @@ from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, MWMS_EXTRA_OVERHEAD_S
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -53,7 +60,7 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     computes = [statistics.median(e.workers[i].compute_ms for e in recent) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
-    per_epoch = [_link_rates(cluster, e) for e in recent]
+    per_epoch = [_link_rates(cluster, e, workload.allreduce_overhead_ms / 1000) for e in recent]
     bandwidths = []
     for host, launched in enumerate(cluster.bandwidths):
         seen = [rates[host] for rates in per_epoch if rates[host] is not None]
@@ -96,7 +103,28 @@ def _ring_wait(epoch: EpochMeasurement) -> tuple[float, float]:
             min(w.communication_ms for w in epoch.workers) / 1000)
 
 
-def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]:
+def ring_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], *,
+                     last: int = DEFAULT_LAST_EPOCHS) -> float | None:
+    """The job's own fixed cost of a ring step (ms, for ``Workload.allreduce_overhead_ms``): over the
+    ``last`` epochs that ran a Horovod ring (not hierarchical) with even workers, the median of the
+    shortest allreduce wait less the model's latency and the wire time at ``cluster``'s (launch-time)
+    slowest worker link; None when no such epoch is there (parameter servers, a straggler, one host,
+    no bytes). It is not below 0: links slower than the probe said are the re-fit's to find."""
+    recent = _recent(epochs, cluster.workers, last)
+    if cluster.workers < 2 or cluster.hosts < 2:
+        return None
+    slowest = min(cluster.bandwidths[cluster.host_of(worker)] for worker in range(cluster.workers))
+    found = []
+    for epoch in recent:
+        if epoch.backend != "horovod" or epoch.variant == "horovod_hierarchical" or _speed_share(epoch) < EVEN_SPEED:
+            continue
+        sent, waited = _ring_wait(epoch)
+        if sent > 0:
+            found.append(max(0.0, waited - 2 * (cluster.workers - 1) * cluster.latency_s - sent / slowest) * 1000)
+    return statistics.median(found) if found else None
+
+
+def _link_rates(cluster: Cluster, epoch: EpochMeasurement, overhead_s: float = 0.0) -> list[float | None]:
     """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
 
     Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
@@ -108,7 +136,8 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]
     taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
 
     A ring with a straggler (its slowest worker below ``EVEN_SPEED`` of the fastest) says nothing about
-    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one. A host
+    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one.
+    ``overhead_s``: a ring step's fixed cost, taken off its wait with the latency. A host
     starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the lab, a
     tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links), and how slowly depends
     on what else runs on the machine: a bound on the wait its CPU explains (the even epochs' wait times
@@ -128,10 +157,13 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement) -> list[float | None]
     if cluster.workers < 2 or cluster.hosts < 2 or epoch.variant == "horovod_hierarchical":
         return unknown
     sent, waited = _ring_wait(epoch)
-    seconds = waited - 2 * (cluster.workers - 1) * alpha
-    if sent <= 0 or seconds <= 0:
+    if epoch.backend == "multi_worker_mirrored":  # TensorFlow's collectives cost more a step than Horovod's
+        overhead_s += MWMS_EXTRA_OVERHEAD_S
+    share = _speed_share(epoch)
+    if share < EVEN_SPEED:
         return unknown
-    if _speed_share(epoch) < EVEN_SPEED:
+    seconds = waited - 2 * (cluster.workers - 1) * alpha - overhead_s / share  # the model's fixed cost paces
+    if sent <= 0 or seconds <= 0:  # with the slowest worker
         return unknown
     rate = sent / seconds
     if epoch.backend == "multi_worker_mirrored":

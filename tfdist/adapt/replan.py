@@ -4,7 +4,8 @@ Pure Python. The launcher hands every epoch report of the job (:mod:`tfdist.run_
 :meth:`Replanner.on_epoch` and writes back the :class:`Verdict`; when the job has stopped for a switch
 and the next plan resumed, it calls :meth:`Replanner.switched`. Per plan, its first epoch (start-up,
 tracing, a restore) is not re-fitted on; the others are, with :func:`tfdist.adapt.hindsight.refitted`
-(the job's own parameter count, each worker's compute and allreduce wait), and :func:`decide` picks
+(the job's own parameter count, each worker's compute and allreduce wait; a ring step's fixed cost
+measured once, on the first even ring epochs: :func:`tfdist.adapt.hindsight.ring_overhead`), and :func:`decide` picks
 among ``candidates`` (the variants whose backend can be switched to) that the advisor may recommend
 on the re-fitted predictions (:func:`tfdist.advise.recommend.allowed`: memory, fp16 only where the
 wire limits the ring): the plan running at the median
@@ -27,7 +28,7 @@ from typing import Any
 from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
-from tfdist.adapt.hindsight import refitted
+from tfdist.adapt.hindsight import refitted, ring_overhead
 from tfdist.advise.cost import Prediction
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.memory import MemoryCheck
@@ -84,6 +85,8 @@ class Replanner:
         #: Why the run cannot switch (a script that cannot be resumed), once known.
         self.problem: str | None = None
         self._told: set[str] = set()
+        #: A ring step's fixed cost (ms) as the job measured it, once it did.
+        self.ring_overhead_ms: float | None = None
 
     def switched(self, variant: str, at_epoch: int, took_s: float | None = None) -> None:
         """The job now runs ``variant``, from the boundary after ``at_epoch`` epochs; ``took_s``: what the
@@ -116,10 +119,10 @@ class Replanner:
         if not self.segment:
             return self._keep(head, "nothing", f"{self.current} reports no per-worker compute and communication "
                               "time yet: the plan is kept")
+        record = {"worker_epochs": self.segment, "params": report.get("params"), "batch_size": report.get("batch_size")}
         try:
-            found = refitted(self.cluster, self.workload, self.current,
-                             {"worker_epochs": self.segment, "params": report.get("params"),
-                              "batch_size": report.get("batch_size")})
+            self._measure_ring_overhead(record)
+            found = refitted(self.cluster, self.workload, self.current, record)
         except (AdaptError, AdviseError) as exc:
             return Verdict(CONTINUE, None, f"{head}; not re-fitted ({exc}): the plan is kept")
         if found is None:
@@ -149,6 +152,18 @@ class Replanner:
                                                 f"{decision.reason}",
                            in_process=not needs_restart(self.current, decision.to, self.in_process))
         return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
+
+    def _measure_ring_overhead(self, record: Mapping[str, Any]) -> None:
+        """Once, from the first even ring epochs: the job's fixed cost of a ring step becomes the
+        model's (never below its default), so that what the links do not explain is not read as slow
+        links (the re-fit takes it off the wait) and compression is credited with the wire time only."""
+        if self.ring_overhead_ms is not None:
+            return
+        found = ring_overhead(self.cluster, self.workload, self.current, record)
+        if found is not None:
+            self.ring_overhead_ms = found
+            self.workload = dataclasses.replace(
+                self.workload, allreduce_overhead_ms=max(self.workload.allreduce_overhead_ms, found))
 
     def _keep(self, head: str, key: str, why: str) -> Verdict:
         """Continue; ``why`` is said the first time only."""

@@ -4,7 +4,8 @@ re-fitted model says another plan finishes sooner, and start that plan where the
 :class:`AdaptiveLaunch` runs the job one plan (a segment) at a time through ``start`` (the launcher's
 runner: horovodrun or a tf.distribute cluster, blocking). Beside it a thread reads the chief's epoch
 reports from the run folder (:mod:`tfdist.run_channel`), asks :class:`tfdist.adapt.replan.Replanner`,
-and writes each verdict. After a ``switch`` verdict the tasks checkpoint and end; the next plan starts
+and writes each verdict. After a ``switch`` verdict the tasks checkpoint and end (once the chief has
+left, the runner stops the job's other tasks at once rather than wait for a slow host's); the next plan starts
 with the same folder, and its ``strategy.fit`` resumes at the next epoch. A switch that changes only
 what the running job changes itself (Horovod's compression, ``tfdist.plan.IN_PROCESS_OPTIONS``) is
 made in-process: the verdict says ``in_process`` and carries the new plan, every rank takes it, and
@@ -113,12 +114,13 @@ class _Switch:
 
 @dataclass
 class AdaptiveLaunch:
-    """One adaptive run (see the module docstring). ``start(decision, environ)`` runs one segment (the
-    plan inline in ``environ``) and returns its exit code; ``log`` prints the launcher's lines."""
+    """One adaptive run (see the module docstring). ``start(decision, environ, finished)`` runs one
+    segment (the plan inline in ``environ``) and returns its exit code, 0 as soon as ``finished()``
+    (polled) says the segment's work is done; ``log`` prints the launcher's lines."""
 
     decision: Decision
     folder: str
-    start: Callable[[Decision, dict[str, str]], int]
+    start: Callable[[Decision, dict[str, str], Callable[[], bool]], int]
     environ: Mapping[str, str]
     result_path: str | None
     log: Callable[[str], None]
@@ -146,7 +148,7 @@ class AdaptiveLaunch:
                 watcher = threading.Thread(target=self._watch, args=(next_epoch, stop, pending), daemon=True)
                 watcher.start()
                 try:
-                    code = self.start(decision, environ)
+                    code = self.start(decision, environ, lambda: self._left(pending))
                 finally:
                     stop.set()
                     watcher.join()
@@ -200,6 +202,12 @@ class AdaptiveLaunch:
             if stop.is_set():
                 return
             stop.wait(WATCH_POLL_S)
+
+    def _left(self, pending: list[_Switch]) -> bool:
+        """Whether the segment's chief has stopped for the last pending switch (its state saved, its
+        files closed): the rest of the job has nothing left to do for this run."""
+        return bool(pending) and run_channel.read_json(
+            run_channel.left_path(self.folder, pending[-1].epoch)) is not None
 
     def _changed_in_process(self, switch: _Switch) -> bool:
         """Whether the job took ``switch`` in-process (its chief's marker says so); if so the switch is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -159,26 +160,28 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             environ, plan_path = _apply_plan(plan, save_plan, environ)
             result_path = measured_path(plan_path)
 
-    def run(backend: str, hosts: HostList | None, workers: int, environ: dict[str, str]) -> int:
+    def run(backend: str, hosts: HostList | None, workers: int, environ: dict[str, str],
+            finished: Callable[[], bool] | None = None) -> int:
         chosen = _check(backend_named, backend)
         if chosen.launcher == HOROVODRUN:
             given_np = num_proc if given(ctx, "num_proc") else None
             ranks = _check(horovod_ranks, hosts, given_np, elastic, min_np, max_np, default=num_proc)
             return _launch_horovod(ctx, command, ranks, hosts, ssh, elastic, min_np, max_np, grace,
-                                   network_interface, environ)
+                                   network_interface, environ, finished=finished)
         tasks_ps = ps if chosen.ps else 0
         _check(check_cluster_size, workers, tasks_ps, evaluator, chief=chosen.chief)
         if hosts is not None:
             _check(check_placement, hosts, workers, tasks_ps, evaluator, chief=chosen.chief,
                    chief_host=chief_host, ps_hosts=ps_hosts)
         return _launch_tf_cluster(backend, command, workers, ps, evaluator, hosts, chief_host, ps_hosts,
-                                  ssh, bind_all, grace, task_timeout, environ)
+                                  ssh, bind_all, grace, task_timeout, environ, finished=finished)
 
     if plan is not None:  # the run folder under auto is this launcher's own, or none
         environ = {name: value for name, value in environ.items() if name != ADAPT_ENV}
     if plan is not None and not no_adapt and backend in ADAPTIVE_BACKENDS:
-        adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, env: run(
-            chosen.backend.name, chosen.hosts, chosen.workers, env), environ, result_path, _report, adapt_margin)
+        adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, env, finished: run(
+            chosen.backend.name, chosen.hosts, chosen.workers, env, finished), environ, result_path, _report,
+                                  adapt_margin)
         try:
             code = adaptive.run()
         except RunFolderError as exc:
@@ -267,13 +270,14 @@ def _report(message: str) -> None:
 
 def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int, hosts: str | None,
                     ssh: SshOptions, elastic: bool, min_np: int | None, max_np: int | None, grace: float,
-                    network_interface: str | None, environ: dict[str, str] | None = None) -> int:
+                    network_interface: str | None, environ: dict[str, str] | None = None,
+                    finished: Callable[[], bool] | None = None) -> int:
     """horovodrun with ``num_proc`` ranks (:func:`tfdist.launch.runners.run_horovodrun`), in ``environ``
-    (default this process's); its exit code."""
+    (default this process's); its exit code (0 once ``finished()`` says the work is done)."""
     given_np = num_proc if given(ctx, "num_proc") else None
     try:
         return run_horovodrun(command, num_proc, hosts, ssh, elastic, min_np, max_np, given_np, grace,
-                              network_interface, environ)
+                              network_interface, environ, finished=finished)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -281,13 +285,14 @@ def _launch_horovod(ctx: click.Context, command: tuple[str, ...], num_proc: int,
 def _launch_tf_cluster(backend: str, command: tuple[str, ...], workers: int, ps: int, evaluator: bool,
                        hosts: str | None, chief_host: str | None, ps_hosts: str | None, ssh: SshOptions,
                        bind_all: bool, grace: float, task_timeout: float,
-                       environ: dict[str, str] | None = None) -> int:
+                       environ: dict[str, str] | None = None, finished: Callable[[], bool] | None = None) -> int:
     """A parameter_server or multi_worker_mirrored cluster (:func:`tfdist.launch.runners.run_tf_cluster`),
-    here or on ``hosts``, its tasks started in ``environ`` (default: the user's); the chief's exit code."""
+    here or on ``hosts``, its tasks started in ``environ`` (default: the user's); the chief's exit code
+    (0 once ``finished()`` says the work is done)."""
     environ = user_environment() if environ is None else environ
     try:
         return run_tf_cluster(backend_named(backend), command, workers, ps, evaluator, hosts, chief_host,
-                              ps_hosts, ssh, bind_all, grace, task_timeout, environ)
+                              ps_hosts, ssh, bind_all, grace, task_timeout, environ, finished)
     except LaunchError as exc:
         raise click.UsageError(str(exc)) from None
     except StartError as exc:

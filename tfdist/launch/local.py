@@ -167,9 +167,10 @@ class _Exits:
 
 def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Policy, guard: StopSignals,
            report: Callable[[str], None], poll: float = 0.1,
-           probe: Callable[[str], bool] = _listening, exits: _Exits | None = None) -> int | None:
+           probe: Callable[[str], bool] = _listening, exits: _Exits | None = None,
+           finished: Callable[[], bool] | None = None) -> int | None:
     """Report every exit to ``policy`` (and print its lines) until it ends the job: its exit code;
-    ``None`` when a stop signal arrives first."""
+    0 as soon as ``finished()`` says the job's work is done; ``None`` when a stop signal arrives first."""
     exits = exits or _Exits()
     running = {task.name: process for task, process in started}
     tasks = {task.name: task for task, _ in started}
@@ -201,6 +202,8 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
                     del unserved[name]
             next_probe = now + PROBE_SECONDS
         collect()
+        if finished is not None and finished():
+            return 0
         verdict = policy.verdict(time.monotonic())
         if verdict is not None:
             if verdict.code != 0:  # a failed job: exits of the same moment may say why (a ps out of memory)
@@ -216,9 +219,12 @@ def _watch(started: Sequence[tuple[TaskProcess, subprocess.Popen]], policy: Poli
 
 
 def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float = GRACE_SECONDS,
-                      sink: IO[bytes] | None = None, report: Callable[[str], None] | None = None) -> int:
+                      sink: IO[bytes] | None = None, report: Callable[[str], None] | None = None,
+                      finished: Callable[[], bool] | None = None) -> int:
     """Start every task, stream its output as ``[type:index] line``, report every exit; the job's
-    exit code as ``policy`` decides it (130 on a stop signal).
+    exit code as ``policy`` decides it (130 on a stop signal). ``finished`` (polled): whether the
+    job's work is done though tasks still run (an adaptive run's chief left for the next plan); the
+    rest are then stopped and the code is 0.
 
         tasks = plan_local_cluster(["python", "train.py"], 2, 1, free_ports(4), os.environ)[1]
         code = run_local_cluster(tasks, ParameterServerPolicy([t.name for t in tasks], timeout=60))
@@ -249,7 +255,7 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
                 pumps.append(pump)
                 exits.pumps[task.name] = pump
             if not guard.stopped.is_set():
-                code = _watch(started, policy, guard, report, exits=exits)
+                code = _watch(started, policy, guard, report, exits=exits, finished=finished)
         finally:
             guard.quiet()
             live = [task.name for task, process in started if process.poll() is None]
@@ -268,10 +274,12 @@ def run_local_cluster(tasks: Sequence[TaskProcess], policy: Policy, grace: float
 def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
                 report: Callable[[str], None] | None = None, name: str | None = None,
                 explain: Callable[[Sequence[str]], str | None] | None = None,
-                env: Mapping[str, str] | None = None) -> int:
+                env: Mapping[str, str] | None = None, finished: Callable[[], bool] | None = None) -> int:
     """Run one launcher command (horovodrun) and return its exit code; ``name`` (default: the
     command's file name) is what the exit report calls it; ``env``: its environment (default this
-    process's).
+    process's). ``finished`` (polled): whether the job's work is done though the command still runs
+    (an adaptive run's chief left for the next plan); the command is then stopped as on a stop signal
+    and the code is 0.
 
     With ``explain``, the command's stderr passes through a pipe (unchanged, line by line, to this
     process's stderr) and, when it fails, ``explain(last lines)`` may say why in a few words: the
@@ -284,6 +292,7 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
     report = report or report_to_stderr
     name = name or os.path.basename(command[0])
     code: int | None = None
+    done_early = False
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     pump: threading.Thread | None = None
     with StopSignals() as guard:
@@ -298,12 +307,18 @@ def run_command(command: Sequence[str], grace: float = GRACE_SECONDS,
                 if process.poll() is not None:
                     code = exit_code(process.returncode)
                     break
+                if finished is not None and finished():
+                    done_early = True
+                    break
                 time.sleep(0.1)
         finally:
             guard.quiet()
             terminate([process], grace, first=signal.SIGINT)
             if pump is not None:
                 pump.join(timeout=PUMP_JOIN_SECONDS)  # its output first: the summary is the last line
+    if done_early:
+        report(f"{name} stopped: the job's work was done")
+        return 0
     if code is not None:
         line = describe_exit(name, process.returncode)
         why = explain(list(tail)) if explain is not None and process.returncode != 0 else None

@@ -42,10 +42,11 @@ class StartError(TfdistError, RuntimeError):
 def run_tf_cluster(backend: Backend, command: Sequence[str], workers: int, ps: int = 0, evaluator: bool = False,
                    hosts: str | None = None, chief_host: str | None = None, ps_hosts: str | None = None,
                    ssh: SshOptions = SshOptions(), bind_all: bool = False, grace: float = local.GRACE_SECONDS,
-                   task_timeout: float = DEFAULT_TASK_TIMEOUT, environ: Mapping[str, str] | None = None) -> int:
+                   task_timeout: float = DEFAULT_TASK_TIMEOUT, environ: Mapping[str, str] | None = None,
+                   finished: Callable[[], bool] | None = None) -> int:
     """A cluster of ``backend`` (a chief and ps tasks, or peers), here or on ``hosts``, its tasks started in
     ``environ`` (default this process's); the chief's exit code (130 when interrupted before any task
-    started)."""
+    started; 0 once ``finished()``, polled, says the work is done: see ``local.run_local_cluster``)."""
     environ = dict(os.environ) if environ is None else environ
     ps = ps if backend.ps else 0
     try:
@@ -83,7 +84,7 @@ def run_tf_cluster(backend: Backend, command: Sequence[str], workers: int, ps: i
         where = "every interface, ports" if bind_all else "127.0.0.1 ports"
         local.report_to_stderr(f"{', '.join(names)} on {where} {', '.join(map(str, ports))}")
     try:
-        return local.run_local_cluster(tasks, policy, grace=grace)
+        return local.run_local_cluster(tasks, policy, grace=grace, finished=finished)
     except OSError as exc:  # a task could not be started (EMFILE, EAGAIN, ...); the started ones are stopped
         raise StartError(f"cannot start every task ({exc.strerror or exc}); the tasks already started were "
                          "stopped; fix: launch fewer tasks on this machine, or raise its limits (ulimit -n, "
@@ -94,7 +95,7 @@ def run_horovodrun(command: Sequence[str], num_proc: int, hosts: str | None = No
                    elastic: bool = False, min_np: int | None = None, max_np: int | None = None,
                    given_np: int | None = None, grace: float = local.GRACE_SECONDS,
                    network_interface: str | None = None, environ: Mapping[str, str] | None = None,
-                   run: Callable[..., int] | None = None) -> int:
+                   run: Callable[..., int] | None = None, finished: Callable[[], bool] | None = None) -> int:
     """horovodrun (elastic or not) with -H/-p/-i and ``num_proc`` ranks (checked and defaulted by
     ``tfdist.launch.checks.horovod_ranks``; ``given_np``: the ``-np`` the user gave, for elastic), run by
     ``run`` (default :func:`tfdist.launch.local.run_command`) in ``environ``; its exit code.
@@ -103,7 +104,8 @@ def run_horovodrun(command: Sequence[str], num_proc: int, hosts: str | None = No
     (:func:`tfdist.launch.commands.horovod_launcher`). With ``hosts``, horovodrun's ssh is tfdist's wrapper
     (``tfdist.launch.ssh_wrapper``: host keys checked, keepalives, every rank supervised so it stops with
     the launcher), installed in a temporary directory removed afterwards. When horovodrun fails, the
-    last line says why (``tfdist.launch.horovod_output``); its own output stays above."""
+    last line says why (``tfdist.launch.horovod_output``); its own output stays above. ``finished``:
+    as in ``local.run_command``."""
     horovodrun = task_commands.horovod_launcher()
     if horovodrun is None:
         raise LaunchError(f"horovodrun is neither beside {sys.executable} nor on PATH; fix: run "
@@ -111,7 +113,8 @@ def run_horovodrun(command: Sequence[str], num_proc: int, hosts: str | None = No
     run = run or local.run_command
 
     def start(argv: list[str]) -> int:
-        return run(argv, grace=grace, name="horovodrun", explain=explain_failure, env=environ)
+        extra = {} if finished is None else {"finished": finished}
+        return run(argv, grace=grace, name="horovodrun", explain=explain_failure, env=environ, **extra)
 
     static = dict(horovodrun=horovodrun, ssh_port=ssh.port, ssh_identity_file=ssh.identity_file,
                   network_interface=network_interface)

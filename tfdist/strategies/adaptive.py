@@ -133,8 +133,17 @@ def continue_clocks(callbacks: list, callback: AdaptiveEpochs | None) -> None:
 
 def end_if_switched(callback: AdaptiveEpochs | None) -> None:
     """End this process when the launcher switched plans: the script after ``fit`` (evaluation,
-    export) runs in the next plan's job, once training is done."""
-    if callback is not None and callback.switched_to is not None:
-        log.warning("tfdist adapt: switching to %s; this task ends here and the launcher starts the next plan",
-                    callback.switched_to)
-        raise SystemExit(0)
+    export) runs in the next plan's job, once training is done. The chief's last act tells the
+    launcher (``run_channel.left_path``), which then ends the rest of the job without waiting for a
+    slow host's tasks to wind down."""
+    if callback is None or callback.switched_to is None:
+        return
+    log.warning("tfdist adapt: switching to %s; this task ends here and the launcher starts the next plan",
+                callback.switched_to)
+    if callback.is_chief and callback.switched_at is not None:
+        try:
+            run_channel.write_json(run_channel.left_path(callback.folder, callback.switched_at),
+                                   {"to": callback.switched_to, "time": time.time()})
+        except (OSError, ValueError) as exc:
+            log.warning("tfdist adapt: cannot tell the launcher this task ended (%s); it waits for the job", exc)
+    raise SystemExit(0)
