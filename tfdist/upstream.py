@@ -237,6 +237,17 @@ def rebuild_horovod_allreduce(wrapped: Any, *, compression: Any, sparse_as_dense
                                     process_set=hvd.global_process_set if process_set is None else process_set)
 
 
+def replace_horovod_allreduce(wrapped: Any, allreduce: Any) -> None:
+    """Give Horovod's tf-keras ``wrapped`` optimizer ``allreduce(grads, variables)`` as its gradient
+    allreduce (``_allreduce_grads``, which its ``_allreduce`` calls with the gradients and variables of
+    every update): tfdist's own (PowerSGD). Refused when Horovod's accumulation helper holds the old one."""
+    if not callable(_get(wrapped, "_allreduce_grads")):
+        raise _missing(wrapped, "_allreduce_grads")
+    if _get(wrapped, "_agg_helper") is not None:
+        raise _missing(wrapped, "_agg_helper (None: no local accumulation)")
+    wrapped._allreduce_grads = allreduce
+
+
 #: Horovod's tf-keras wrapper sets this flag in ``_allreduce``, the method that averages the gradients.
 ALLREDUCED_FLAG = "_aggregated_gradients"
 

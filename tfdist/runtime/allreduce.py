@@ -30,6 +30,9 @@ from tfdist.keras_compat import KERAS_3, TF_KERAS, flavour_of
 
 #: Set on a Keras 3 optimizer whose ``apply`` allreduces (the settings it does it with).
 ALLREDUCE_MARK = "_tfdist_allreduce"
+#: The optimizer attribute that holds PowerSGD's state (:class:`tfdist.runtime.powersgd.PowerSGD`): a
+#: tracked ``tf.Module``, so ``tf.train.Checkpoint(optimizer=...)`` and the backups keep it.
+POWERSGD_STATE = "tfdist_powersgd"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,8 @@ class AllreduceSettings:
     backward_passes_per_step: local steps accumulated per allreduce (Keras 3: the optimizer's
         ``gradient_accumulation_steps``).
     average_aggregated_gradients: average (True) or sum (False) the accumulated local gradients.
+    powersgd: a :class:`tfdist.runtime.powersgd.PowerSGDSettings`: matrices go through PowerSGD's
+        low-rank allreduce (``compression`` then applies to the rest), else None.
     """
 
     op: Any
@@ -56,6 +61,7 @@ class AllreduceSettings:
     device_sparse: str = ""
     name: str | None = None
     process_set: Any = None
+    powersgd: Any = None
 
     def __post_init__(self) -> None:
         if not self.gradient_predivide_factor > 0:
@@ -89,7 +95,29 @@ def distributed_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
         f"{type(optimizer).__name__}", "pass e.g. keras.optimizers.Adam(1e-3)"))
 
 
+def _refuse_powersgd_here(optimizer: Any, settings: AllreduceSettings, hvd: Any, steps: int) -> None:
+    """What PowerSGD does not combine with yet, refused with the fix."""
+    if settings.powersgd is None:
+        return
+    if settings.op != hvd.Average:
+        raise ArgumentValueError(with_fix("compression='powersgd' averages gradients (op=hvd.Sum was given)",
+                                          "leave op at hvd.Average with PowerSGD"))
+    if upstream.loss_scale_inner(optimizer) is not None:
+        raise ArgumentValueError(with_fix(
+            "compression='powersgd' under loss scaling (mixed_float16): its error feedback would carry gradients "
+            "of one loss scale into steps of another, and a non-finite step would poison it",
+            "train in float32 or mixed_bfloat16 with PowerSGD, or use compression='fp16' with mixed_float16"))
+    if steps > 1 and flavour_of(optimizer) == TF_KERAS:
+        raise ArgumentValueError(with_fix(
+            f"compression='powersgd' with Horovod's tf-keras accumulation (backward_passes_per_step={steps}): "
+            "its accumulation helper keeps Horovod's own allreduce",
+            "accumulate with a Keras 3 optimizer (gradient_accumulation_steps), or drop one of the two"))
+
+
 def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any:
+    import horovod.tensorflow as hvd
+
+    _refuse_powersgd_here(optimizer, settings, hvd, settings.backward_passes_per_step)
     inner = upstream.loss_scale_inner(optimizer)
     if inner is not None:  # LossScaleOptimizer(Horovod(inner)): the allreduce sees scaled gradients
         import tf_keras
@@ -108,6 +136,9 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
         average_aggregated_gradients=settings.average_aggregated_gradients,
         num_groups=settings.num_groups, **extra)
     setattr(wrapped, ALLREDUCE_MARK, settings)
+    if settings.powersgd is not None:
+        reduce = _gradient_reducer(hvd, lambda: getattr(wrapped, ALLREDUCE_MARK), wrapped)
+        upstream.replace_horovod_allreduce(wrapped, lambda grads, variables=None: reduce(list(grads)))
     return wrapped
 
 
@@ -144,8 +175,9 @@ def _allreduce_in_apply(optimizer: Any, settings: AllreduceSettings) -> Any:
     if inner is not None:
         _refuse_wrapped(inner)
     steps = _accumulation_steps(optimizer if inner is None else inner, settings)
-    reduce = _gradient_reducer(hvd, lambda: getattr(optimizer, ALLREDUCE_MARK))  # read when traced:
-    # change_compression takes effect at the next trace
+    _refuse_powersgd_here(optimizer, settings, hvd, steps)
+    reduce = _gradient_reducer(hvd, lambda: getattr(optimizer, ALLREDUCE_MARK), optimizer)  # read when
+    # traced: change_compression takes effect at the next trace
     if steps > 1:
         if inner is not None and settings.compression is not hvd.Compression.none:
             raise ArgumentValueError(with_fix(
@@ -241,6 +273,8 @@ def compression_change_problem(optimizer: Any) -> str | None:
         return (f"this {type(optimizer).__name__} was not made by tfdist's strategy.optimizer (or "
                 "DistributedOptimizer), so tfdist cannot reach its allreduce")
     settings = getattr(holder, ALLREDUCE_MARK)
+    if settings.powersgd is not None:
+        return "PowerSGD's state (its error feedback and factors) goes with its allreduce"
     if flavour_of(holder) == TF_KERAS and settings.backward_passes_per_step > 1:
         return (f"Horovod's tf-keras accumulation (backward_passes_per_step={settings.backward_passes_per_step}) "
                 "keeps the allreduce it was built with")
@@ -296,15 +330,18 @@ def rehome_under_loss_scale(optimizer: Any) -> Any:
     return _allreduce_in_apply(optimizer, dataclasses.replace(settings, backward_passes_per_step=1))
 
 
-def _gradient_reducer(hvd: Any, current: Callable[[], AllreduceSettings]):
+def _gradient_reducer(hvd: Any, current: Callable[[], AllreduceSettings], owner: Any = None):
     """A function from a list of gradients (``None`` kept in place) to their allreduced values, with
-    the settings ``current()`` gives when the step is traced."""
+    the settings ``current()`` gives when the step is traced; PowerSGD's state, when it compresses,
+    is kept on ``owner`` (the optimizer)."""
     import tensorflow as tf
 
     def reduce(grads: list) -> list:
         settings = current()
         if hvd.size() == 1 and settings.process_set is None:
             return grads
+        if settings.powersgd is not None:
+            return _powersgd_reduce(hvd, settings, owner, grads)
         op, prescale, postscale = settings.op, 1.0, 1.0
         if settings.op == hvd.Average and settings.gradient_predivide_factor != 1.0:
             op, prescale = hvd.Sum, 1.0 / settings.gradient_predivide_factor
@@ -334,6 +371,35 @@ def _gradient_reducer(hvd: Any, current: Callable[[], AllreduceSettings]):
         return out
 
     return reduce
+
+
+def _powersgd_reduce(hvd: Any, settings: AllreduceSettings, owner: Any, grads: list) -> list:
+    """``grads`` averaged over the ranks through PowerSGD (its state made on the first trace, outside
+    the function, and kept on ``owner``); ``None`` kept in place, sparse gradients made dense."""
+    import tensorflow as tf
+
+    from tfdist.runtime.powersgd import PowerSGD
+
+    present = [i for i, g in enumerate(grads) if g is not None]
+    tensors = [tf.convert_to_tensor(grads[i]) for i in present]
+    compressor = getattr(owner, POWERSGD_STATE, None)
+    if compressor is None:
+        with tf.init_scope():  # variables made once, eagerly, as Keras makes an optimizer's slots
+            compressor = PowerSGD([t.shape for t in tensors], settings.powersgd)
+        setattr(owner, POWERSGD_STATE, compressor)
+    calls = iter(range(1_000_000))
+    extra = {} if settings.process_set is None else {"process_set": settings.process_set}
+    prefix = settings.name or "tfdist.powersgd"
+
+    def allreduce_mean(values: list) -> list:
+        return list(hvd.grouped_allreduce(values, name=f"{prefix}.{next(calls)}", op=hvd.Average,
+                                          compression=settings.compression, **extra)) if values else []
+
+    reduced = compressor.reduce(tensors, allreduce_mean)
+    out = list(grads)
+    for i, value in zip(present, reduced):
+        out[i] = value
+    return out
 
 
 def _split(indices: list[int], groups: int) -> list[list[int]]:

@@ -1,0 +1,33 @@
+"""PowerSGD in a real ``horovodrun -np 2`` job (issue 38), on tf-keras and Keras 3 in the same ranks
+(tests/scripts/hvd_powersgd.py): every rank ends with the same weights, the middle kernel's updates
+are low-rank once compression starts, and the error feedback and factors come back with a
+``tf.train.Checkpoint`` of the model and optimizer. The algorithm itself is checked against a NumPy
+reference in tests/test_powersgd.py."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from support import horovodrun
+
+pytestmark = [pytest.mark.horovod, pytest.mark.no_gpu]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    outdir = tmp_path_factory.mktemp("hvd-powersgd")
+    result = horovodrun("hvd_powersgd.py", str(outdir), np=2, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return [json.loads((outdir / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.parametrize("keras", ["tf_keras", "keras_3"])
+def test_ranks_end_identical_with_low_rank_updates_and_the_state_resumes(ranks, keras):
+    first, second = ranks[0][keras], ranks[1][keras]
+    assert all(np.array_equal(np.array(a), np.array(b)) for a, b in zip(first["weights"], second["weights"]))
+    assert first["compressed"] == [True, False, True, False, False, False]  # the kernels; biases and 48 x 4 whole
+    assert first["step"] == 8
+    assert 1 <= first["update_rank"] <= 12 < 48  # 6 updates of rank 2, where plain SGD's would be full rank
+    assert first["error_norm"] > 0 and second["error_norm"] > 0  # each rank keeps what compression lost
+    assert first["resumed_step"] == 9  # restored at 8 from the checkpoint, then one more step

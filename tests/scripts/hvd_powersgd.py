@@ -1,0 +1,76 @@
+"""One horovodrun job that trains with PowerSGD (issue 38) on both Kerases, side by side in each rank.
+
+    horovodrun -np 2 python hvd_powersgd.py OUTDIR
+
+For each Keras (tf-keras, then Keras 3) the ranks build the same MLP (16 -> 64 -> 48 -> 4, weights
+from one seed), wrap SGD with tfdist's allreduce and PowerSGD (rank 2, compression from the third
+step), and fit 8 steps on data of their own. Then rank 0 writes a ``tf.train.Checkpoint(model,
+optimizer)``, and every rank restores it into a fresh model and optimizer and trains 1 more step.
+Each rank writes ``rank<R>.json``: per Keras, the weights after the 8 steps, PowerSGD's step count,
+the size of its error feedback, the rank of the middle kernel's update over the 6 compressed steps, and the step
+count after the restore and one more step (the state came back with the checkpoint).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import tfdist  # noqa: F401  (before TensorFlow)
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from tfdist.runtime.allreduce import POWERSGD_STATE, AllreduceSettings, distributed_optimizer
+from tfdist.runtime.powersgd import PowerSGDSettings
+
+OUTDIR = sys.argv[1]
+hvd.init()
+rank = hvd.rank()
+SETTINGS = PowerSGDSettings(rank=2, start_iter=2, min_compression_rate=2.0)
+
+
+def build(K):
+    model = K.Sequential([K.Input((16,)), K.layers.Dense(64, activation="relu"), K.layers.Dense(48, activation="relu"),
+                          K.layers.Dense(4)])
+    rng = np.random.default_rng(0)  # the same weights on every rank
+    model.set_weights([rng.normal(scale=0.3, size=w.shape).astype("float32") for w in model.get_weights()])
+    optimizer = distributed_optimizer(K.optimizers.SGD(0.05), AllreduceSettings(
+        op=hvd.Average, compression=hvd.Compression.none, powersgd=SETTINGS))
+    model.compile(optimizer=optimizer, loss="mse")
+    return model, optimizer
+
+
+def run(flavour: str) -> dict:
+    import importlib
+
+    K = importlib.import_module("tf_keras" if flavour == "tf_keras" else "keras")
+    rng = np.random.default_rng(100 + rank)  # each rank its own data
+    x = rng.normal(size=(128, 16)).astype("float32")
+    y = rng.normal(size=(128, 4)).astype("float32")
+    model, optimizer = build(K)
+    model.fit(x[:32], y[:32], batch_size=16, epochs=1, verbose=0, shuffle=False)  # the 2 plain steps
+    before = model.get_weights()[2]
+    model.fit(x[32:], y[32:], batch_size=16, epochs=1, verbose=0, shuffle=False)  # 6 compressed ones
+    state = getattr(optimizer, POWERSGD_STATE)
+    update = model.get_weights()[2] - before  # the 64 x 48 kernel: 6 updates of rank 2 at most
+    folder = os.path.join(OUTDIR, f"ckpt-{flavour}")
+    if rank == 0:
+        tf.train.Checkpoint(model=model, optimizer=optimizer).write(os.path.join(folder, "ckpt"))
+    hvd.allreduce(tf.constant(0.0), name=f"written.{flavour}")  # a barrier: the checkpoint is there
+    again, again_optimizer = build(K)
+    tf.train.Checkpoint(model=again, optimizer=again_optimizer).read(os.path.join(folder, "ckpt"))
+    again.fit(x[:16], y[:16], batch_size=16, epochs=1, verbose=0, shuffle=False)
+    resumed = getattr(again_optimizer, POWERSGD_STATE)
+    return {"weights": [w.tolist() for w in model.get_weights()], "step": int(state.step.numpy()),
+            "compressed": [s is not None for s in state.slots],
+            "error_norm": float(sum(np.linalg.norm(e.numpy()) for e in state.errors)),
+            "update_rank": int(np.linalg.matrix_rank(update, tol=1e-6)),
+            "resumed_step": int(resumed.step.numpy())}
+
+
+found = {flavour: run(flavour) for flavour in ("tf_keras", "keras_3")}
+with open(os.path.join(OUTDIR, f"rank{rank}.json"), "w") as out:
+    json.dump(found, out)
+print(f"POWERSGD DONE rank {rank}", flush=True)

@@ -1,0 +1,185 @@
+"""PowerSGD: low-rank gradient compression with error feedback (issue 38), on any mean-allreduce.
+
+Vogels, Karimireddy and Jaggi, "PowerSGD: Practical Low-Rank Gradient Compression for Distributed
+Optimization" (NeurIPS 2019), as PyTorch ships it for DDP (``powerSGD_hook``: error feedback, warm
+start, ``start_powerSGD_iter``, ``min_compression_rate``). Per gradient matrix ``G`` (m x n; a conv
+kernel seen as ``prod(shape[:-1]) x shape[-1]``), each step on each rank:
+
+1. ``M = G + E``: the rank's gradient plus its error feedback (what compression lost last time);
+2. ``P = M Q``, allreduced to its mean (m x r numbers), then orthonormalised (QR);
+3. ``Q = M^T P``, allreduced to its mean (n x r numbers): the next step starts from it (warm start);
+4. the gradient applied is ``P Q^T``, the same on every rank; ``E = M - P Q^T`` stays on the rank.
+
+So a step moves (m + n) r numbers a matrix instead of m n. Vectors (biases, norms) and matrices where
+the factors would not save ``min_compression_rate`` go through the plain mean-allreduce, as do all
+gradients for the first ``start_iter`` steps (plain SGD's early steps are the sensitive ones). At a
+rank of at least ``min(m, n)`` the result is the plain mean exactly: ``P`` then spans the mean's
+columns and ``P P^T`` projects onto them.
+
+The module is written against ``allreduce_mean(list of tensors) -> list``, so Horovod's grouped
+allreduce and a test's simulated ranks both drive it; :meth:`PowerSGD.reduce` runs the three
+stages above in one step. The state (``E`` and ``Q`` per matrix, the step count) is a ``tf.Module``
+of ``tf.Variable``s: attached to the optimizer, ``tf.train.Checkpoint`` and the backups keep it, so a
+resumed run continues where it stopped. Importing this module imports TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from tfdist.errors import ArgumentValueError, with_fix
+
+#: PyTorch's default: compress only where the factors are at most half of the matrix.
+DEFAULT_MIN_COMPRESSION_RATE = 2.0
+DEFAULT_RANK = 4
+#: Plain allreduce steps before compression starts (PyTorch's default is 1,000 for long runs; tfdist's
+#: runs are epochs of hundreds of steps, and the warm-up is an option).
+DEFAULT_START_ITER = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerSGDSettings:
+    """``rank``: columns of the factors; ``start_iter``: plain allreduce steps first;
+    ``min_compression_rate``: compress a matrix only when ``m n >= rate (m + n) rank``; ``seed``: of
+    the first ``Q`` (the same on every rank)."""
+
+    rank: int = DEFAULT_RANK
+    start_iter: int = DEFAULT_START_ITER
+    min_compression_rate: float = DEFAULT_MIN_COMPRESSION_RATE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
+            raise ArgumentValueError(with_fix(f"`rank` must be an integer >= 1, got {self.rank!r}",
+                                              f"leave it at {DEFAULT_RANK}, or pass e.g. rank=8 (more exact, more bytes)"))
+        if isinstance(self.start_iter, bool) or not isinstance(self.start_iter, int) or self.start_iter < 0:
+            raise ArgumentValueError(with_fix(f"`start_iter` must be an integer >= 0, got {self.start_iter!r}",
+                                              f"leave it at {DEFAULT_START_ITER}, or 0 to compress from the first step"))
+        rate = self.min_compression_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:
+            raise ArgumentValueError(with_fix(f"`min_compression_rate` must be a number >= 0, got {rate!r}",
+                                              f"leave it at {DEFAULT_MIN_COMPRESSION_RATE:g} (0 compresses every "
+                                              "matrix, even where the factors are larger)"))
+
+
+def matrix_shape(shape: Sequence[int]) -> tuple[int, int] | None:
+    """The 2-D view PowerSGD takes of a gradient of ``shape``: ``(prod(shape[:-1]), shape[-1])``; None
+    for a scalar or a vector."""
+    dims = [int(d) for d in shape]
+    if len(dims) < 2:
+        return None
+    return math.prod(dims[:-1]), dims[-1]
+
+
+def compressed(shape: Sequence[int], settings: PowerSGDSettings) -> bool:
+    """Whether a gradient of ``shape`` goes through the low-rank path: a matrix whose two factors hold at
+    most 1 / ``min_compression_rate`` of its numbers."""
+    matrix = matrix_shape(shape)
+    if matrix is None:
+        return False
+    m, n = matrix
+    return m * n >= settings.min_compression_rate * (m + n) * min(settings.rank, m, n)
+
+
+def wire_numbers(shapes: Sequence[Sequence[int]], settings: PowerSGDSettings) -> int:
+    """Numbers one rank sends through the allreduces of one compressed step: ``(m + n) r`` per compressed
+    matrix (P and Q), every number of the rest."""
+    total = 0
+    for shape in shapes:
+        if compressed(shape, settings):
+            m, n = matrix_shape(shape)
+            total += (m + n) * min(settings.rank, m, n)
+        else:
+            total += math.prod(int(d) for d in shape)
+    return total
+
+
+class PowerSGD(tf.Module):
+    """The compressor and its state for the variables of ``shapes`` (one entry per gradient, in the
+    order ``reduce`` gets them). ``errors[i]`` and ``factors[i]`` (``Q``) exist for the compressed ones."""
+
+    def __init__(self, shapes: Sequence[Sequence[int]], settings: PowerSGDSettings = PowerSGDSettings(),
+                 dtype: Any = tf.float32, name: str = "powersgd") -> None:
+        super().__init__(name=name)
+        self.settings = settings
+        self.shapes = [tuple(int(d) for d in shape) for shape in shapes]
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.errors: list[tf.Variable] = []
+        self.factors: list[tf.Variable] = []
+        #: For each gradient, the index of its state in ``errors``/``factors``, or None (plain allreduce).
+        self.slots: list[int | None] = []
+        generator = tf.random.Generator.from_seed(settings.seed)
+        for index, shape in enumerate(self.shapes):
+            if not compressed(shape, settings):
+                self.slots.append(None)
+                continue
+            m, n = matrix_shape(shape)
+            rank = min(settings.rank, m, n)
+            self.slots.append(len(self.errors))
+            self.errors.append(tf.Variable(tf.zeros((m, n), dtype), trainable=False, name=f"error_{index}"))
+            self.factors.append(tf.Variable(generator.normal((n, rank), dtype=dtype), trainable=False,
+                                            name=f"q_{index}"))
+
+    # --- one step, in stages: a test drives them with simulated ranks -----------------------------
+    def first(self, grads: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        """``(M, P)`` of each compressed gradient: the gradient (as a matrix) plus its error, and ``M Q``."""
+        ms, ps = [], []
+        for grad, slot, shape in zip(grads, self.slots, self.shapes):
+            if slot is None:
+                continue
+            m = tf.reshape(tf.cast(grad, self.errors[slot].dtype), matrix_shape(shape)) + self.errors[slot]
+            ms.append(m)
+            ps.append(tf.matmul(m, self.factors[slot]))
+        return ms, ps
+
+    @staticmethod
+    def second(ms: Sequence[tf.Tensor], mean_ps: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        """``(P, Q)``: each mean ``P`` orthonormalised, and ``M^T P`` (to be averaged)."""
+        ortho = [tf.linalg.qr(p)[0] for p in mean_ps]
+        return ortho, [tf.matmul(m, p, transpose_a=True) for m, p in zip(ms, ortho)]
+
+    def last(self, grads: Sequence[tf.Tensor], ms: Sequence[tf.Tensor], ps: Sequence[tf.Tensor],
+             mean_qs: Sequence[tf.Tensor], plain: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+        """The gradients to apply: ``P Q^T`` in each compressed one's shape, ``plain`` (the mean-allreduced
+        rest, in order) elsewhere; the errors and factors are updated for the next step."""
+        out, low_rank, rest = [], iter(zip(ms, ps, mean_qs)), iter(plain)
+        for grad, slot, shape in zip(grads, self.slots, self.shapes):
+            if slot is None:
+                out.append(next(rest))
+                continue
+            m, p, q = next(low_rank)
+            approx = tf.matmul(p, q, transpose_b=True)
+            self.errors[slot].assign(m - approx)
+            self.factors[slot].assign(q)
+            out.append(tf.cast(tf.reshape(approx, shape), grad.dtype))
+        return out
+
+    def reduce(self, grads: Sequence[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:
+        """The mean of ``grads`` over the ranks, compressed once ``step`` reached ``start_iter`` (plain
+        before); ``allreduce_mean`` averages a list of tensors over the ranks. Counts the step."""
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        if len(grads) != len(self.shapes):
+            raise ArgumentValueError(with_fix(
+                f"PowerSGD was built for {len(self.shapes)} gradients and got {len(grads)}",
+                "build the model before the first step, and train the same variables every step"))
+        self.step.assign_add(1)
+        if not self.errors:
+            return allreduce_mean(grads)
+        return tf.cond(self.step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean),
+                       lambda: allreduce_mean(grads))
+
+    def _compressed(self, grads: list[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:
+        ms, ps = self.first(grads)
+        plain = [g for g, slot in zip(grads, self.slots) if slot is None]
+        mean_ps = allreduce_mean(list(ps))
+        ortho, qs = self.second(ms, mean_ps)
+        reduced = allreduce_mean([*qs, *plain])
+        return self.last(grads, ms, ortho, reduced[:len(qs)], reduced[len(qs):])
+
+
+__all__ = ["DEFAULT_MIN_COMPRESSION_RATE", "DEFAULT_RANK", "DEFAULT_START_ITER", "PowerSGD", "PowerSGDSettings",
+           "compressed", "matrix_shape", "wire_numbers"]
