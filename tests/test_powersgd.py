@@ -11,7 +11,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from tfdist.errors import TfdistError  # noqa: E402
-from tfdist.runtime.powersgd import PowerSGD, PowerSGDSettings, compressed, matrix_shape, wire_numbers  # noqa: E402
+from tfdist.runtime.lowrank import PowerSGDSettings, compressed, matrix_shape, wire_numbers  # noqa: E402
+from tfdist.runtime.powersgd import PowerSGD  # noqa: E402
 
 
 def run_ranks(grads_per_rank: list[list[list[np.ndarray]]], settings: PowerSGDSettings,

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist.runtime.allreduce import POWERSGD_STATE, AllreduceSettings, distributed_optimizer
-from tfdist.runtime.powersgd import PowerSGDSettings
+from tfdist.runtime.lowrank import PowerSGDSettings
 
 OUTDIR = sys.argv[1]
 hvd.init()

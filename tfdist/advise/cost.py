@@ -64,6 +64,7 @@ from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.units import format_bytes, format_rate
 from tfdist.errors import with_fix
+from tfdist.runtime.lowrank import PowerSGDSettings, compressed, wire_numbers
 
 #: Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD default, 64 MiB): one allreduce per buffer.
 HOROVOD_FUSION_BYTES = 64 * 2**20
@@ -78,6 +79,11 @@ MWMS_EXTRA_OVERHEAD_S = 1e-3
 #: gRPC (de)serialisation of pulled variables and pushed gradients, per byte; the loopback benchmark's
 #: growth of that extra cost with model size (small 2.7 MB vs large 23 MB MLP) puts it near 4 GB/s.
 PS_SERIALIZE_BYTES_PER_S = 4e9
+
+#: PowerSGD's own work per byte of a compressed matrix (adding the error, M Q, M^T P, P Q^T and the new
+#: error: about five passes over M, plus a small QR): measured 3.0 ms a step for the 784 x 512 float32
+#: kernel at rank 4 on one core of this machine (1.6 MB), with another test beside it.
+POWERSGD_MATRIX_BYTES_PER_S = 5e8
 
 STRATEGY_NAMES = ("horovod", "horovod_fp16", "horovod_hierarchical", "parameter_server",
                   "multi_worker_mirrored")
@@ -160,6 +166,31 @@ def _sync_prediction(name: str, cluster: Cluster, workload: Workload, comm: floa
                  f"idles {_ms(waiting)}")
     return Prediction(name, step * 1000, examples, examples / ideal_examples_per_second(cluster, workload),
                       waiting * 1000, comm * 1000, bottleneck, text, wire_bytes)
+
+
+def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSettings = PowerSGDSettings()) -> Prediction:
+    """Horovod with PowerSGD (``compression='powersgd'``, issue 38): each compressed matrix sends its
+    two rank-r factors, ``(m + n) r`` numbers, in two allreduces one after the other (P, then Q with
+    the rest of the gradients), so a step pays the latency and Horovod's fixed cost twice; the rest
+    goes whole. Its own work (about five passes over each compressed matrix) is time the step adds,
+    at POWERSGD_MATRIX_BYTES_PER_S. ``workload.matrices`` says what is compressed."""
+    n, width = cluster.workers, workload.dtype_bytes
+    shapes = list(workload.matrices)
+    squeezed = [(m, k) for m, k in shapes if compressed((m, k), settings)]
+    numbers = wire_numbers(shapes, settings) + (workload.params - workload.sparse_params
+                                                - sum(m * k for m, k in shapes))
+    wire = float(numbers * width)
+    extra = sum(m * k for m, k in squeezed) * width / POWERSGD_MATRIX_BYTES_PER_S
+    if n == 1:
+        return _sync_prediction("horovod_powersgd", cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
+    rounds = 2 * max(1, math.ceil(wire / HOROVOD_FUSION_BYTES)) if squeezed else max(
+        1, math.ceil(wire / HOROVOD_FUSION_BYTES))
+    ring_rate, ring_text = _ring_link(cluster)
+    comm = rounds * 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * wire / ring_rate
+    gather, gathered = _allgather(cluster, workload, ring_rate, gathers_per_table=2)
+    overhead = workload.allreduce_overhead_ms / 1000 * (2 if squeezed else 1)
+    return _sync_prediction("horovod_powersgd", cluster, workload, comm + gather + extra, overhead,
+                            workload.overlap, ring_text, 2 * (n - 1) / n * wire + gathered)
 
 
 def _ring_link(cluster: Cluster) -> tuple[float, str]:

@@ -157,6 +157,10 @@ class Workload:
     ps_overhead_ms: float = DEFAULT_PS_OVERHEAD_MS
     allreduce_overhead_ms: float = DEFAULT_ALLREDUCE_OVERHEAD_MS
     embeddings: tuple[Embedding, ...] = ()
+    #: The shapes of the model's dense weight matrices (a kernel of more than 2 dimensions as PowerSGD
+    #: sees it, ``tfdist.runtime.lowrank.matrix_shape``): what low-rank compression would send. Empty:
+    #: not known, and PowerSGD is not predicted.
+    matrices: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         _whole(self.params, "params", 1, MAX_PARAMS, "give the model's parameter count, e.g. 669706")
@@ -184,6 +188,20 @@ class Workload:
                     "give the epochs parameter servers need to reach the target over the epochs allreduce "
                     "needs, e.g. 1.3; or leave it out")
         self._check_embeddings()
+        self._check_matrices()
+
+    def _check_matrices(self) -> None:
+        ok = isinstance(self.matrices, tuple) and all(
+            isinstance(m, tuple) and len(m) == 2 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1
+                                                         for d in m) for m in self.matrices)
+        if not ok:
+            raise AdviseError(with_fix(f"`matrices` must be a tuple of (rows, columns) pairs, got {self.matrices!r:.120}",
+                                       "pass e.g. ((784, 512), (512, 512)), or leave it out"), "matrices")
+        held = sum(m * n for m, n in self.matrices)
+        if held > self.params - self.sparse_params:
+            raise AdviseError(with_fix(f"the matrices hold {held:,} parameters, more than the model's "
+                                       f"{self.params - self.sparse_params:,} outside embedding tables",
+                                       "give the model's own kernels, counted in its parameters"), "matrices")
 
     def _check_embeddings(self) -> None:
         if not isinstance(self.embeddings, tuple) or not all(isinstance(e, Embedding) for e in self.embeddings):
