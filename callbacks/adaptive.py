@@ -41,7 +41,7 @@ import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit 
 from tfdist import run_channel
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.backup import error_reason
-from tfdist.callbacks.plan_check import worker_figures
+from tfdist.callbacks.plan_check import model_matrices, worker_figures
 from tfdist.errors import TfdistError, with_fix
 from tfdist.plan import VARIANTS
 
@@ -176,7 +176,8 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
             params = None
         report = {"epoch": epoch, "variant": self.variant, "epochs": self.epochs, "seconds": seconds,
                   "examples_per_second": float(rate) if rate is not None else None,
-                  "workers": worker_figures(logs), "params": params, "batch_size": self.batch_size,
+                  "workers": worker_figures(logs), "params": params, "matrices": model_matrices(self.model),
+                  "batch_size": self.batch_size,
                   "resumable": self.resume_problem is None, "resume_problem": self.resume_problem,
                   "time": time.time()}
         try:

@@ -27,6 +27,7 @@ import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit 
 
 from tfdist.atomic_write import write_atomically
 from tfdist.plan import PLAN_RESULT_ENV, Plan, compare, slow_warning
+from tfdist.runtime.lowrank import matrix_shape
 
 log = logging.getLogger("tfdist")
 #: The epoch (0-based) after which a slow run is reported: the first timed one.
@@ -44,6 +45,7 @@ class PlanCheck(tf_keras.callbacks.Callback):
         self.rates: list[float] = []
         self.worker_epochs: list[dict[str, Any]] = []
         self.params: int | None = None
+        self.matrices: list[list[int]] = []
         self.warned = False
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -51,6 +53,7 @@ class PlanCheck(tf_keras.callbacks.Callback):
             self.params = int(self.model.count_params())
         except (AttributeError, TypeError, ValueError):  # a model not built yet: the record goes without
             self.params = None
+        self.matrices = model_matrices(self.model)
 
     def plan_changed(self, plan: Plan) -> None:
         """An adaptive run took ``plan`` in this process: the epochs from here on are measured against it."""
@@ -93,7 +96,18 @@ class PlanCheck(tf_keras.callbacks.Callback):
             _write_json(self.result_path, {"epochs": len(self.rates), **_plain(record),
                                            "predicted_examples_per_second": self.plan.predicted_examples_per_second,
                                            "predicted_step_ms": self.plan.predicted_step_ms,
-                                           "worker_epochs": self.worker_epochs, "params": self.params})
+                                           "worker_epochs": self.worker_epochs, "params": self.params,
+                                           "matrices": self.matrices})
+
+
+def model_matrices(model: Any) -> list[list[int]]:
+    """The model's trainable kernels as low-rank compression sees them (rows, columns): what the
+    launcher's model counts on the wire for PowerSGD; empty when the model cannot say."""
+    try:
+        shapes = [tuple(int(d) for d in v.shape) for v in model.trainable_variables]
+    except (AttributeError, TypeError, ValueError):
+        return []
+    return [list(matrix) for shape in shapes if (matrix := matrix_shape(shape)) is not None]
 
 
 def worker_figures(logs: dict[str, Any]) -> list[dict[str, float]]:

@@ -84,3 +84,11 @@ def test_the_jobs_own_batch_replaces_the_launch_time_one_where_reported():
                                                                                   step_ms=10.0)
     for bad in (None, 0, True, 2.5, "32", 10**10):
         assert job_workload(WORKLOAD, {"batch_size": bad}).batch_size == 64
+
+
+def test_the_jobs_own_kernels_come_with_its_parameter_count():
+    """The chief reports its kernels (rows, columns) as PowerSGD sees them: the model counts their bytes."""
+    record = {"params": WORKLOAD.params, "matrices": [[784, 512], [512, 512], [512, 10]]}
+    assert job_workload(WORKLOAD, record).matrices == ((784, 512), (512, 512), (512, 10))
+    for matrices in ([[784, 512, 3]], [[0, 5]], "x", [[100_000, 100_000]], [[True, 4]]):
+        assert job_workload(WORKLOAD, {**record, "matrices": matrices}).matrices == (), matrices

@@ -150,3 +150,5 @@ def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_i
     assert second.stdout.count("DONE horovod") == 2, second.stdout
     same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
     assert reported(folder) == {0: "horovod", 1: "horovod_fp16", 2: "horovod_hierarchical"}
+    # the job's kernels (8 -> 16 -> 1), what the launcher's model counts for PowerSGD
+    assert json.loads((folder / "epoch-0.json").read_text())["matrices"] == [[8, 16], [16, 1]]

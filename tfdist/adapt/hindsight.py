@@ -33,14 +33,23 @@ PREFIX = "tfdist launch: re-fitted on the job's own epochs"
 
 def job_workload(workload: Workload, record: Mapping[str, Any]) -> Workload:
     """``workload`` with the job's own parameter count (the record's ``params``) in place of the
-    probe's stand-in model's, where the record has one and the workload has no embedding tables, and
-    the job's own batch per worker (``batch_size``, an adaptive run's report) where it has one."""
+    probe's stand-in model's, where the record has one and the workload has no embedding tables, the
+    job's own batch per worker (``batch_size``, an adaptive run's report) and its kernels (``matrices``,
+    rows and columns) where it has them."""
     params, batch_size = record.get("params"), record.get("batch_size")
     if _whole(batch_size) and batch_size <= MAX_BATCH_SIZE:
         workload = dataclasses.replace(workload, batch_size=batch_size)
     if not _whole(params) or workload.embeddings:
         return workload
-    return dataclasses.replace(workload, params=params)
+    workload = dataclasses.replace(workload, params=params)
+    matrices = record.get("matrices")
+    if isinstance(matrices, list) and all(isinstance(m, list) and len(m) == 2 and all(map(_whole, m))
+                                          for m in matrices):
+        try:
+            workload = dataclasses.replace(workload, matrices=tuple((m, n) for m, n in matrices))
+        except AdviseError:  # more than the model's parameters: not the job's own kernels
+            pass
+    return workload
 
 
 def _whole(value: object) -> bool:

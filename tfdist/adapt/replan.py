@@ -119,7 +119,8 @@ class Replanner:
         if not self.segment:
             return self._keep(head, "nothing", f"{self.current} reports no per-worker compute and communication "
                               "time yet: the plan is kept")
-        record = {"worker_epochs": self.segment, "params": report.get("params"), "batch_size": report.get("batch_size")}
+        record = {"worker_epochs": self.segment, "params": report.get("params"), "batch_size": report.get("batch_size"),
+                  "matrices": report.get("matrices")}
         try:
             self._measure_ring_overhead(record)
             found = refitted(self.cluster, self.workload, self.current, record)
