@@ -157,3 +157,47 @@ def test_bytes_on_the_wire_and_what_is_compressed():
 def test_bad_settings_are_refused_naming_the_field_and_the_fix(field, value):
     with pytest.raises(TfdistError, match=rf"`{field}` must be .*; fix: "):
         PowerSGDSettings(**{field: value})
+
+
+def test_making_the_errors_equal_changes_no_later_step():
+    """Only the mean of the ranks' errors enters a step: after ``synchronize`` every rank holds the
+    same state (what the chief checkpoints), and the next steps are the ones an unsynchronised run takes."""
+    settings = PowerSGDSettings(rank=2, start_iter=0)
+    grads = [[[g.astype(np.float32) for g in step] for step in rank] for rank in gradients(ranks=2, steps=4, seed=7)]
+    plain, _ = run_ranks(grads, settings, SHAPES)
+
+    ranks = 2
+    barrier = threading.Barrier(ranks)
+    posted: list = [None] * ranks
+    out: list[list] = [[] for _ in range(ranks)]
+    compressors = [PowerSGD(SHAPES, settings) for _ in range(ranks)]
+    synced: list = [None] * ranks
+
+    def rank_main(rank: int) -> None:
+        def allreduce_mean(tensors: list) -> list:
+            posted[rank] = [np.asarray(t) for t in tensors]
+            barrier.wait()
+            mean = [np.mean([posted[r][i] for r in range(ranks)], axis=0) for i in range(len(tensors))]
+            barrier.wait()
+            return [tf.constant(m) for m in mean]
+
+        for step, step_grads in enumerate(grads[rank]):
+            out[rank].append([np.asarray(r) for r in compressors[rank].reduce([tf.constant(g) for g in step_grads],
+                                                                              allreduce_mean)])
+            if step == 1:
+                compressors[rank].synchronize(allreduce_mean)
+                synced[rank] = [e.numpy() for e in compressors[rank].errors]
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for step in range(4):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(out[0][step][i], plain[0][step][i], rtol=1e-4, atol=1e-5)
+    for first, second in zip(*synced):  # the same state on both ranks, and not all zero
+        np.testing.assert_array_equal(first, second)
+        assert np.abs(first).max() > 0
+    for first, second in zip(compressors[0].errors, compressors[1].errors):
+        assert not np.array_equal(first.numpy(), second.numpy())  # apart again after two more steps

@@ -4,11 +4,12 @@
 
 For each Keras (tf-keras, then Keras 3) the ranks build the same MLP (16 -> 64 -> 48 -> 4, weights
 from one seed), wrap SGD with tfdist's allreduce and PowerSGD (rank 2, compression from the third
-step), and fit 8 steps on data of their own. Then rank 0 writes a ``tf.train.Checkpoint(model,
-optimizer)``, and every rank restores it into a fresh model and optimizer and trains 1 more step.
-Each rank writes ``rank<R>.json``: per Keras, the weights after the 8 steps, PowerSGD's step count,
-the size of its error feedback, the rank of the middle kernel's update over the 6 compressed steps, and the step
-count after the restore and one more step (the state came back with the checkpoint).
+step), and fit 8 steps on data of their own in three fits (2 plain steps, 4 compressed, 2 more), each
+epoch ending with ``SynchronizePowerSGD``. After the sixth step rank 0 writes a
+``tf.train.Checkpoint(model, optimizer)``; every rank then restores it into a fresh model and
+optimizer and trains the same last 2 steps. Each rank writes ``rank<R>.json``: per Keras, the weights
+after the 8 steps and after the resumed 2, PowerSGD's step counts, which gradients it compressed, and
+the rank of the middle kernel's update over the 4 compressed steps.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from tfdist.runtime.allreduce import POWERSGD_STATE, AllreduceSettings, distributed_optimizer
+from tfdist.callbacks.powersgd import SynchronizePowerSGD
+from tfdist.runtime.allreduce import AllreduceSettings, distributed_optimizer, powersgd_state
 from tfdist.runtime.lowrank import PowerSGDSettings
 
 OUTDIR = sys.argv[1]
@@ -49,25 +51,27 @@ def run(flavour: str) -> dict:
     rng = np.random.default_rng(100 + rank)  # each rank its own data
     x = rng.normal(size=(128, 16)).astype("float32")
     y = rng.normal(size=(128, 4)).astype("float32")
+    sync = [SynchronizePowerSGD()]
     model, optimizer = build(K)
-    model.fit(x[:32], y[:32], batch_size=16, epochs=1, verbose=0, shuffle=False)  # the 2 plain steps
+    model.fit(x[:32], y[:32], batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=sync)  # 2 plain steps
     before = model.get_weights()[2]
-    model.fit(x[32:], y[32:], batch_size=16, epochs=1, verbose=0, shuffle=False)  # 6 compressed ones
-    state = getattr(optimizer, POWERSGD_STATE)
-    update = model.get_weights()[2] - before  # the 64 x 48 kernel: 6 updates of rank 2 at most
+    model.fit(x[32:96], y[32:96], batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=sync)  # 4 compressed
+    update = model.get_weights()[2] - before  # the 64 x 48 kernel: 4 updates of rank 2 at most
+    state = powersgd_state(optimizer)
     folder = os.path.join(OUTDIR, f"ckpt-{flavour}")
-    if rank == 0:
+    if rank == 0:  # the chief's checkpoint, after the epoch end made the errors equal on both ranks
         tf.train.Checkpoint(model=model, optimizer=optimizer).write(os.path.join(folder, "ckpt"))
     hvd.allreduce(tf.constant(0.0), name=f"written.{flavour}")  # a barrier: the checkpoint is there
+    step_at_checkpoint = int(state.step.numpy())
+    model.fit(x[96:], y[96:], batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=sync)  # 2 more
     again, again_optimizer = build(K)
     tf.train.Checkpoint(model=again, optimizer=again_optimizer).read(os.path.join(folder, "ckpt"))
-    again.fit(x[:16], y[:16], batch_size=16, epochs=1, verbose=0, shuffle=False)
-    resumed = getattr(again_optimizer, POWERSGD_STATE)
+    again.fit(x[96:], y[96:], batch_size=16, epochs=1, verbose=0, shuffle=False, callbacks=sync)  # the same 2
     return {"weights": [w.tolist() for w in model.get_weights()], "step": int(state.step.numpy()),
-            "compressed": [s is not None for s in state.slots],
-            "error_norm": float(sum(np.linalg.norm(e.numpy()) for e in state.errors)),
+            "step_at_checkpoint": step_at_checkpoint, "compressed": [s is not None for s in state.slots],
             "update_rank": int(np.linalg.matrix_rank(update, tol=1e-6)),
-            "resumed_step": int(resumed.step.numpy())}
+            "resumed_step": int(powersgd_state(again_optimizer).step.numpy()),
+            "resumed_weights": [w.tolist() for w in again.get_weights()]}
 
 
 found = {flavour: run(flavour) for flavour in ("tf_keras", "keras_3")}

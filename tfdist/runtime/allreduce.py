@@ -402,6 +402,33 @@ def _powersgd_reduce(hvd: Any, settings: AllreduceSettings, owner: Any, grads: l
     return out
 
 
+def powersgd_state(optimizer: Any) -> Any:
+    """The PowerSGD state of ``optimizer`` (made at its first step), or None: kept on the optimizer
+    ``distributed_optimizer`` returned or on the Horovod wrapper inside its loss-scale optimizer."""
+    for candidate in (optimizer, _inner_or_none(optimizer)):
+        state = getattr(candidate, POWERSGD_STATE, None) if candidate is not None else None
+        if state is not None:
+            return state
+    return None
+
+
+def synchronize_powersgd(optimizer: Any) -> bool:
+    """Give every Horovod rank the mean of the ranks' PowerSGD errors (one allreduce of the compressed
+    matrices; no later step changes: :meth:`tfdist.runtime.powersgd.PowerSGD.synchronize`), so that
+    what the chief checkpoints is the whole state. Whether there was a state to synchronise."""
+    state = powersgd_state(optimizer)
+    if state is None:
+        return False
+    import horovod.tensorflow as hvd
+
+    settings = getattr(_compression_holder(optimizer), ALLREDUCE_MARK, None)
+    extra = {} if settings is None or settings.process_set is None else {"process_set": settings.process_set}
+    if hvd.size() > 1:
+        state.synchronize(lambda values: list(hvd.grouped_allreduce(values, op=hvd.Average,
+                                                                    name="tfdist.powersgd.errors", **extra)))
+    return True
+
+
 def _split(indices: list[int], groups: int) -> list[list[int]]:
     """``indices`` in ``groups`` contiguous runs of near-equal length (one run when ``groups`` is 0)."""
     if not indices:

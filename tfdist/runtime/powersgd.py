@@ -20,8 +20,9 @@ Which gradients are compressed, and how many numbers a step sends, is :mod:`tfdi
 (no TensorFlow: the advisor counts the same bytes). The module is written against ``allreduce_mean(list of tensors) -> list``, so Horovod's grouped
 allreduce and a test's simulated ranks both drive it; :meth:`PowerSGD.reduce` runs the three
 stages above in one step. The state (``E`` and ``Q`` per matrix, the step count) is a ``tf.Module``
-of ``tf.Variable``s: attached to the optimizer, ``tf.train.Checkpoint`` and the backups keep it, so a
-resumed run continues where it stopped. Importing this module imports TensorFlow.
+of ``tf.Variable``s: attached to the optimizer, ``tf.train.Checkpoint`` and the backups keep it. Each
+rank's errors differ, but only their mean matters (:meth:`PowerSGD.synchronize`): made equal before
+a checkpoint, the chief's copy is the whole state, and a resumed run continues where it stopped. Importing this module imports TensorFlow.
 """
 from __future__ import annotations
 
@@ -106,6 +107,16 @@ class PowerSGD(tf.Module):
             return allreduce_mean(grads)
         return tf.cond(self.step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean),
                        lambda: allreduce_mean(grads))
+
+    def synchronize(self, allreduce_mean: Callable[[list], list]) -> None:
+        """Give every rank the mean of the ranks' errors. The steps depend on the errors only through
+        their mean (``P``, ``Q`` and the applied gradient are linear in the mean of ``M``), so this
+        changes no later step, and afterwards the state is the same on every rank: the chief's
+        checkpoint holds all of it, and a run resumed from it continues exactly. It costs one plain
+        allreduce of the compressed matrices (``strategy.fit`` does it at each epoch's end)."""
+        if self.errors:
+            for error, mean in zip(self.errors, allreduce_mean([e.read_value() for e in self.errors])):
+                error.assign(mean)
 
     def _compressed(self, grads: list[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:
         ms, ps = self.first(grads)
