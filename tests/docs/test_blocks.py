@@ -36,6 +36,9 @@ _COVERED_ELSEWHERE = {
         "tests/strategies/test_parameter_server.py",
     # shape, limit_cpu, popen, cut, restore
     "from tfdist.testing.netlab import Lab": "tests/multihost/test_lab.py",
+    # the loop of examples/custom_loop.py, line for line
+    "with strategy.scope():\n    model = build_model(keras)":
+        "tests/strategies/test_loop.py::test_the_pages_loop_is_the_examples_line_for_line",
 }
 
 # `tfdist` commands that need a cluster, hosts, TensorFlow or runs: the words they start with, the
@@ -50,6 +53,8 @@ _COMMANDS_COVERED_ELSEWHERE = {
         ("tests/strategies/test_parameter_server.py", '"--workers", "2", "--ps", "2", "--evaluator"'),
     "tfdist launch --backend multi_worker_mirrored --workers 2 --":
         ("tests/examples/test_examples.py", '"--backend", "multi_worker_mirrored", "--workers", "2", "--"'),
+    "tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/custom_loop.py":
+        ("tests/strategies/test_loop.py", 'sys.executable, "examples/custom_loop.py", *args'),
     "tfdist launch --backend horovod -np 2 --":
         ("tests/cli/test_launch.py", '"--backend", "horovod", "-np", "2", "--"'),
     "tfdist launch --hosts h1:1,h2:1,h3:1 --workers 2 --ps 1 --":

@@ -2,7 +2,8 @@
 collectives on tensors, with tf-keras, Keras 3 and plain TensorFlow variables.
 
 The horovodrun jobs (one per Keras) run tests/scripts/hvd_tf2_loop.py, Horovod's custom-loop example
-shaped the same, with the Keras picked as Horovod users pick it (TF_USE_LEGACY_KERAS). The checks
+shaped the same, and then, in the same job, examples/custom_loop.py on tfdist's strategy object (the
+custom-loop API of tfdist.strategies.loop), with the Keras picked as Horovod users pick it (TF_USE_LEGACY_KERAS). The checks
 without horovodrun run in this process on Horovod initialised with size 1 (shut down after the module).
 """
 from __future__ import annotations
@@ -87,6 +88,52 @@ def test_collectives_on_symbolic_tensors_inside_tf_function(job):
     _, ranks, _ = job
     for rank in ranks:
         assert rank["collectives"] == {"allgather": [1.0, 2.0], "broadcast": [2.0], "allreduce_sum": [3.0]}
+
+
+# (a') the same jobs then run examples/custom_loop.py's loop on tfdist's strategy object (make_strategy("horovod")).
+
+@pytest.fixture(scope="module")
+def loop_ranks(job) -> tuple[str, list[dict], Path]:
+    keras, _, outdir = job
+    return keras, [json.loads((outdir / f"loop-rank{r}.json").read_text()) for r in (0, 1)], outdir
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_the_strategy_loop_ends_with_identical_ranks_equal_to_one_process_on_the_global_batch(loop_ranks):
+    keras, (rank0, rank1), _ = loop_ranks
+    assert [rank0["keras"], rank1["keras"]] == [PACKAGES[keras]] * 2
+    assert [rank0["kind"], rank0["size"]] == ["horovod", 2]
+    assert _same(rank0["weights"], rank1["weights"])
+    assert relative_error(rank0["weights"], rank0["one_process"]) <= 1e-5
+    np.testing.assert_allclose(rank0["losses"], rank0["one_process_losses"], rtol=1e-5)
+    assert rank0["losses"] == rank1["losses"]  # reduce: the job's figures on every rank
+    assert rank0["losses"][1] < 0.7 * rank0["losses"][0]
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_the_strategy_loop_traces_once_and_rank_0_alone_writes_the_checkpoint_a_rerun_resumes(loop_ranks):
+    _, ranks, outdir = loop_ranks
+    assert [rank["tracing"] for rank in ranks] == [1, 1]
+    assert [rank["start"] for rank in ranks] == [0, 0]
+    assert [(rank["rerun_start"], rank["rerun_epochs"]) for rank in ranks] == [(2, 0), (2, 0)]
+    assert sorted(p.name for p in (outdir / "loop-ckpt").iterdir()) == [
+        "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert not list(outdir.glob(".loop-ckpt*")), "no other rank writes anything"
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
+def test_the_strategy_loop_scales_the_loss_under_mixed_float16_on_keras_3_and_refuses_tf_keras(loop_ranks):
+    keras, (rank0, rank1), _ = loop_ranks
+    if keras == "tf_keras":  # its loss-scale optimizer tests each rank's own gradients: ranks could hang
+        for rank in (rank0, rank1):
+            assert re.fullmatch(r"LoopError: `optimizer` is a tf-keras LossScaleOptimizer \(mixed_float16\), and under "
+                                r"horovod .*; fix: build the model with Keras 3 .*", rank["mixed"])
+        return
+    assert _same(rank0["mixed"]["weights"], rank1["mixed"]["weights"])
+    np.testing.assert_allclose(rank0["mixed"]["losses"], rank0["losses"], rtol=2e-3)  # float16's precision
 
 
 # (b) without horovodrun: Horovod initialised with size 1 in this process.

@@ -17,6 +17,8 @@ noise in a near-zero gradient moves a weight by a whole step); STEPS steps; each
 seed (SEED + rank), so only the broadcast makes the ranks one. Added: `hvd.allreduce` of the loss inside
 the step, and a few collectives on tensors inside `tf.function` after the loop.
 
+Then, in the same job, examples/custom_loop.py's loop on tfdist's strategy object (``tfdist_loop``).
+
 Rank r writes OUTDIR/rank<r>.json: its local and averaged loss per step, its final weights, the results of
 the collectives; rank 0 also the weights of one process without Horovod running the same steps (see
 `one_process`), and the checkpoint OUTDIR/checkpoint-1.*.
@@ -179,7 +181,51 @@ def one_process(images: np.ndarray, labels: np.ndarray) -> list:
     return weights(model)
 
 
+LOOP_EPOCHS, LOOP_BATCH, LOOP_LR = 2, 32, 0.1
+
+
+def tfdist_loop(outdir: Path) -> None:
+    """examples/custom_loop.py's loop on the tfdist strategy object (``make_strategy("horovod")``), in the same
+    job: trained with a checkpoint in OUTDIR/loop-ckpt (rank 0 writes it), run again to resume from it, and
+    under mixed_float16 (Keras 3 trains it; tf-keras is refused), and (rank 0) the float32 loop under ``single``
+    on the global batch at the learning rate the ranks scaled to.
+    Rank r writes OUTDIR/loop-rank<r>.json."""
+    import importlib.util
+
+    import tfdist
+
+    spec = importlib.util.spec_from_file_location(
+        "custom_loop", Path(__file__).resolve().parents[2] / "examples" / "custom_loop.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    strategy = tfdist.make_strategy("horovod")
+    checkpoints = outdir / "loop-ckpt"
+    model, history, step, start = example.train(strategy, keras, LOOP_EPOCHS, LOOP_BATCH, LOOP_LR, str(checkpoints))
+    result = {"kind": strategy.kind, "size": strategy.size, "keras": type(model).__module__.split(".")[0], "start": start, "weights": weights(model),
+              "losses": [h["loss"] for h in history], "tracing": step.experimental_get_tracing_count()}
+    _, rerun, _, result["rerun_start"] = example.train(tfdist.make_strategy("horovod"), keras, LOOP_EPOCHS,
+                                                       LOOP_BATCH, LOOP_LR, str(checkpoints))
+    result["rerun_epochs"] = len(rerun)
+    keras.mixed_precision.set_global_policy("mixed_float16")  # Keras 3 trains it, tf-keras is refused
+    try:
+        mixed, mixed_history, _, _ = example.train(tfdist.make_strategy("horovod"), keras, LOOP_EPOCHS, LOOP_BATCH,
+                                                   LOOP_LR)
+        result["mixed"] = {"losses": [h["loss"] for h in mixed_history], "weights": weights(mixed)}
+    except tfdist.TfdistError as exc:
+        result["mixed"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    if strategy.rank == 0:
+        single = tfdist.make_strategy("single")
+        reference, reference_history, _, _ = example.train(single, keras, LOOP_EPOCHS, LOOP_BATCH * strategy.size,
+                                                           LOOP_LR * strategy.size, log=lambda line: None)
+        result["one_process"] = weights(reference)
+        result["one_process_losses"] = [h["loss"] for h in reference_history]
+    (outdir / f"loop-rank{strategy.rank}.json").write_text(json.dumps(result))
+
+
 if __name__ == '__main__':
     if len(sys.argv) != 2:
         raise SystemExit(f"usage: hvd_tf2_loop.py OUTDIR, got {sys.argv[1:]}")
     train(Path(sys.argv[1]))
+    tfdist_loop(Path(sys.argv[1]))

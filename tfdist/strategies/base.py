@@ -8,16 +8,17 @@ from typing import Any, Callable, ClassVar, Iterator
 
 import tensorflow as tf
 
-from tfdist import keras_compat
+from tfdist import keras_compat, upstream
 from tfdist.callbacks import Throughput, progress_lines
 from tfdist.callbacks.backup import SafeBackup
 from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
 from tfdist.callbacks.plan_check import PlanCheck
 from tfdist.callbacks.system_metrics import SystemMetrics
 from tfdist.environments import ClusterEnvironment, detect_environment
-from tfdist.errors import ArgumentTypeError, ArgumentValueError
-from tfdist.strategies import inputs, outputs
+from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
+from tfdist.strategies import inputs, loop, outputs
 from tfdist.strategies.adaptive import adaptive_epochs, continue_clocks, end_if_switched
+from tfdist.strategies.checkpoints import LoopCheckpoint
 from tfdist.strategies.options import StrategyOptions
 
 log = logging.getLogger("tfdist")
@@ -42,6 +43,8 @@ class DistributedStrategy:
     plan: Any = None
     #: Where ``export`` writes, declared before ``fit`` with ``export_to`` (``fit`` checks it), else None.
     _export_destination: Any = None
+    #: The custom loop's model and optimizer, once ``setup`` has checked them (``tfdist.strategies.loop``).
+    _loop_state: loop.LoopState | None = None
     Options: ClassVar[type[StrategyOptions]] = StrategyOptions
 
     def __init__(self, options: StrategyOptions, environment: ClusterEnvironment | None = None) -> None:
@@ -130,7 +133,9 @@ class DistributedStrategy:
                     "scale_lr=False and scale the schedule yourself, or use a float learning rate")
             optimizer.learning_rate = learning_rate_value(optimizer) * self.lr_scale
             setattr(optimizer, _SCALED_MARK, True)
-        return self._wrap_optimizer(optimizer)
+        wrapped = self._wrap_optimizer(optimizer)
+        setattr(wrapped, loop.PREPARED_FOR, self.kind)
+        return wrapped
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
         """Refuse a Keras this backend cannot train; the horovod, mirrored and single backends take both."""
@@ -229,6 +234,155 @@ class DistributedStrategy:
         """The callbacks that measure this backend per worker, on ``clock`` (``metrics``; ``optional``:
         added by ``fit`` itself, they measure nothing rather than fail where they cannot measure)."""
         return []
+
+    # --- custom training loops (tfdist.strategies.loop) -------------------------------------------
+    def setup(self, model: Any, optimizer: Any) -> None:
+        """Check the loop's ``model`` (built, from ``scope()``) and ``optimizer`` (from ``optimizer()``),
+        create the optimizer's variables in ``scope()``, and arm the backend's first-step broadcast.
+
+            with strategy.scope():
+                model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+                optimizer = strategy.optimizer(keras.optimizers.SGD(0.1))
+            strategy.setup(model, optimizer)
+        """
+        keras_compat.keras_of(model, "model")
+        self._check_flavour(model, "model")
+        _require_optimizer(optimizer)
+        self._check_flavour(optimizer, "optimizer")
+        keras_compat.check_same_flavour(model, optimizer=optimizer)
+        if getattr(optimizer, loop.PREPARED_FOR, None) != self.kind:
+            raise ArgumentValueError(with_fix(
+                f"`optimizer` ({type(optimizer).__name__}) did not come from this {self.kind} strategy's "
+                "optimizer(), which sets it up to reduce its gradients across replicas",
+                "pass optimizer = strategy.optimizer(keras.optimizers.SGD(...)) built inside strategy.scope()"))
+        if not model.built or not model.trainable_variables:
+            raise ArgumentValueError(with_fix(
+                f"`model` ({model.name}) has no weights yet, and the loop creates none before its first step",
+                "give the model an input shape (keras.Input(shape=...)) or call model.build(...) in strategy.scope()"))
+        self._check_loop_variables(model, optimizer)
+        flavour = keras_compat.flavour_of(model)
+        keras = keras_compat.keras_of(model, "model")
+        scaled = loop.is_loss_scaled(optimizer)
+        if keras.mixed_precision.global_policy().name == "mixed_float16" and not scaled:
+            raise ArgumentValueError(with_fix(
+                f"the mixed_float16 policy needs loss scaling and `optimizer` is a plain {type(optimizer).__name__}",
+                "wrap it before strategy.optimizer: keras.optimizers.LossScaleOptimizer(opt) on Keras 3, "
+                "tf_keras.mixed_precision.LossScaleOptimizer(opt) on tf-keras; or use mixed_bfloat16"))
+        inner = upstream.loss_scale_inner(optimizer) or optimizer
+        clipping = [name for name in ("clipnorm", "clipvalue", "global_clipnorm")
+                    if getattr(inner, name, None) is not None]
+        refusal = loop.loop_refusal(self.kind, flavour, self.num_replicas_in_sync, scaled, clipping)
+        if refusal is not None:
+            raise loop.LoopError(refusal)
+        with self.scope():
+            if not upstream.optimizer_is_built(optimizer):
+                optimizer.build(model.trainable_variables)
+        self._loop_state = loop.LoopState(model, optimizer)
+
+    def _check_loop_variables(self, model: Any, optimizer: Any) -> None:
+        """Refuse a model (or Keras 3 optimizer) whose variables were not created in ``scope()``."""
+        strategy = self.tf_strategy
+        if strategy is None or self.num_replicas_in_sync == 1:
+            return
+        first = model.trainable_variables[0]  # a tf-keras variable is a tf.Variable, a Keras 3 one holds one
+        if not strategy.extended.variable_created_in_scope(first if isinstance(first, tf.Variable) else first.value):
+            raise ArgumentValueError(with_fix(
+                f"`model` ({model.name}) was built outside strategy.scope(): its variables are not mirrored",
+                "build the model (and create the optimizer) inside `with strategy.scope():`"))
+        inner = upstream.loss_scale_inner(optimizer) or optimizer
+        if keras_compat.flavour_of(inner) == keras_compat.KERAS_3 and \
+                not strategy.extended.variable_created_in_scope(inner.iterations.value):
+            raise ArgumentValueError(with_fix(
+                f"`optimizer` ({type(inner).__name__}) was created outside strategy.scope(), and a Keras 3 "
+                "optimizer binds the strategy it was created under",
+                "create the optimizer inside `with strategy.scope():`"))
+
+    def distribute(self, data: Any, batch_size: int, steps_per_epoch: int | None = None) -> loop.DistributedData:
+        """``data`` (an unbatched ``tf.data.Dataset``, shuffled with a seed if at all) as this backend
+        feeds the loop: batches of ``batch_size`` per replica, repeated, sharded over the processes.
+
+            data = strategy.distribute(examples.shuffle(2048, seed=0), batch_size=32)
+            iterator = iter(data)   # for train_step(iterator), data.steps_per_epoch times an epoch
+        """
+        dataset = loop.require_dataset(data)
+        steps = loop.steps_per_epoch(None if steps_per_epoch is not None else loop.known_examples(dataset),
+                                     batch_size, self.num_replicas_in_sync, steps_per_epoch)
+        return loop.DistributedData(self._loop_iterator_factory(dataset, batch_size), steps, batch_size,
+                                    self.num_replicas_in_sync)
+
+    def function(self, step_fn: Callable[[Any], Any]) -> loop.Step:
+        """``step_fn(batch)`` as one traced step (a decorator): ``step(iterator)`` runs it on every
+        replica's next batch and returns its outputs summed over the replicas, on every process."""
+        loop.require_callable(step_fn)
+        state = loop.require_setup(self._loop_state, "function")
+        return loop.Step(self._loop_function(step_fn), self._loop_before_call(state))
+
+    def average_loss(self, per_example_loss: Any, sample_weight: Any = None, regularization_losses: Any = None) -> Any:
+        """This replica's part of the global batch's mean loss (inside the step): the sum of
+        ``per_example_loss`` (times ``sample_weight``) over the global batch size, plus the
+        ``regularization_losses`` over the replicas; the replicas' parts add up to the mean."""
+        return loop.average_loss(per_example_loss, self.num_replicas_in_sync, sample_weight, regularization_losses)
+
+    def minimize(self, tape: Any, loss: Any, variables: Any = None) -> None:
+        """Inside the step: the gradients of ``loss`` (an ``average_loss``) recorded on ``tape``, with
+        respect to ``variables`` (default: the model's trainable ones), scaled for a loss-scale optimizer,
+        reduced across replicas exactly once and applied by the loop's optimizer."""
+        state = loop.require_setup(self._loop_state, "minimize")
+        variables = list(state.model.trainable_variables if variables is None else variables)
+        loop.minimize(tape, loss, variables, state.optimizer, self._loop_loss_factor(),
+                      keras_compat.flavour_of(state.optimizer))
+
+    def reduce(self, op: str, value: Any) -> Any:
+        """Step outputs (one step's, or a list) as numbers, the same on every process: each leaf's mean
+        over the steps; ``op="sum"`` for values that add up over replicas (``average_loss``), ``"mean"``
+        for values every replica holds whole (divided by the replicas)."""
+        return loop.reduce_outputs(value, loop.check_reduce_op(op), self.num_replicas_in_sync)
+
+    def checkpoint(self, directory: Any, max_to_keep: int = 3) -> LoopCheckpoint:
+        """The loop's checkpoint in ``directory`` (see ``tfdist.strategies.checkpoints``): ``restore()``
+        returns the epoch to start at, ``save(epoch)`` writes on the chief."""
+        state = loop.require_setup(self._loop_state, "checkpoint")
+        return LoopCheckpoint(self, state.model, state.optimizer, directory, max_to_keep)
+
+    # --- the loop's backend hooks ---------------------------------------------------------------------
+    def _loop_iterator_factory(self, dataset: Any, batch_size: int) -> Callable[[], Any]:
+        """tf.distribute: each input pipeline (worker) takes its shard of the repeated stream, batched per
+        replica; the replicas of a worker take consecutive batches of it."""
+        strategy = self.tf_strategy
+        shard = getattr(self.options, "shard_data", True)
+
+        def per_pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return loop.stream(dataset, batch_size, context.num_input_pipelines, context.input_pipeline_id, shard)
+
+        distributed = strategy.distribute_datasets_from_function(per_pipeline)
+        return lambda: iter(distributed)
+
+    def _loop_function(self, step_fn: Callable[[Any], Any]) -> Any:
+        """tf.distribute: ``strategy.run`` of ``step_fn`` on the next batch, its outputs summed over replicas."""
+        strategy = self.tf_strategy
+
+        @tf.function
+        def step(iterator: Any) -> Any:
+            per_replica = strategy.run(step_fn, args=(next(iterator),))
+            return tf.nest.map_structure(
+                lambda value: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None), per_replica)
+
+        return step
+
+    def _loop_loss_factor(self) -> float:
+        """What ``minimize`` multiplies the loss by so that the backend's reduction sums the replicas' parts."""
+        return 1.0
+
+    def _loop_before_call(self, state: loop.LoopState) -> Callable[[], None] | None:
+        """What runs eagerly before each step call (Horovod: the broadcast setup or a restore armed), or None."""
+        return None
+
+    def _loop_restored(self) -> None:
+        """Called after ``LoopCheckpoint.restore`` (Horovod arms its broadcast again)."""
+
+    def _loop_agree_epoch(self, epoch: int) -> int:
+        """The epoch every process resumes at, given the one this process restored."""
+        return epoch
 
     # --- after training -----------------------------------------------------------------------
     def export_to(self, path: Any, *, format: str = "saved_model", overwrite: bool = False) -> str:

@@ -16,8 +16,8 @@ from tfdist.callbacks.metric_average import average_over_ranks
 from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer,
-                                      refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale)
-from tfdist.strategies import inputs, outputs
+                                      refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale, tf_variables)
+from tfdist.strategies import inputs, loop, outputs
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.horovod_elastic import elastic_fit
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
@@ -123,6 +123,8 @@ class HorovodStrategy(DistributedStrategy):
 
     Options = HorovodOptions
     options: HorovodOptions
+    #: Set by ``setup`` and a loop checkpoint's ``restore``: broadcast before the next step.
+    _loop_broadcast_pending: bool = False
 
     def __init__(self, options: HorovodOptions, environment: ClusterEnvironment | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:
@@ -316,6 +318,76 @@ class HorovodStrategy(DistributedStrategy):
                 and not self.is_chief:
             return ChiefOnly(callback, is_chief=False)
         return callback
+
+
+    # --- custom loops (tfdist.strategies.loop) --------------------------------------------------------
+    def setup(self, model: Any, optimizer: Any) -> None:
+        """As ``DistributedStrategy.setup``, and arms the broadcast of the model's and the optimizer's
+        variables from ``root_rank`` before the first step (refused with ``elastic``)."""
+        if self.options.elastic:
+            raise loop.LoopError(with_fix(
+                "the custom-loop API does not run Horovod's elastic mode (`elastic=True`): it has no commit "
+                "and reset points for a loop", "drop elastic=True for a loop, or train with strategy.fit"))
+        super().setup(model, optimizer)
+        self._loop_broadcast_pending = True
+
+    def _loop_iterator_factory(self, dataset: Any, batch_size: int) -> Any:
+        """This rank's shard of the repeated stream, batched per rank."""
+        batches = loop.stream(dataset, batch_size, self.size, self.rank, self.options.shard_data)
+        return lambda: iter(batches)
+
+    def _loop_function(self, step_fn: Any) -> Any:
+        """``step_fn`` on this rank's next batch, its outputs summed over the ranks (outside XLA, which has
+        no kernel for Horovod's ops)."""
+        hvd = self._hvd
+
+        @tf.function(jit_compile=False)
+        def step(iterator: Any) -> Any:
+            outputs_ = step_fn(next(iterator))
+            leaves = tf.nest.flatten(outputs_)
+            summed = [hvd.allreduce(tf.convert_to_tensor(leaf), op=hvd.Sum, name=f"tfdist.loop.output.{i}")
+                      for i, leaf in enumerate(leaves)]
+            return tf.nest.pack_sequence_as(outputs_, summed)
+
+        return step
+
+    def _loop_loss_factor(self) -> float:
+        """Horovod averages the gradients (unless ``average_gradients=False``): the average of ``size``
+        times the replicas' parts is their sum."""
+        return float(self.size) if self.options.average_gradients else 1.0
+
+    def _loop_before_call(self, state: loop.LoopState) -> Any:
+        """The broadcast of the model's and the optimizer's variables from ``root_rank``, when ``setup`` or
+        a restore armed it. Each variable's broadcast is named by its place in that list, not by its own
+        name: Keras numbers layer names per process (``dense_6``), so a rank that built another model
+        first names the same variable otherwise, and Horovod, which pairs collectives by name, would wait
+        forever."""
+        hvd, root = self._hvd, self.options.root_rank
+        broadcast: list = []
+
+        def broadcast_if_pending() -> None:
+            if not self._loop_broadcast_pending:
+                return
+            if not broadcast:
+                variables = tf_variables([*state.model.variables, *list(state.optimizer.variables)])
+
+                @tf.function(jit_compile=False)
+                def from_root() -> None:
+                    for index, variable in enumerate(variables):
+                        variable.assign(hvd.broadcast(variable, root, name=f"tfdist.loop.broadcast.{index}"))
+
+                broadcast.append(from_root)
+            broadcast[0]()
+            self._loop_broadcast_pending = False
+
+        return broadcast_if_pending
+
+    def _loop_restored(self) -> None:
+        self._loop_broadcast_pending = True
+
+    def _loop_agree_epoch(self, epoch: int) -> int:
+        """The root rank's epoch (its weights follow in the broadcast before the next step)."""
+        return int(self._hvd.broadcast_object(epoch, root_rank=self.options.root_rank, name="tfdist.loop.epoch"))
 
     # --- export (tfdist.export) ---------------------------------------------------------------------
     def _export_role(self) -> Any:

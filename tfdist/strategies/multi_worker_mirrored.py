@@ -11,6 +11,7 @@ from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import with_fix
 from tfdist.strategies import inputs
 from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.checkpoints import CheckpointError
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
 from tfdist.strategies.registry import STRATEGIES
 
@@ -97,6 +98,23 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         values, as ``fit``'s do (see ``one_replicas_step_logs``)."""
         one_replicas_step_logs(model)
         return super().evaluate(model, x, y, **evaluate_kwargs)
+
+    def _loop_agree_epoch(self, epoch: int) -> int:
+        """The chief's epoch (a sum over the replicas in which only the chief's count); a worker that
+        restored another one fails on every worker (the checkpoint directory must be shared)."""
+        strategy = self._strategy
+        chief = self.is_chief
+        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
+        value = strategy.run(lambda: tf.constant(epoch if chief else 0, tf.int64))
+        chiefs = int(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()) // replicas_per_worker
+        problem = None if chiefs == epoch else (
+            f"worker {self.rank} restored epoch {epoch} and the chief epoch {chiefs}")
+        problem = self._export_role().agree(problem)
+        if problem is not None:
+            raise CheckpointError(with_fix(f"the workers restored different checkpoints ({problem})",
+                                           "give every worker the same checkpoint directory, on a shared file "
+                                           "system"))
+        return chiefs
 
     def _export_role(self) -> Any:
         """Every worker saves (a save under this strategy may run collectives, so a worker that does

@@ -33,7 +33,7 @@ from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import grpc_task_env
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
-from tfdist.strategies import inputs
+from tfdist.strategies import inputs, loop
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.cluster_config import checked_cluster, checked_tf_config
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, require_bool,
@@ -353,6 +353,11 @@ class ParameterServerStrategy(DistributedStrategy):
             obj, argument, "parameter_server",
             "Keras 3's fit does not drive ParameterServerStrategy (it asks for the dataset to be "
             "passed to ClusterCoordinator.create_per_worker_dataset); tf-keras' fit does")
+
+    def _loop_iterator_factory(self, dataset: Any, batch_size: int) -> Any:
+        """Refused for now (``loop.loop_refusal``): the loop does not schedule through the coordinator yet."""
+        raise loop.LoopError(loop.loop_refusal(self.kind, keras_compat.TF_KERAS, self.num_replicas_in_sync,
+                                               False, ()))
 
     def scope(self) -> Any:
         """As ``DistributedStrategy.scope``, refusing the ``mixed_float16`` policy first (see
