@@ -54,6 +54,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "horovod": ("horovod", {}),
     "horovod_fp16": ("horovod", {"compression": "fp16"}),
     "horovod_hierarchical": ("horovod", {"hierarchical_allreduce": True}),
+    "horovod_powersgd": ("horovod", {"compression": "powersgd"}),
     "multi_worker_mirrored": ("multi_worker_mirrored", {}),
     "parameter_server": ("parameter_server", {}),
 }
@@ -72,6 +73,9 @@ def variant_options(variant: str) -> dict[str, Any]:
 #: ``make_strategy`` options a running strategy changes without a new cluster (Horovod's compression):
 #: an adaptive run switches between variants that differ only in these in-process.
 IN_PROCESS_OPTIONS = frozenset({"compression"})
+#: Compressions a running job takes in-process: PowerSGD's state (error feedback, factors) starts with
+#: the job, so a change to or from it restarts it.
+IN_PROCESS_COMPRESSIONS = frozenset({"none", "fp16"})
 
 
 def changed_options(a: str, b: str) -> set[str]:
@@ -79,6 +83,14 @@ def changed_options(a: str, b: str) -> set[str]:
     options_a, options_b = variant_options(a), variant_options(b)
     return {k for k in options_a.keys() | options_b.keys() if options_a.get(k) != options_b.get(k)}
 
+
+def in_process_change(a: str, b: str, in_process: frozenset[str] = IN_PROCESS_OPTIONS) -> bool:
+    """Whether a running job of variant ``a`` can take variant ``b`` without a restart: the same
+    backend, only options of ``in_process`` changed, and no change to or from PowerSGD."""
+    if backend_of(a) != backend_of(b) or not changed_options(a, b) <= in_process:
+        return False
+    compressions = {variant_options(v).get("compression", "none") for v in (a, b)}
+    return compressions <= IN_PROCESS_COMPRESSIONS
 
 _FIELDS = ("version", "backend", "variant", "options", "workers", "ps", "batch_size",
            "predicted_examples_per_second", "predicted_step_ms", "bottleneck", "explanation", "inputs")

@@ -79,6 +79,8 @@ def test_nothing_to_decide():
     ("horovod", "horovod", False), ("horovod", "horovod_fp16", False), ("horovod_fp16", "horovod", False),
     ("horovod", "horovod_hierarchical", True), ("horovod_fp16", "horovod_hierarchical", True),
     ("horovod", "parameter_server", True), ("parameter_server", "multi_worker_mirrored", True),
+    # PowerSGD's error feedback and factors start with the job: to or from it is a restart
+    ("horovod", "horovod_powersgd", True), ("horovod_powersgd", "horovod_fp16", True),
 ])
 def test_which_switches_need_a_new_cluster(a, b, restart):
     assert needs_restart(a, b) is restart

@@ -57,3 +57,32 @@ def test_matrices_that_are_not_the_models_are_refused_naming_the_field(matrices)
     with pytest.raises(AdviseError, match=r"`?matrices`?.*; fix: ") as info:
         Workload(params=669_706, batch_size=64, step_ms=10.0, matrices=matrices)
     assert info.value.field == "matrices"
+
+
+def test_the_advisor_picks_it_only_where_the_wire_limits_the_ring_and_says_what_it_changes():
+    from tfdist.advise.recommend import advise, allowed
+
+    slow, slow_workload = lab(50 * MBIT)
+    found = cost.predict_all(slow, slow_workload)
+    assert "horovod_powersgd" in found and "horovod_powersgd" in allowed(found)
+    advice = advise(slow, slow_workload)
+    assert advice.variant == "horovod_powersgd", advice.reasons
+    assert any("may need more epochs" in reason for reason in advice.reasons), advice.reasons
+    fast, fast_workload = lab(2e9, overhead_ms=8.0)
+    found = cost.predict_all(fast, fast_workload)
+    assert "horovod_powersgd" not in allowed(found)  # the ring is not wire-bound: no compression
+    assert advise(fast, fast_workload).variant != "horovod_powersgd"
+    assert "horovod_powersgd" not in cost.predict_all(slow, Workload(params=669_706, batch_size=64, step_ms=10.0))
+
+
+def test_the_probe_hands_the_measured_models_kernels_to_the_model_and_not_its_tables():
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.probe.driver import LinkMeasure, aggregate, ring
+
+    links = [LinkMeasure(a, b, 50 * MBIT * 8, 1e-4) for a, b in ring(["w1", "w2", "p"])]
+    variables = [((50_000, 16), 4), ((3, 3, 16, 32), 4), ((32,), 4), ((288, 64), 4), ((64,), 4)]
+    found = aggregate(parse_hosts("w1:1,w2:1,p:1"), links, steps={"w1": 10.0, "w2": 10.0}, params=830_000,
+                      dtype_bytes=4, batch_size=64, variables=variables, embeddings=[(50_000, 16, 1.0)])
+    workload = found.to_workload(64)
+    assert workload.matrices == ((144, 32), (288, 64))  # the embedding table left out, the conv kernel as 144 x 32
+    assert found.to_workload(64, params=900_000).matrices == ()  # another model's count: its kernels are unknown

@@ -366,8 +366,8 @@ def test_probed_memory_decides_and_the_block_shows_it(monkeypatch):
 
     def fake(hosts, workers, ps, model=None, batch_size=None, **kwargs):
         return aggregate(parse_hosts(hosts), _with_memory(lab_links(), memory), steps={"w1": 20.0, "w2": 80.0},
-                         params=128_000_129, dtype_bytes=4, batch_size=64,
-                         variables=[((1_000_000, 128), 4), ((128, 1), 4), ((1,), 4)])
+                         params=128_000_129, dtype_bytes=4, batch_size=64,  # the 512 MB variable flat: no
+                         variables=[((128_000_000,), 4), ((128, 1), 4), ((1,), 4)])  # matrix worth PowerSGD
 
     monkeypatch.setattr(probe, "probe_hosts", fake)
     result = run(*PROBE, "--model", "m:f", "--optimizer", "adagrad")

@@ -771,9 +771,10 @@ def test_auto_with_an_optimizer_checks_the_probed_memory_and_passes_its_shards(m
     def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
         links = [probe.LinkMeasure(a, b, (50e6 if "w2" in (a, b) else 2e9), 1e-4,
                                    HostMemory(None, caps.get(b, 16 * gib))) for a, b in probe.ring(hosts)]
+        # one flat 512 MB variable: no weight matrix for PowerSGD, which would otherwise win on w2's link
         return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 100.0},
                                params=128_000_000, dtype_bytes=4, batch_size=batch_size,
-                               variables=[((1_000_000, 128), 4)])
+                               variables=[((128_000_000,), 4)])
 
     launched = []
     monkeypatch.setattr(probe, "probe_hosts", fake)

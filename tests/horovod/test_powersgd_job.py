@@ -41,3 +41,14 @@ def test_a_run_resumed_from_the_chiefs_checkpoint_continues_where_it_stopped(ran
         assert (found["step_at_checkpoint"], found["resumed_step"]) == (6, 8)
         for resumed, went_on in zip(found["resumed_weights"], found["weights"]):
             np.testing.assert_allclose(np.array(resumed), np.array(went_on), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("keras", ["tf_keras", "keras_3"])
+def test_make_strategy_compression_powersgd_trains_with_it_and_ends_each_epoch_with_equal_errors(ranks, keras):
+    first, second = ranks[0][f"strategy-{keras}"], ranks[1][f"strategy-{keras}"]
+    assert first["step"] == second["step"] == 8  # 2 epochs of 4 steps went through PowerSGD's allreduce
+    assert all(np.isfinite(np.array(w)).all() for w in first["weights"])
+    assert all(np.array_equal(np.array(a), np.array(b)) for a, b in zip(first["weights"], second["weights"]))
+    error = np.array(first["errors_equal_at_epoch_end"][0])
+    np.testing.assert_array_equal(error, np.array(second["errors_equal_at_epoch_end"][0]))
+    assert np.abs(error).max() > 0

@@ -9,7 +9,11 @@ epoch ending with ``SynchronizePowerSGD``. After the sixth step rank 0 writes a
 ``tf.train.Checkpoint(model, optimizer)``; every rank then restores it into a fresh model and
 optimizer and trains the same last 2 steps. Each rank writes ``rank<R>.json``: per Keras, the weights
 after the 8 steps and after the resumed 2, PowerSGD's step counts, which gradients it compressed, and
-the rank of the middle kernel's update over the 4 compressed steps.
+the rank of the middle kernel's update over the 4 compressed steps. Then the same through
+``make_strategy("horovod", compression="powersgd", powersgd_rank=2, powersgd_start_iter=2)`` and
+``strategy.fit`` (2 epochs of 4 steps, each rank its share of the arrays): ``strategy-<keras>``, the
+weights, PowerSGD's step count, and the first error matrix after the last epoch's end (made the ranks'
+mean there, by the ``SynchronizePowerSGD`` the strategy adds).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import json
 import os
 import sys
 
-import tfdist  # noqa: F401  (before TensorFlow)
+import tfdist  # before TensorFlow
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -74,7 +78,29 @@ def run(flavour: str) -> dict:
             "resumed_weights": [w.tolist() for w in again.get_weights()]}
 
 
+def through_the_strategy(flavour: str) -> dict:
+    """``make_strategy("horovod", compression="powersgd", ...)`` and ``strategy.fit``: 2 epochs of 4 steps."""
+    import importlib
+
+    K = importlib.import_module("tf_keras" if flavour == "tf_keras" else "keras")
+    rng = np.random.default_rng(7)  # the same arrays on every rank: the strategy gives each its share
+    x = rng.normal(size=(128, 16)).astype("float32")
+    y = rng.normal(size=(128, 4)).astype("float32")
+    with STRATEGY.scope():
+        model = K.Sequential([K.Input((16,)), K.layers.Dense(64, activation="relu"),
+                              K.layers.Dense(48, activation="relu"), K.layers.Dense(4)])
+        model.set_weights([np.random.default_rng(0).normal(scale=0.3, size=w.shape).astype("float32")
+                           for w in model.get_weights()])
+        model.compile(optimizer=STRATEGY.optimizer(K.optimizers.SGD(0.05), scale_lr=False), loss="mse")
+    STRATEGY.fit(model, x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    state = powersgd_state(model.optimizer)
+    return {"weights": [w.tolist() for w in model.get_weights()], "step": int(state.step.numpy()),
+            "errors_equal_at_epoch_end": [e.numpy().tolist() for e in state.errors][:1]}
+
+
 found = {flavour: run(flavour) for flavour in ("tf_keras", "keras_3")}
+STRATEGY = tfdist.make_strategy("horovod", compression="powersgd", powersgd_rank=2, powersgd_start_iter=2)
+found.update({f"strategy-{flavour}": through_the_strategy(flavour) for flavour in ("tf_keras", "keras_3")})
 with open(os.path.join(OUTDIR, f"rank{rank}.json"), "w") as out:
     json.dump(found, out)
 print(f"POWERSGD DONE rank {rank}", flush=True)

@@ -36,7 +36,7 @@ def test_unknown_option_lists_the_valid_ones():
 def test_auto_checks_every_option_against_its_owner_backend():
     """make_strategy("auto", compression="int8") on a single process used to be accepted."""
     with mock.patch.dict(os.environ, {}, clear=True):
-        with pytest.raises(ValueError, match="`compression` must be 'none' or 'fp16', got 'int8'"):
+        with pytest.raises(ValueError, match="`compression` must be 'none', 'fp16' or 'powersgd', got 'int8'"):
             tfdist.make_strategy("auto", compression="int8")
         with pytest.raises(ValueError, match="`shards` must be an integer >= 1, got 0"):
             tfdist.make_strategy("auto", shards=0)
@@ -77,7 +77,7 @@ def test_horovod_outside_horovodrun_says_how_to_launch():
 
 
 def test_bad_option_values_name_the_option():
-    with pytest.raises(ValueError, match="`compression` must be 'none' or 'fp16'"):
+    with pytest.raises(ValueError, match="`compression` must be 'none', 'fp16' or 'powersgd'"):
         tfdist.make_strategy("horovod", compression="int8")
     assert "backward_passes_per_step" in option_names("horovod")
 

@@ -42,7 +42,12 @@ def _never(v: Any) -> bool:  # says which task this is: the same plan reaches ev
 #: What each option takes from a plan (JSON values), written from the options' documentation.
 ACCEPTS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "horovod": {
-        "scale_lr": _bool, "shard_data": _bool, "compression": lambda v: v in ("none", "fp16") and type(v) is str,
+        "scale_lr": _bool, "shard_data": _bool,
+        "compression": lambda v: v in ("none", "fp16", "powersgd") and type(v) is str,
+        # alone (without compression="powersgd") only PowerSGD's defaults are taken
+        "powersgd_rank": lambda v: type(v) is int and v == 4,
+        "powersgd_start_iter": lambda v: type(v) is int and v == 10,
+        "powersgd_min_compression_rate": lambda v: type(v) in (int, float) and v == 2,
         "backward_passes_per_step": _int(1), "average_gradients": _bool, "warmup_epochs": _number(0),
         "root_rank": _int(0), "pin_gpu": _bool, "elastic": _bool,
         "commit_every_batches": lambda v: type(v) is int and v == 0,  # more needs elastic as well

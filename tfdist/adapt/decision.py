@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from tfdist.adapt.errors import AdaptError, check_number, check_whole
 from tfdist.advise.cost import Prediction
 from tfdist.errors import with_fix
-from tfdist.plan import IN_PROCESS_OPTIONS, VARIANTS, backend_of, changed_options
+from tfdist.plan import IN_PROCESS_OPTIONS, VARIANTS, in_process_change
 
 #: Default share of the remaining time a switch must save beyond its cost (``--adapt-margin``).
 DEFAULT_MARGIN = 0.10
@@ -71,9 +71,7 @@ def needs_restart(a: str, b: str, in_process: frozenset[str] = IN_PROCESS_OPTION
     ``horovod`` -> ``horovod_hierarchical`` (read at ``hvd.init()``) or ``parameter_server``: True."""
     _known(a, "a")
     _known(b, "b")
-    if backend_of(a) != backend_of(b):
-        return True
-    return not changed_options(a, b) <= in_process
+    return not in_process_change(a, b, in_process)
 
 
 def switch_cost(a: str, b: str, restart_s: float | None = None,

@@ -85,7 +85,7 @@ PS_SERIALIZE_BYTES_PER_S = 4e9
 #: kernel at rank 4 on one core of this machine (1.6 MB), with another test beside it.
 POWERSGD_MATRIX_BYTES_PER_S = 5e8
 
-STRATEGY_NAMES = ("horovod", "horovod_fp16", "horovod_hierarchical", "parameter_server",
+STRATEGY_NAMES = ("horovod", "horovod_fp16", "horovod_hierarchical", "horovod_powersgd", "parameter_server",
                   "multi_worker_mirrored")
 
 
@@ -353,13 +353,16 @@ def predict_all(cluster: Cluster, workload: Workload) -> dict[str, Prediction]:
     """Every strategy that applies to the cluster, by name (a subset of STRATEGY_NAMES, in that order).
 
     ``horovod_fp16`` needs dtype_bytes > 2; ``horovod_hierarchical`` needs several hosts with several
-    workers each; ``parameter_server`` needs ps >= 1.
+    workers each; ``horovod_powersgd`` needs the model's matrices (``Workload.matrices``) and one of them
+    worth compressing at the default rank; ``parameter_server`` needs ps >= 1.
     """
     found = {"horovod": horovod(cluster, workload)}
     if workload.dtype_bytes > 2 and cluster.workers > 1:
         found["horovod_fp16"] = horovod(cluster, workload, compression="fp16")
     if cluster.hosts > 1 and cluster.workers_per_host > 1:
         found["horovod_hierarchical"] = horovod(cluster, workload, hierarchical=True)
+    if cluster.workers > 1 and any(compressed(shape, PowerSGDSettings()) for shape in workload.matrices):
+        found["horovod_powersgd"] = horovod_powersgd(cluster, workload)
     if cluster.ps >= 1:
         found["parameter_server"] = parameter_server(cluster, workload)
     found["multi_worker_mirrored"] = multi_worker_mirrored(cluster, workload)

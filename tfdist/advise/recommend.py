@@ -165,16 +165,16 @@ SPARSE_UPDATE_CAVEAT = (
 
 def allowed(predictions: dict[str, Prediction], memory: MemoryCheck | None = None) -> list[str]:
     """The variants of ``predictions`` the advisor may recommend: those whose backend fits ``memory``
-    (None: no memory was described), fp16 only where the wire limits plain horovod. An adaptive run
-    switches only to these."""
+    (None: no memory was described), fp16 and PowerSGD only where the wire limits plain horovod. An
+    adaptive run switches only to these."""
     return [name for name in predictions
             if _may_recommend(name, predictions) and (memory is None or memory.fits(backend_of(name)))]
 
 
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:
-    """fp16 compression only where the wire limits plain horovod: elsewhere its casts cost time and
-    its rounding buys nothing."""
-    return name != "horovod_fp16" or predictions["horovod"].bottleneck == "network"
+    """Compression only where the wire limits plain horovod: elsewhere fp16's casts and PowerSGD's own
+    work cost time, and their rounding or low rank buys nothing."""
+    return name not in ("horovod_fp16", "horovod_powersgd") or predictions["horovod"].bottleneck == "network"
 
 
 def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workload: Workload) -> list[str]:
@@ -194,6 +194,12 @@ def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workloa
         gain = best.examples_per_second / plain.examples_per_second
         hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): {halved}, "
                      f"{gain:.2f}x plain horovod; gradients are rounded to float16 for the allreduce")
+    elif best.name == "horovod_powersgd":
+        hints.append(f"use PowerSGD (make_strategy('horovod', compression='powersgd')): each weight matrix "
+                     f"sent as two rank-4 factors, {plain.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "
+                     f"{best.examples_per_second / plain.examples_per_second:.2f}x plain horovod; it changes the "
+                     "optimisation (a low-rank gradient with error feedback), which may need more epochs to the "
+                     "same accuracy: compare time to accuracy, not only examples/s")
     elif best.name == "horovod_hierarchical":
         hints.append(f"set HOROVOD_HIERARCHICAL_ALLREDUCE=1: "
                      f"{best.examples_per_second / plain.examples_per_second:.2f}x the flat ring (fewer "

@@ -30,6 +30,7 @@ from tfdist.errors import with_fix
 from tfdist.launch.errors import LaunchError
 from tfdist.launch.hosts import HostSlots, place_tasks
 from tfdist.probe.host_memory import HostMemory
+from tfdist.runtime.lowrank import matrix_shape
 
 __all__ = ["HostMeasure", "LinkMeasure", "ProbeError", "ProbeResult", "aggregate", "build_inputs",
            "default_workers", "measured_hosts", "render_measured", "ring"]
@@ -149,7 +150,23 @@ class ProbeResult:
                                            f"give {flag}, or --model module:build_fn to measure it"),
                                   flag.strip("-").replace("-", "_"))
         return Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
-                        overlap=overlap, embeddings=self.embeddings)
+                        overlap=overlap, embeddings=self.embeddings,
+                        matrices=self.matrices() if params == self.params else ())
+
+    def matrices(self) -> tuple[tuple[int, int], ...]:
+        """The measured model's kernels as PowerSGD sees them (``tfdist.runtime.lowrank.matrix_shape``),
+        its embedding tables left out (their gradients are sparse rows, allgathered whole)."""
+        tables = Counter((e.rows, e.dim) for e in self.embeddings)
+        found = []
+        for shape, _ in self.variables or ():
+            matrix = matrix_shape(shape)
+            if matrix is None:
+                continue
+            if tables[matrix] > 0:
+                tables[matrix] -= 1
+                continue
+            found.append(matrix)
+        return tuple(found)
 
     def as_dict(self) -> dict[str, Any]:
         """The ``"measured"`` object of ``--json``."""

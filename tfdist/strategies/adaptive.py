@@ -17,7 +17,8 @@ from typing import Any
 from tfdist import run_channel
 from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore, resumed_wall_time
 from tfdist.callbacks.epoch_clock import EpochClock
-from tfdist.plan import IN_PROCESS_OPTIONS, Plan, PlanError, backend_of, changed_options, parse_plan, variant_options
+from tfdist.plan import (IN_PROCESS_OPTIONS, Plan, PlanError, backend_of, changed_options, in_process_change,
+                         parse_plan, variant_options)
 from tfdist.runtime import allreduce
 
 log = logging.getLogger("tfdist")
@@ -80,6 +81,8 @@ class CompressionChange:
         changed = changed_options(current, variant)
         if not changed <= IN_PROCESS_OPTIONS:
             return f"{', '.join(sorted(changed - IN_PROCESS_OPTIONS))} is read when Horovod starts"
+        if not in_process_change(current, variant):
+            return "PowerSGD's state (error feedback, factors) starts with the job"
         if getattr(self.strategy.options, "elastic", False):
             return "an elastic Horovod job keeps its optimizer's allreduce"
         return allreduce.compression_change_problem(getattr(self.model, "optimizer", None))

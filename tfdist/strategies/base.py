@@ -380,6 +380,9 @@ class DistributedStrategy:
     def _loop_restored(self) -> None:
         """Called after ``LoopCheckpoint.restore`` (Horovod arms its broadcast again)."""
 
+    def _loop_before_save(self, optimizer: Any) -> None:
+        """Called on every process before ``LoopCheckpoint.save`` writes (Horovod: PowerSGD's state)."""
+
     def _loop_agree_epoch(self, epoch: int) -> int:
         """The epoch every process resumes at, given the one this process restored."""
         return epoch

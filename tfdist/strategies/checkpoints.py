@@ -44,6 +44,7 @@ class LoopCheckpoint:
                                               "pass e.g. strategy.checkpoint('checkpoints')"))
         self.directory = os.path.abspath(os.fspath(directory))
         self._strategy = strategy
+        self._optimizer = optimizer
         self._role = strategy._export_role()
         self._max_to_keep = max_to_keep
         self._epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdist_loop_epoch")
@@ -88,6 +89,7 @@ class LoopCheckpoint:
             raise ArgumentValueError(with_fix(f"`epoch` must be an integer >= 0, got {epoch!r}",
                                               "pass the epoch to resume at: checkpoint.save(epoch + 1)"))
         self._epoch.assign(epoch)
+        self._strategy._loop_before_save(self._optimizer)
         target = self._target()
 
         def write() -> str | None:

@@ -15,8 +15,12 @@ from tfdist.callbacks.learning_rate import uses_schedule
 from tfdist.callbacks.metric_average import average_over_ranks
 from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
+from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer,
-                                      refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale, tf_variables)
+                                      refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale,
+                                      synchronize_powersgd, tf_variables)
+from tfdist.runtime.lowrank import (DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER,
+                                    PowerSGDSettings)
 from tfdist.strategies import inputs, loop, outputs
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.horovod_elastic import elastic_fit
@@ -43,7 +47,12 @@ class HorovodOptions(StrategyOptions):
 
     shard_data: give each rank its own strided share of numpy inputs and datasets; off when your
         input pipeline already splits by ``hvd.rank()``.
-    compression: "none" or "fp16" (gradients cast to float16 for the allreduce).
+    compression: "none", "fp16" (gradients cast to float16 for the allreduce) or "powersgd" (each
+        weight matrix sent as two low-rank factors with error feedback: ``tfdist.runtime.powersgd``;
+        the rest of the gradients whole).
+    powersgd_rank / powersgd_start_iter / powersgd_min_compression_rate: PowerSGD's rank (4), its
+        plain allreduce steps before compression starts (10), and the share of a matrix its factors
+        may hold at most (1/2); only with ``compression="powersgd"``.
     backward_passes_per_step: accumulate this many local gradients before each allreduce (Keras 3:
         the optimizer's own ``gradient_accumulation_steps``, one allreduce per update).
     average_gradients: average (True) or sum (False) the gradients over ranks.
@@ -63,7 +72,10 @@ class HorovodOptions(StrategyOptions):
     """
 
     shard_data: bool = True
-    compression: Literal["none", "fp16"] = "none"
+    compression: Literal["none", "fp16", "powersgd"] = "none"
+    powersgd_rank: int = DEFAULT_RANK
+    powersgd_start_iter: int = DEFAULT_START_ITER
+    powersgd_min_compression_rate: float = DEFAULT_MIN_COMPRESSION_RATE
     backward_passes_per_step: int = 1
     average_gradients: bool = True
     warmup_epochs: float = 0
@@ -80,10 +92,23 @@ class HorovodOptions(StrategyOptions):
         require_bool("average_gradients", self.average_gradients)
         require_bool("pin_gpu", self.pin_gpu)
         require_bool("elastic", self.elastic)
-        if self.compression not in ("none", "fp16"):
+        if self.compression not in ("none", "fp16", "powersgd"):
             raise OptionValueError(with_fix(
-                f"`compression` must be 'none' or 'fp16', got {self.compression!r}",
-                "compression='fp16' halves allreduce traffic; else leave it out"))
+                f"`compression` must be 'none', 'fp16' or 'powersgd', got {self.compression!r}",
+                "compression='fp16' halves allreduce traffic, 'powersgd' sends low-rank factors; else leave it out"))
+        require_number("powersgd_rank", self.powersgd_rank, minimum=1, integer=True)
+        require_number("powersgd_start_iter", self.powersgd_start_iter, minimum=0, integer=True)
+        require_number("powersgd_min_compression_rate", self.powersgd_min_compression_rate, minimum=0)
+        given = [name for name, default in (("powersgd_rank", DEFAULT_RANK), ("powersgd_start_iter", DEFAULT_START_ITER),
+                                            ("powersgd_min_compression_rate", DEFAULT_MIN_COMPRESSION_RATE))
+                 if getattr(self, name) != default]
+        if given and self.compression != "powersgd":
+            raise OptionValueError(with_fix(f"`{given[0]}` is PowerSGD's, and `compression` is {self.compression!r}",
+                                            f"pass compression='powersgd' as well, or drop {given[0]}"))
+        if self.compression == "powersgd" and self.elastic:
+            raise OptionValueError(with_fix(
+                "`compression`='powersgd' with `elastic`: Horovod's elastic state does not carry PowerSGD's "
+                "error feedback and factors", "drop one of the two (compression='fp16' works with elastic)"))
         require_number("backward_passes_per_step", self.backward_passes_per_step, minimum=1, integer=True)
         require_number("warmup_epochs", self.warmup_epochs, minimum=0)
         require_number("root_rank", self.root_rank, minimum=0, integer=True)
@@ -188,10 +213,13 @@ class HorovodStrategy(DistributedStrategy):
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
         hvd = self._hvd
+        options = self.options
+        powersgd = PowerSGDSettings(options.powersgd_rank, options.powersgd_start_iter,
+                                    options.powersgd_min_compression_rate) if options.compression == "powersgd" else None
         return distributed_optimizer(optimizer, AllreduceSettings(
-            op=hvd.Average if self.options.average_gradients else hvd.Sum,
-            compression=hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none,
-            backward_passes_per_step=self.options.backward_passes_per_step))
+            op=hvd.Average if options.average_gradients else hvd.Sum,
+            compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,
+            backward_passes_per_step=options.backward_passes_per_step, powersgd=powersgd))
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
         if self.options.elastic:
@@ -298,6 +326,8 @@ class HorovodStrategy(DistributedStrategy):
             ours.append(MetricAverage(batch_level=batch_level))
         if self.options.warmup_epochs and not any(isinstance(cb, LearningRateWarmup) for cb in callbacks):
             ours.append(LearningRateWarmup(self.options.warmup_epochs, start_factor=1.0 / self.size))
+        if self.options.compression == "powersgd":  # before any callback that checkpoints
+            ours.append(SynchronizePowerSGD())
         return ours + [self._chief_only_if_writer(cb) for cb in callbacks]
 
     def _evaluate_callbacks(self, callbacks: list) -> list:
@@ -384,6 +414,10 @@ class HorovodStrategy(DistributedStrategy):
 
     def _loop_restored(self) -> None:
         self._loop_broadcast_pending = True
+
+    def _loop_before_save(self, optimizer: Any) -> None:
+        """PowerSGD's errors made the ranks' mean, so the chief's checkpoint is the whole state."""
+        synchronize_powersgd(optimizer)
 
     def _loop_agree_epoch(self, epoch: int) -> int:
         """The root rank's epoch (its weights follow in the broadcast before the next step)."""

@@ -25,6 +25,11 @@ class UnknownOptionError(TfdistError, TypeError):
     """An option name that the chosen backend (or every backend) does not take."""
 
 
+#: Why a backend does not take another's option, where the reason is not just a name.
+_WHY_NOT = {("parameter_server", "compression"): "gradient compression (fp16, PowerSGD) acts on an allreduce, and "
+                                                 "parameter servers pull variables and push gradients instead"}
+
+
 class OptionValueError(TfdistError, ValueError):
     """An option's value is out of range or of the wrong type."""
 
@@ -129,7 +134,8 @@ def build_options(kind: str, options: Mapping[str, Any], option_types: Mapping[s
     own = field_names(option_types[kind])
     foreign = sorted(set(options) - set(own))
     if foreign and not auto:
-        where = ", ".join(f"{name!r} (an option of {' and '.join(owners[name])})" for name in foreign)
+        where = ", ".join(f"{name!r} (an option of {' and '.join(owners[name])}"
+                          + (f": {_WHY_NOT[kind, name]}" if (kind, name) in _WHY_NOT else "") + ")" for name in foreign)
         raise UnknownOptionError(with_fix(
             f"strategy {kind!r} does not take {where}; its options are: {', '.join(own)}",
             f"drop {', '.join(foreign)}, or use make_strategy('auto', ...), which checks every option "
