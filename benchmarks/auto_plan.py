@@ -98,9 +98,17 @@ def bytes_per_example(params: int, kind: str, compression: str | None = None, wo
     Horovod's ring (and MultiWorkerMirrored's): each worker sends (and receives) 2(N-1)/N x params x
     (2 bytes with fp16 compression, else 4) per step of N x batch examples. Parameter servers (one
     ps task): every step (batch examples) pulls the model from the ps and pushes its gradients back,
-    so the ps's link carries params x 4 bytes each way per step."""
+    so the ps's link carries params x 4 bytes each way per step. PowerSGD (``compression="powersgd"``,
+    workload.py's small MLP at the default rank 4): the factors of its kernels and the rest whole,
+    ``tfdist.runtime.lowrank.wire_numbers`` x 4 bytes in place of params x 4."""
     if kind == "parameter_server":
         return params * 4 / batch
+    if compression == "powersgd":
+        from tfdist.runtime.lowrank import PowerSGDSettings, wire_numbers
+
+        kernels = [(784, 512), (512, 512), (512, 10)]
+        numbers = wire_numbers(kernels, PowerSGDSettings()) + params - sum(m * n for m, n in kernels)
+        return 2 * (workers - 1) / workers * numbers * 4 / (workers * batch)
     dtype = 2 if compression == "fp16" else 4
     return 2 * (workers - 1) / workers * params * dtype / (workers * batch)
 
@@ -113,11 +121,11 @@ def wire_limit(rate_mbit: float | None, per_example: float) -> float | None:
 
 
 def choice(run: dict) -> str:
-    """What a run's strategy object built, in one word: ``horovod``, ``horovod+fp16``,
+    """What a run's strategy object built, in one word: ``horovod``, ``horovod+fp16``, ``horovod+powersgd``,
     ``horovod+hierarchical``, ``parameter_server`` (``+shards=N``)."""
     name = run.get("kind") or "?"
-    if run.get("compression") == "fp16":
-        name += "+fp16"
+    if run.get("compression") in ("fp16", "powersgd"):
+        name += f"+{run['compression']}"
     if run.get("hierarchical_allreduce"):
         name += "+hierarchical"
     if run.get("shards"):

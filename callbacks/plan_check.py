@@ -87,6 +87,7 @@ class PlanCheck(tf_keras.callbacks.Callback):
                         "nothing to compare with the predicted %s examples/s",
                         f"{self.plan.predicted_examples_per_second:,.0f}")
             return
+        self.matrices = self.matrices or model_matrices(self.model)  # a model built by its first step
         record = compare(self.plan, measured)
         log.warning("tfdist plan: measured %s examples/s, predicted %s (%.2fx); step %.1f ms, predicted %.1f ms",
                     f"{measured:,.0f}", f"{self.plan.predicted_examples_per_second:,.0f}",

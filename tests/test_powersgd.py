@@ -16,9 +16,10 @@ from tfdist.runtime.powersgd import PowerSGD  # noqa: E402
 
 
 def run_ranks(grads_per_rank: list[list[list[np.ndarray]]], settings: PowerSGDSettings,
-              shapes: list[tuple[int, ...]]) -> tuple[list[list[list[np.ndarray]]], list[PowerSGD]]:
+              shapes: list[tuple[int, ...]], after_step=None) -> tuple[list[list[list[np.ndarray]]], list[PowerSGD]]:
     """Each rank (a thread) reduces its gradients of every step with its own ``PowerSGD``; the
-    allreduce is the mean over the ranks' lists. What each rank got back, per step, and the compressors."""
+    allreduce is the mean over the ranks' lists; ``after_step(rank, step, compressor, allreduce_mean)``
+    runs on each rank after each step. What each rank got back, per step, and the compressors."""
     ranks = len(grads_per_rank)
     barrier = threading.Barrier(ranks)
     posted: list[list | None] = [None] * ranks
@@ -35,9 +36,11 @@ def run_ranks(grads_per_rank: list[list[list[np.ndarray]]], settings: PowerSGDSe
             return [tf.constant(m) for m in mean]
 
         try:
-            for grads in grads_per_rank[rank]:
+            for step, grads in enumerate(grads_per_rank[rank]):
                 reduced = compressors[rank].reduce([tf.constant(g) for g in grads], allreduce_mean)
                 out[rank].append([np.asarray(r) for r in reduced])
+                if after_step is not None:
+                    after_step(rank, step, compressors[rank], allreduce_mean)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             barrier.abort()
@@ -165,34 +168,14 @@ def test_making_the_errors_equal_changes_no_later_step():
     settings = PowerSGDSettings(rank=2, start_iter=0)
     grads = [[[g.astype(np.float32) for g in step] for step in rank] for rank in gradients(ranks=2, steps=4, seed=7)]
     plain, _ = run_ranks(grads, settings, SHAPES)
+    synced: list = [None, None]
 
-    ranks = 2
-    barrier = threading.Barrier(ranks)
-    posted: list = [None] * ranks
-    out: list[list] = [[] for _ in range(ranks)]
-    compressors = [PowerSGD(SHAPES, settings) for _ in range(ranks)]
-    synced: list = [None] * ranks
+    def synchronize_after_the_second(rank: int, step: int, compressor: PowerSGD, allreduce_mean) -> None:
+        if step == 1:
+            compressor.synchronize(allreduce_mean)
+            synced[rank] = [e.numpy() for e in compressor.errors]
 
-    def rank_main(rank: int) -> None:
-        def allreduce_mean(tensors: list) -> list:
-            posted[rank] = [np.asarray(t) for t in tensors]
-            barrier.wait()
-            mean = [np.mean([posted[r][i] for r in range(ranks)], axis=0) for i in range(len(tensors))]
-            barrier.wait()
-            return [tf.constant(m) for m in mean]
-
-        for step, step_grads in enumerate(grads[rank]):
-            out[rank].append([np.asarray(r) for r in compressors[rank].reduce([tf.constant(g) for g in step_grads],
-                                                                              allreduce_mean)])
-            if step == 1:
-                compressors[rank].synchronize(allreduce_mean)
-                synced[rank] = [e.numpy() for e in compressors[rank].errors]
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(ranks)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    out, compressors = run_ranks(grads, settings, SHAPES, after_step=synchronize_after_the_second)
     for step in range(4):
         for i in range(len(SHAPES)):
             np.testing.assert_allclose(out[0][step][i], plain[0][step][i], rtol=1e-4, atol=1e-5)

@@ -2,6 +2,8 @@
 record as ``PlanCheck`` writes it, re-fitted and every plan predicted again."""
 from __future__ import annotations
 
+import dataclasses
+
 from tfdist.adapt.hindsight import PREFIX, hindsight, job_workload, measured_epochs
 from tfdist.advise.model_inputs import Cluster, Workload
 
@@ -92,3 +94,12 @@ def test_the_jobs_own_kernels_come_with_its_parameter_count():
     assert job_workload(WORKLOAD, record).matrices == ((784, 512), (512, 512), (512, 10))
     for matrices in ([[784, 512, 3]], [[0, 5]], "x", [[100_000, 100_000]], [[True, 4]]):
         assert job_workload(WORKLOAD, {**record, "matrices": matrices}).matrices == (), matrices
+
+
+def test_the_stand_in_models_kernels_go_with_its_parameter_count():
+    """The probe's --model measured a bigger model than the job: its kernels are not the job's, and the
+    re-fit on the job's own count must not keep them (found on the lab: 'the matrices hold 1,320,960
+    parameters, more than the model's 151,306')."""
+    probed = dataclasses.replace(WORKLOAD, params=1_400_000, matrices=((1_200, 1_000), (1_000, 120)))
+    assert job_workload(probed, {"params": 151_306}).matrices == ()
+    assert job_workload(probed, {"params": 151_306, "matrices": [[64, 512]]}).matrices == ((64, 512),)

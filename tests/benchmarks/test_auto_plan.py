@@ -41,6 +41,9 @@ def test_wire_limits_are_the_measured_ones_of_the_issue(bench):
     assert bench.bytes_per_example(1000, "horovod", "none", workers=4) == 1.5 * 1000 * 4 / 256
     # one ps: every step of 64 examples pulls and pushes the whole model through the ps's link
     assert round(bench.wire_limit(50, bench.bytes_per_example(669_706, "parameter_server"))) == 149
+    # PowerSGD at rank 4: 12,402 numbers a step in place of 669,706
+    assert bench.bytes_per_example(669_706, "horovod", "powersgd") == 12_402 * 4 / 128
+    assert round(bench.wire_limit(50, bench.bytes_per_example(669_706, "horovod", "powersgd"))) == 16_126
 
 
 def _run(regime: str, job: str, rate: float, kind: str = "horovod", compression: str = "none",

@@ -41,15 +41,14 @@ def job_workload(workload: Workload, record: Mapping[str, Any]) -> Workload:
         workload = dataclasses.replace(workload, batch_size=batch_size)
     if not _whole(params) or workload.embeddings:
         return workload
-    workload = dataclasses.replace(workload, params=params)
-    matrices = record.get("matrices")
+    matrices = record.get("matrices")  # the job's own kernels; the probe's stand-in model's go with its count
     if isinstance(matrices, list) and all(isinstance(m, list) and len(m) == 2 and all(map(_whole, m))
                                           for m in matrices):
         try:
-            workload = dataclasses.replace(workload, matrices=tuple((m, n) for m, n in matrices))
+            return dataclasses.replace(workload, params=params, matrices=tuple((m, n) for m, n in matrices))
         except AdviseError:  # more than the model's parameters: not the job's own kernels
             pass
-    return workload
+    return dataclasses.replace(workload, params=params, matrices=())
 
 
 def _whole(value: object) -> bool:
