@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/auto_plan.py                          # 4 regimes x 3 repeats (~25 min)
     .venv/bin/python benchmarks/auto_plan.py --quick                  # 1 repeat, shorter epochs
     .venv/bin/python benchmarks/auto_plan.py --regimes 50,200 --json auto_plan.json
+    .venv/bin/python benchmarks/auto_plan.py --regimes 50 --steps 40     # longer epochs (PowerSGD's warm-up)
 
 Needs root (tfdist.testing.netlab). One lab: host c (the login node) runs every launcher; w1 and w2
 the workers, p1 the ps task. Regimes: every host's link unlimited, 200 or 50 Mbit/s with identical
@@ -291,7 +292,10 @@ def rotated(jobs: Sequence[str], repeat: int) -> list[str]:
     return [*jobs[turn:], *jobs[:turn]]
 
 
-def steps_for(regime: Regime, quick: bool) -> int:
+def steps_for(regime: Regime, quick: bool, steps: int | None = None) -> int:
+    """Steps per rank and epoch: ``steps`` when given (``--steps``), else the regime's (half with quick)."""
+    if steps is not None:
+        return steps
     return max(4, regime.steps // 2) if quick else regime.steps
 
 
@@ -382,7 +386,7 @@ def measure(args: argparse.Namespace, records: list[dict]) -> None:
                 lab.limit_cpu("w2", regime.slow_cores)
                 for repeat in range(args.repeats):
                     for job in rotated(regime.jobs, repeat):
-                        record = runner.run(regime, job, repeat, steps_for(regime, args.quick))
+                        record = runner.run(regime, job, repeat, steps_for(regime, args.quick, args.steps))
                         records.append(record)
                         print(describe(record), flush=True)
                         for line in record.get("launcher_said", []):
@@ -401,11 +405,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--regimes", default=",".join(r.key for r in REGIMES),
                         help=f"comma-separated, from {','.join(r.key for r in REGIMES)} (default all)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it is killed")
+    parser.add_argument("--steps", type=int, help="steps per rank and epoch in every regime (default: each "
+                        "regime's, sized for the plain ring; PowerSGD's 10 plain warm-up steps need longer epochs "
+                        "to show its steady rate)")
     parser.add_argument("--json", metavar="FILE", help="write every run and every row here")
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (1 if args.quick else 3)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps must be at least 1")
     known = {r.key: r for r in REGIMES}
     keys = [k.strip() for k in args.regimes.split(",") if k.strip()]
     if not keys or any(k not in known for k in keys):
@@ -422,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"auto_plan: {started:%Y-%m-%d %H:%M} UTC, commit {commit}, nproc {os.cpu_count()}, load average "
           f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load_before)}; repeats {args.repeats}, regimes "
           f"{'; '.join(r.name for r in args.regimes)}, steps per epoch "
-          f"{', '.join(str(steps_for(r, args.quick)) for r in args.regimes)}", flush=True)
+          f"{', '.join(str(steps_for(r, args.quick, args.steps)) for r in args.regimes)}", flush=True)
     wall_start = time.monotonic()
     records: list[dict] = []
     interrupted = measure_interruptibly(measure, args, records)
@@ -439,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             "started": started.isoformat(), "finished": finished.isoformat(), "commit": commit,
             "settings": {"quick": args.quick, "repeats": args.repeats,
                          "regimes": [r.key for r in args.regimes],
-                         "steps": {r.key: steps_for(r, args.quick) for r in args.regimes},
+                         "steps": {r.key: steps_for(r, args.quick, args.steps) for r in args.regimes},
                          "timed_epochs": TIMED_EPOCHS, "batch_size": BATCH},
             "wall_seconds": wall, "nproc": os.cpu_count(), "load_before": load_before,
             "load_after": load_after,

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/time_to_accuracy.py --quick           # 1 repeat, unshaped only
     .venv/bin/python benchmarks/time_to_accuracy.py --slow 50,10 --json tta.json
     .venv/bin/python benchmarks/time_to_accuracy.py --backends horovod,horovod_fp16
+    .venv/bin/python benchmarks/time_to_accuracy.py --backends horovod,horovod_powersgd --repeats 1
 
 Asynchronous parameter-server updates can need more epochs than synchronous allreduce to reach the
 same accuracy, so a backend faster per example can be slower to a target. This driver builds a lab
@@ -15,7 +16,10 @@ same accuracy, so a backend faster per example can be slower to a target. This d
 * ``horovod_fp16``: the same launch, ``make_strategy("horovod", compression="fp16")`` (gradients cast
   to float16 for the allreduce: half the bytes on the wire);
 * ``parameter_server``: ``tfdist launch --hosts w1:1,w2:1,p1:1,c:1 --chief-host c --ps-hosts p1
-  --workers 2 --ps 1`` (the chief on c, workers on w1 and w2, the ps on p1).
+  --workers 2 --ps 1`` (the chief on c, workers on w1 and w2, the ps on p1);
+* ``horovod_powersgd`` (only when named in ``--backends``): the Horovod launch,
+  ``make_strategy("horovod", compression="powersgd")`` (each weight matrix as two rank-4 factors, with
+  error feedback), against fp32 Horovod's time to the target and final accuracy.
 
 Each run stops at the first epoch whose validation accuracy reaches ``--target``, or after
 ``--max-epochs``; its job reports the strategy it really ran (``kind``, ``compression``), and a run
@@ -46,20 +50,27 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = Path(__file__).resolve().parent / "tta_job.py"
 HOSTS = ["c", "w1", "w2", "p1"]
 BACKENDS = ("horovod", "horovod_fp16", "parameter_server")
+#: Run only when named in --backends.
+OPTIONAL_BACKENDS = ("horovod_powersgd",)
+KNOWN = BACKENDS + OPTIONAL_BACKENDS
 LABELS = {"horovod": "Horovod (2 ranks)", "horovod_fp16": "Horovod fp16 (2 ranks)",
+          "horovod_powersgd": "Horovod PowerSGD (2 ranks)",
           "parameter_server": "PS (chief + 2 workers + 1 ps)"}
 _HOROVOD_LAUNCH = ["--backend", "horovod", "--hosts", "w1:1,w2:1", "--network-interface", "eth0"]
 LAUNCH = {
     "horovod": _HOROVOD_LAUNCH,
     "horovod_fp16": _HOROVOD_LAUNCH,
+    "horovod_powersgd": _HOROVOD_LAUNCH,
     "parameter_server": ["--hosts", "w1:1,w2:1,p1:1,c:1", "--chief-host", "c", "--ps-hosts", "p1",
                          "--workers", "2", "--ps", "1"],
 }
 #: tta_job.py's options per backend, and the (kind, compression) its strategy must report
 JOB_OPTIONS = {"horovod": ["--backend", "horovod"],
                "horovod_fp16": ["--backend", "horovod", "--compression", "fp16"],
+               "horovod_powersgd": ["--backend", "horovod", "--compression", "powersgd"],
                "parameter_server": ["--backend", "parameter_server"]}
 EXPECTED = {"horovod": ("horovod", "none"), "horovod_fp16": ("horovod", "fp16"),
+            "horovod_powersgd": ("horovod", "powersgd"),
             "parameter_server": ("parameter_server", "none")}
 ACCURACY_POINTS = 0.5  # fp16 keeps accuracy when its final val_accuracy is within this of fp32's
 
@@ -93,11 +104,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--slow {args.slow!r}: give rates in Mbit/s, comma-separated, e.g. 50,10")
     args.links = [None] + ([] if args.quick else rates)
     chosen = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = [b for b in chosen if b not in BACKENDS]
+    unknown = [b for b in chosen if b not in KNOWN]
     if unknown or not chosen:
-        parser.error(f"--backends {args.backends!r}: give backends from {','.join(BACKENDS)}, "
+        parser.error(f"--backends {args.backends!r}: give backends from {','.join(KNOWN)}, "
                      "comma-separated, e.g. horovod,horovod_fp16")
-    args.backends = tuple(b for b in BACKENDS if b in chosen)
+    args.backends = tuple(b for b in KNOWN if b in chosen)
     return args
 
 
@@ -183,11 +194,11 @@ def report(records: list[dict], links: list[float | None], target: float) -> tup
     backends that ran have rows; the summaries hold every backend's figures (None where it did not run)."""
     lines: list[str] = []
     summaries: list[dict] = []
-    present = [b for b in BACKENDS if any(r["backend"] == b for r in records)]
+    present = [b for b in KNOWN if any(r["backend"] == b for r in records)]
     for link in links:
         name = link_name(link)
         rows, figures = [], {}
-        for backend in BACKENDS:
+        for backend in KNOWN:
             runs = [r for r in records if r["link"] == name and r["backend"] == backend]
             good = [r for r in runs if r["ok"]]
             hit = [r for r in good if r["reached"]]
@@ -211,7 +222,7 @@ def report(records: list[dict], links: list[float | None], target: float) -> tup
                           "later epochs s/epoch", "final val_accuracy", "reached"], rows)]
         hvd, ps = figures["horovod"], figures["parameter_server"]
         summary = {"link": name, "link_mbit": link,
-                   **{f"{b}_{k}": v for b in BACKENDS for k, v in figures[b].items()},
+                   **{f"{b}_{k}": v for b in KNOWN for k, v in figures[b].items()},
                    "ps_over_horovod_time": _ratio(ps, hvd, "seconds"),
                    "epochs_factor": _ratio(ps, hvd, "epochs"),
                    "ps_over_horovod_rate": _ratio(ps, hvd, "rate")}
@@ -227,6 +238,17 @@ def report(records: list[dict], links: list[float | None], target: float) -> tup
             lines.append(verdict(hvd, ps))
         if "horovod_fp16" in present and "horovod" in present:
             lines.append(fp16_line(summary, fp16, hvd))
+        low_rank = figures["horovod_powersgd"]
+        summary.update(powersgd_over_horovod_time=_ratio(low_rank, hvd, "seconds"),
+                       powersgd_over_horovod_rate=_ratio(low_rank, hvd, "rate"),
+                       powersgd_minus_fp32_points=None if low_rank["final_val_accuracy"] is None
+                       or hvd["final_val_accuracy"] is None
+                       else 100 * (low_rank["final_val_accuracy"] - hvd["final_val_accuracy"]))
+        if "horovod_powersgd" in present and "horovod" in present:
+            points = summary["powersgd_minus_fp32_points"]
+            lines.append(f"PowerSGD vs fp32 Horovod: time to target {fmt(summary['powersgd_over_horovod_time'])} "
+                         f"(target <= 0.5x on 50 Mbit/s), examples/s {fmt(summary['powersgd_over_horovod_rate'])}, "
+                         "final val_accuracy " + ("unknown" if points is None else f"{points:+.2f} points"))
     if len(links) > 1:  # epochs do not depend on the link's speed: pool them for a steadier factor
         pooled = {b: median([float(r["epochs_to_target"]) for r in records
                              if r["backend"] == b and r["ok"] and r["reached"]]) for b in BACKENDS}

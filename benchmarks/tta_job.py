@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", required=True, choices=["horovod", "parameter_server"])
-    parser.add_argument("--compression", choices=["none", "fp16"], default="none",
+    parser.add_argument("--compression", choices=["none", "fp16", "powersgd"], default="none",
                         help="horovod: the allreduce's compression (make_strategy's option)")
     parser.add_argument("--target", type=float, default=0.95, help="validation accuracy to reach")
     parser.add_argument("--max-epochs", type=int, default=40)
