@@ -56,3 +56,17 @@ def test_the_probe_feeds_ids_to_a_model_with_tables_and_lists_them():
     assert found["step_ms"] > 0
     assert found["embeddings"] == [[1000, 8, 1], [500, 8, 1], [600, 8, 3]]
     assert found["params"] == 1000 * 8 + 500 * 8 + 600 * 8 + 16 + 1
+    assert found["powersgd_bytes_per_s"] is None  # no kernel PowerSGD would compress: nothing to time
+
+
+def test_the_probe_times_powersgds_work_on_the_models_own_kernels():
+    """The compute agent also times one compressed PowerSGD step of the model's kernels (issue 38: the
+    advisor's compute term measured on the real shapes, not assumed)."""
+    from tfdist.probe.agent import compute, time_powersgd
+
+    found = compute("scripts.probe_model:build_model", batch_size=8, steps=2, min_seconds=0.0, warmup=1,
+                    windows=1)
+    rate = found["powersgd_bytes_per_s"]
+    assert rate is not None and 1e6 < rate < 1e12, rate
+    # a kernel too small to save anything at rank 4 is not timed
+    assert time_powersgd([[8, 4], [3]], min_seconds=0.0, windows=1) is None

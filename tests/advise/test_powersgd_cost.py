@@ -86,3 +86,36 @@ def test_the_probe_hands_the_measured_models_kernels_to_the_model_and_not_its_ta
     workload = found.to_workload(64)
     assert workload.matrices == ((144, 32), (288, 64))  # the embedding table left out, the conv kernel as 144 x 32
     assert found.to_workload(64, params=900_000).matrices == ()  # another model's count: its kernels are unknown
+
+
+def test_the_rate_the_probe_timed_replaces_the_assumed_one_and_a_slow_worker_does_it_slower():
+    cluster, workload = lab(50 * MBIT)
+    assumed = cost.horovod_powersgd(cluster, workload)
+    measured = Workload(**{**workload.__dict__, "powersgd_bytes_per_s": cost.POWERSGD_MATRIX_BYTES_PER_S / 10})
+    slower = cost.horovod_powersgd(cluster, measured)
+    held = (784 * 512 + 512 * 512 + 512 * 10) * 4  # every kernel of the MLP is compressed at rank 4
+    extra_ms = held / (cost.POWERSGD_MATRIX_BYTES_PER_S / 10) * 1000 - held / cost.POWERSGD_MATRIX_BYTES_PER_S * 1000
+    assert slower.step_ms == pytest.approx(assumed.step_ms + extra_ms)
+    halved = Cluster(workers=2, ps=1, bandwidths=(50 * MBIT,) * 2, ps_bandwidth=50 * MBIT, speeds=(1.0, 0.5))
+    # its work runs on every worker between the allreduces: the slow one takes twice as long over it
+    assert cost.horovod_powersgd(halved, measured).step_ms - cost.horovod_powersgd(halved, workload).step_ms \
+        == pytest.approx(2 * extra_ms)
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, float("nan"), True, "5e8", 1e20])
+def test_a_bad_measured_rate_is_refused_naming_the_field(rate):
+    with pytest.raises(AdviseError, match=r"powersgd_bytes_per_s.*; fix: ") as info:
+        Workload(params=669_706, batch_size=64, step_ms=10.0, powersgd_bytes_per_s=rate)
+    assert info.value.field == "powersgd_bytes_per_s"
+
+
+def test_the_probes_timed_rate_reaches_the_workload_and_its_json():
+    from tfdist.launch.hosts import parse_hosts
+    from tfdist.probe.driver import LinkMeasure, aggregate, ring
+
+    links = [LinkMeasure(a, b, 50 * MBIT * 8, 1e-4) for a, b in ring(["w1", "w2", "p"])]
+    found = aggregate(parse_hosts("w1:1,w2:1,p:1"), links, steps={"w1": 10.0, "w2": 20.0}, params=669_706,
+                      dtype_bytes=4, batch_size=64, variables=[((784, 512), 4), ((512,), 4)],
+                      powersgd_bytes_per_s=2e8)
+    assert found.to_workload(64).powersgd_bytes_per_s == 2e8
+    assert found.as_dict()["powersgd_bytes_per_s"] == 2e8

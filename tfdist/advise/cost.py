@@ -172,15 +172,16 @@ def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSet
     """Horovod with PowerSGD (``compression='powersgd'``, issue 38): each compressed matrix sends its
     two rank-r factors, ``(m + n) r`` numbers, in two allreduces one after the other (P, then Q with
     the rest of the gradients), so a step pays the latency and Horovod's fixed cost twice; the rest
-    goes whole. Its own work (about five passes over each compressed matrix) is time the step adds,
-    at POWERSGD_MATRIX_BYTES_PER_S. ``workload.matrices`` says what is compressed."""
+    goes whole. Its own work (about five passes over each compressed matrix) is time the step adds, at
+    the rate the probe timed on the model's kernels (``workload.powersgd_bytes_per_s``), else at
+    POWERSGD_MATRIX_BYTES_PER_S. ``workload.matrices`` says what is compressed."""
     n, width = cluster.workers, workload.dtype_bytes
     shapes = list(workload.matrices)
     squeezed = [(m, k) for m, k in shapes if compressed((m, k), settings)]
     numbers = wire_numbers(shapes, settings) + (workload.params - workload.sparse_params
                                                 - sum(m * k for m, k in shapes))
     wire = float(numbers * width)
-    extra = sum(m * k for m, k in squeezed) * width / POWERSGD_MATRIX_BYTES_PER_S
+    extra = sum(m * k for m, k in squeezed) * width / (workload.powersgd_bytes_per_s or POWERSGD_MATRIX_BYTES_PER_S)
     if n == 1:
         return _sync_prediction("horovod_powersgd", cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
     rounds = 2 * max(1, math.ceil(wire / HOROVOD_FUSION_BYTES)) if squeezed else max(
@@ -188,8 +189,9 @@ def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSet
     ring_rate, ring_text = _ring_link(cluster)
     comm = rounds * 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * wire / ring_rate
     gather, gathered = _allgather(cluster, workload, ring_rate, gathers_per_table=2)
-    overhead = workload.allreduce_overhead_ms / 1000 * (2 if squeezed else 1)
-    return _sync_prediction("horovod_powersgd", cluster, workload, comm + gather + extra, overhead,
+    # its own work runs between the two allreduces on every worker: never hidden, slower on a slow worker
+    overhead = workload.allreduce_overhead_ms / 1000 * (2 if squeezed else 1) + extra
+    return _sync_prediction("horovod_powersgd", cluster, workload, comm + gather, overhead,
                             workload.overlap, ring_text, 2 * (n - 1) / n * wire + gathered)
 
 

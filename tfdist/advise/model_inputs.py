@@ -45,6 +45,8 @@ _MAX_SPEED_RATIO = 1e6
 MAX_OVERHEAD_MS = 1e6
 MAX_PS_EPOCHS_FACTOR = 1e6
 MAX_LATENCY_S = 10.0
+#: A rate of work over memory (bytes/s): 1 kB/s to 100 TB/s.
+MIN_WORK_RATE, MAX_WORK_RATE = 1e3, 1e14
 #: The parameter-server prediction walks every worker for every worker host (hosts x workers
 #: steps, a few passes): above this many it would take minutes, so such a cluster is refused.
 MAX_PS_MODEL_SIZE = 10**6
@@ -161,6 +163,9 @@ class Workload:
     #: sees it, ``tfdist.runtime.lowrank.matrix_shape``): what low-rank compression would send. Empty:
     #: not known, and PowerSGD is not predicted.
     matrices: tuple[tuple[int, int], ...] = ()
+    #: PowerSGD's own work on a worker of speed 1, in bytes of compressed matrix per second (the probe
+    #: times it on the model's kernels); None: the cost model's assumed rate.
+    powersgd_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         _whole(self.params, "params", 1, MAX_PARAMS, "give the model's parameter count, e.g. 669706")
@@ -189,6 +194,9 @@ class Workload:
                     "needs, e.g. 1.3; or leave it out")
         self._check_embeddings()
         self._check_matrices()
+        if self.powersgd_bytes_per_s is not None:
+            _within(self.powersgd_bytes_per_s, "powersgd_bytes_per_s", MIN_WORK_RATE, MAX_WORK_RATE, " bytes/s",
+                    "give the measured rate of PowerSGD's work, e.g. 5e8; or leave it out")
 
     def _check_matrices(self) -> None:
         ok = isinstance(self.matrices, tuple) and all(

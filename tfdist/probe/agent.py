@@ -19,7 +19,8 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   data shaped like ``model.input_shape``, print ``{"ready": true}`` and wait for a ``go`` line on stdin
   (the prober starts every host's agent at once and lets one host at a time time its steps); then
   report the time per step (the fastest of three timed windows), the parameter count, the bytes per
-  parameter and every variable's shape and dtype size (for the memory check).
+  parameter, every variable's shape and dtype size (for the memory check), and the rate of
+  PowerSGD's own work on the model's kernels (:func:`time_powersgd`, for the advisor's PowerSGD cost).
 
 The receiver also reports its host's memory (:mod:`tfdist.probe.host_memory`: the cgroup limit,
 MemTotal, MemAvailable): every probed host receives once.
@@ -47,7 +48,7 @@ from tfdist.probe.wire import (DATA, EXIT_ABANDONED, EXIT_FAILED, GO, PING, Prob
                                decode_spec, parse_answer)
 
 __all__ = ["ProbeAgentError", "answer", "compute", "decode_spec", "embeddings_of", "load_build_fn", "main",
-           "parse_answer", "rate_after_skip", "receive", "run", "send", "shapes_of", "variables_of"]
+           "parse_answer", "rate_after_skip", "receive", "run", "send", "shapes_of", "time_powersgd", "variables_of"]
 
 CHUNK = 256 * 1024  # bytes per read and per write of the bulk transfer
 
@@ -260,10 +261,47 @@ def compute(model: str, batch_size: int, steps: int, min_seconds: float, warmup:
     counts = [int(np.prod(w.shape)) for w in weights]
     total_bytes = sum(n * w.dtype.size for n, w in zip(counts, weights))
     dtype_bytes = max(1, round(total_bytes / sum(counts))) if sum(counts) else 4
+    table_shapes = [[rows, dim] for rows, dim, _ in tables]
+    kernels = [list(w.shape) for w in net.trainable_weights if len(w.shape) >= 2]
+    for shape in table_shapes:  # an Embedding's table: sparse rows, allgathered whole, never compressed
+        if shape in kernels:
+            kernels.remove(shape)
     return {"step_ms": min(means) * 1000, "window_ms": [m * 1000 for m in means], "steps": done,
             "params": int(net.count_params()),
             "dtype_bytes": dtype_bytes, "batch_size": batch_size,
-            "variables": variables_of(net), "embeddings": tables}
+            "variables": variables_of(net), "embeddings": tables,
+            "powersgd_bytes_per_s": time_powersgd(kernels, min_seconds / 2, windows)}
+
+
+def time_powersgd(kernels: list[list[int]], min_seconds: float, windows: int = 3) -> float | None:
+    """The rate of PowerSGD's own work on this host (bytes of compressed float32 matrices per second):
+    one compressed step of ``kernels`` (adding the error, the two products, the QR, the new error),
+    with the allreduces left out, timed in ``windows`` windows of at least ``min_seconds``; the fastest
+    window counts. ``None`` when no kernel is compressed (PowerSGD's defaults decide)."""
+    import tensorflow as tf
+
+    from tfdist.runtime.lowrank import PowerSGDSettings, compressed, matrix_shape
+    from tfdist.runtime.powersgd import PowerSGD
+
+    settings = PowerSGDSettings(start_iter=0)
+    shapes = [tuple(shape) for shape in kernels if compressed(shape, settings)]
+    if not shapes:
+        return None
+    compressor = PowerSGD(shapes, settings)
+    grads = [tf.random.stateless_normal(shape, seed=(index, 0)) for index, shape in enumerate(shapes)]
+    step = tf.function(lambda: compressor.reduce(grads, list))
+    for _ in range(3):  # traced and warm
+        step()
+    fastest = None
+    for _ in range(windows):
+        count, start = 0, time.perf_counter()
+        while count < 5 or time.perf_counter() - start < min_seconds:
+            tf.nest.map_structure(lambda t: t.numpy(), step())
+            count += 1
+        mean = (time.perf_counter() - start) / count
+        fastest = mean if fastest is None else min(fastest, mean)
+    held = sum(m * n for m, n in (matrix_shape(shape) for shape in shapes)) * 4
+    return held / fastest
 
 
 def variables_of(model: Any) -> list[list[Any]]:

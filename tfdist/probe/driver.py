@@ -274,6 +274,7 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
     steps: dict[str, float] = {}
     params = dtype_bytes = variables = None
     embeddings: list = []
+    powersgd_rates: dict[str, float] = {}
     if model is not None:
         spec = {"role": "compute", "model": model, "batch_size": batch_size, "cwd": cwd,
                 "env": forwarded_env(environ), "steps": COMPUTE_STEPS, "min_seconds": COMPUTE_MIN_SECONDS}
@@ -283,7 +284,11 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
             params, dtype_bytes = int(found["params"]), int(found["dtype_bytes"])
             variables = found.get("variables")
             embeddings = found.get("embeddings") or []
-    return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables, embeddings)
+            if isinstance(found.get("powersgd_bytes_per_s"), (int, float)):
+                powersgd_rates[host] = float(found["powersgd_bytes_per_s"])
+    fastest = min(steps, key=steps.get) if steps else None  # PowerSGD's work, on the host of speed 1
+    return aggregate(slots, links, steps, params, dtype_bytes, batch_size, variables, embeddings,
+                     powersgd_rates.get(fastest) if fastest is not None else None)
 
 
 def time_step_here(model: str, batch_size: int, environ: Mapping[str, str] | None = None,

@@ -83,6 +83,8 @@ class ProbeResult:
     batch_size: int | None = None
     variables: tuple[tuple[tuple[int, ...], int], ...] | None = None
     embeddings: tuple[Embedding, ...] = ()
+    #: PowerSGD's own work on the fastest host, in bytes of compressed matrix per second (None: not timed).
+    powersgd_bytes_per_s: float | None = None
 
     def host(self, name: str) -> HostMeasure:
         return next(h for h in self.hosts if h.host == name)
@@ -151,7 +153,8 @@ class ProbeResult:
                                   flag.strip("-").replace("-", "_"))
         return Workload(params=params, batch_size=batch_size, step_ms=step_ms, dtype_bytes=dtype_bytes,
                         overlap=overlap, embeddings=self.embeddings,
-                        matrices=self.matrices() if params == self.params else ())
+                        matrices=self.matrices() if params == self.params else (),
+                        powersgd_bytes_per_s=self.powersgd_bytes_per_s)
 
     def matrices(self) -> tuple[tuple[int, int], ...]:
         """The measured model's kernels as PowerSGD sees them (``tfdist.runtime.lowrank.matrix_shape``),
@@ -177,7 +180,8 @@ class ProbeResult:
                            "latency_ms": link.latency_s * 1000} for link in self.links],
                 "latency_ms": self.latency_s * 1000, "params": self.params, "dtype_bytes": self.dtype_bytes,
                 "batch_size": self.batch_size, "step_ms": self.step_ms,
-                "embeddings": [table.as_dict() for table in self.embeddings]}
+                "embeddings": [table.as_dict() for table in self.embeddings],
+                "powersgd_bytes_per_s": self.powersgd_bytes_per_s}
 
 
 def ring(hosts: Sequence[str]) -> list[tuple[str, str]]:
@@ -206,7 +210,8 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
               steps: Mapping[str, float] | None = None, params: int | None = None,
               dtype_bytes: int | None = None, batch_size: int | None = None,
               variables: Sequence[tuple[Sequence[int], int]] | None = None,
-              embeddings: Sequence[Sequence[float]] = ()) -> ProbeResult:
+              embeddings: Sequence[Sequence[float]] = (),
+              powersgd_bytes_per_s: float | None = None) -> ProbeResult:
     """Per-host figures from link measurements and step times. Pure.
 
     A transfer a->b runs at the slower of a's sending and b's receiving, so one slow host slows
@@ -233,7 +238,8 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
     listed = None if variables is None else tuple((tuple(int(d) for d in shape), int(size))
                                                   for shape, size in variables)
     tables = tuple(Embedding(int(rows), int(dim), float(lookups)) for rows, dim, lookups in embeddings)
-    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed, tables)
+    return ProbeResult(tuple(slots), tuple(measures), tuple(links), params, dtype_bytes, batch_size, listed, tables,
+                       powersgd_bytes_per_s)
 
 
 def default_workers(slots: Sequence[HostSlots], ps: int) -> int:
