@@ -26,7 +26,8 @@ examples/s (all workers together) as median (min-max), the ratios, what auto's t
 strategy objects: kind, compression, the plan's variant), the plan's prediction, and the wire limit
 at the bytes auto's options put on the wire (:func:`bytes_per_example`) with the share of it reached.
 Targets (reported, not asserted): on 50 and 200 Mbit/s links auto >= 1.8x the hand-written script and
->= 85 % of its wire limit; on unlimited links and with w2 slowed, auto within 5 % of the better of the
+>= 85 % of its wire limit; when auto runs PowerSGD, >= 4x at 50 Mbit/s and >= 2.5x at 200 Mbit/s (issue
+38; the wire share is shown, not judged); on unlimited links and with w2 slowed, auto within 5 % of the better of the
 hand-written Horovod script and plain parameter servers. The lab and any job are stopped on every exit
 (errors, Ctrl-C, SIGTERM). See tests/benchmarks/test_auto_plan.py for the arithmetic.
 """
@@ -60,6 +61,9 @@ TIMED_EPOCHS = 2
 SLOW_CORES = 0.25
 TARGET_SPEEDUP = 1.8  # shaped links: auto / hand-written
 TARGET_WIRE = 0.85  # shaped links: auto / its wire limit
+#: Issue 38's targets when auto runs PowerSGD (auto / hand-written, by link rate): the factors leave the
+#: wire far from full (compute limits the step), so its share of the wire limit is shown, not judged.
+TARGET_POWERSGD_SPEEDUP = {50.0: 4.0, 200.0: 2.5}
 TARGET_WITHIN = 0.05  # unlimited, slowed: auto >= (1 - this) x the better of hand-written and ps
 JOBS = ("hand-written", "auto", "ps")
 NOISE = ("I0000", "W0000", "E0000", "absl::InitializeLog", "rebuild TensorFlow", "instructions in", "oneDNN")
@@ -177,9 +181,13 @@ def summarize(records: Sequence[dict], regimes: Sequence[Regime]) -> list[dict]:
             "wire_limit": median([limit for limit in limits if limit]) if any(limits) else None,
             "wire_share": median(shares)}
         if regime.shaped:
+            powersgd = bool(auto) and all(r.get("compression") == "powersgd" for r in auto)
+            speedup = TARGET_POWERSGD_SPEEDUP.get(regime.rate_mbit, TARGET_SPEEDUP) if powersgd else TARGET_SPEEDUP
+            row["speedup_target"] = speedup
             row["targets"] = {
-                "speedup": None if row["auto_over_hand"] is None else row["auto_over_hand"] >= TARGET_SPEEDUP,
-                "wire": None if row["wire_share"] is None else row["wire_share"] >= TARGET_WIRE}
+                "speedup": None if row["auto_over_hand"] is None else row["auto_over_hand"] >= speedup}
+            if not powersgd:
+                row["targets"]["wire"] = None if row["wire_share"] is None else row["wire_share"] >= TARGET_WIRE
         else:
             others = {job: med.get(job) for job in ("hand-written", "ps") if med.get(job) is not None}
             best = max(others, key=others.get) if others else None
@@ -223,11 +231,12 @@ def render_report(rows: Sequence[dict], repeats: int) -> str:
         targets = row["targets"]
         if "speedup" in targets:
             parts.append(f"{row['name']}: auto / hand-written {_x(row['auto_over_hand'])} (target >= "
-                         f"{TARGET_SPEEDUP:g}x): {_met(targets['speedup'])}; "
+                         f"{row['speedup_target']:g}x): {_met(targets['speedup'])}; "
                          + ("wire share unknown" if row["wire_share"] is None else
                             f"{100 * row['wire_share']:.0f} % of the wire limit "
                             f"{row['wire_limit']:,.0f} ex/s")
-                         + f" (target >= {100 * TARGET_WIRE:.0f} %): {_met(targets['wire'])}")
+                         + (f" (target >= {100 * TARGET_WIRE:.0f} %): {_met(targets['wire'])}" if "wire" in targets
+                            else " (PowerSGD: not a target, compute limits the step)"))
         else:
             best = row.get("best_other")
             against = "-" if best is None else f"{best} {row['median'][best]:,.0f} ex/s"
