@@ -3,6 +3,7 @@
     python examples/custom_loop.py
     horovodrun -np 2 -H localhost:2 python examples/custom_loop.py --keras 3
     tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/custom_loop.py
+    tfdist launch --workers 2 --ps 1 -- python examples/custom_loop.py
 
 The loop is the same under each: ``make_strategy("auto")`` picks the backend its launcher implies, and the
 strategy's loop calls (``setup``, ``distribute``, ``function``, ``average_loss``, ``minimize``, ``reduce``,

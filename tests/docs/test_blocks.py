@@ -39,6 +39,9 @@ _COVERED_ELSEWHERE = {
     # the loop of examples/custom_loop.py, line for line
     "with strategy.scope():\n    model = build_model(keras)":
         "tests/strategies/test_loop.py::test_the_pages_loop_is_the_examples_line_for_line",
+    # a loop driving Keras callbacks through strategy.callbacks, as the test's _train does
+    "callbacks = strategy.callbacks(":
+        "tests/strategies/test_loop_callbacks.py::test_the_loops_figures_reach_its_tensorboard_run",
 }
 
 # `tfdist` commands that need a cluster, hosts, TensorFlow or runs: the words they start with, the
@@ -55,6 +58,8 @@ _COMMANDS_COVERED_ELSEWHERE = {
         ("tests/examples/test_examples.py", '"--backend", "multi_worker_mirrored", "--workers", "2", "--"'),
     "tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/custom_loop.py":
         ("tests/strategies/test_loop.py", 'sys.executable, "examples/custom_loop.py", *args'),
+    "tfdist launch --workers 2 --ps 1 -- python examples/custom_loop.py":
+        ("tests/strategies/test_loop_parameter_server.py", '"launch", "--workers", "2", "--ps", "1", "--", sys.executable,'),
     "tfdist launch --backend horovod -np 2 --":
         ("tests/cli/test_launch.py", '"--backend", "horovod", "-np", "2", "--"'),
     "tfdist launch --hosts h1:1,h2:1,h3:1 --workers 2 --ps 1 --":

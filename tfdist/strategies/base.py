@@ -16,7 +16,7 @@ from tfdist.callbacks.plan_check import PlanCheck
 from tfdist.callbacks.system_metrics import SystemMetrics
 from tfdist.environments import ClusterEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
-from tfdist.strategies import inputs, loop, outputs
+from tfdist.strategies import inputs, loop, loop_callbacks, outputs
 from tfdist.strategies.adaptive import adaptive_epochs, continue_clocks, end_if_switched
 from tfdist.strategies.checkpoints import LoopCheckpoint
 from tfdist.strategies.options import StrategyOptions
@@ -282,12 +282,14 @@ class DistributedStrategy:
     def _check_loop_variables(self, model: Any, optimizer: Any) -> None:
         """Refuse a model (or Keras 3 optimizer) whose variables were not created in ``scope()``."""
         strategy = self.tf_strategy
-        if strategy is None or self.num_replicas_in_sync == 1:
+        if strategy is None or not self._loop_variables_placed():
             return
         first = model.trainable_variables[0]  # a tf-keras variable is a tf.Variable, a Keras 3 one holds one
+        first = getattr(first, "variables", [first])[0]  # a ShardedVariable (parameter servers): its first shard
         if not strategy.extended.variable_created_in_scope(first if isinstance(first, tf.Variable) else first.value):
             raise ArgumentValueError(with_fix(
-                f"`model` ({model.name}) was built outside strategy.scope(): its variables are not mirrored",
+                f"`model` ({model.name}) was built outside strategy.scope(): its variables are not the "
+                "strategy's (mirrored, or placed on the parameter servers)",
                 "build the model (and create the optimizer) inside `with strategy.scope():`"))
         inner = upstream.loss_scale_inner(optimizer) or optimizer
         if keras_compat.flavour_of(inner) == keras_compat.KERAS_3 and \
@@ -336,13 +338,26 @@ class DistributedStrategy:
         """Step outputs (one step's, or a list) as numbers, the same on every process: each leaf's mean
         over the steps; ``op="sum"`` for values that add up over replicas (``average_loss``), ``"mean"``
         for values every replica holds whole (divided by the replicas)."""
-        return loop.reduce_outputs(value, loop.check_reduce_op(op), self.num_replicas_in_sync)
+        op = loop.check_reduce_op(op)
+        return loop.reduce_outputs(self._loop_fetch(value), op, self.num_replicas_in_sync)
 
     def checkpoint(self, directory: Any, max_to_keep: int = 3) -> LoopCheckpoint:
         """The loop's checkpoint in ``directory`` (see ``tfdist.strategies.checkpoints``): ``restore()``
         returns the epoch to start at, ``save(epoch)`` writes on the chief."""
         state = loop.require_setup(self._loop_state, "checkpoint")
         return LoopCheckpoint(self, state.model, state.optimizer, directory, max_to_keep)
+
+    def callbacks(self, callbacks: Any, data: Any, epochs: int) -> Any:
+        """The Keras ``CallbackList`` of ``callbacks`` a loop drives itself over ``epochs`` epochs of ``data``
+        (what ``distribute`` returned), with what ``fit`` would add: the plan's check, figures per epoch
+        (see ``tfdist.strategies.loop_callbacks``)."""
+        state = loop.require_setup(self._loop_state, "callbacks")
+        if not isinstance(data, loop.DistributedData):
+            raise ArgumentTypeError(with_fix(
+                f"`data` must be what strategy.distribute returned, got {type(data).__name__}",
+                "pass data = strategy.distribute(dataset, batch_size=...), the one the loop iterates"))
+        return loop_callbacks.callback_list(self, callbacks, state.model, state.optimizer, data.steps_per_epoch,
+                                            epochs, data.batch_size)
 
     # --- the loop's backend hooks ---------------------------------------------------------------------
     def _loop_iterator_factory(self, dataset: Any, batch_size: int) -> Callable[[], Any]:
@@ -368,6 +383,15 @@ class DistributedStrategy:
                 lambda value: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None), per_replica)
 
         return step
+
+    def _loop_variables_placed(self) -> bool:
+        """Whether the strategy places the loop's variables (``setup`` then refuses those made outside
+        ``scope()``): with several replicas; parameter servers always (their variables live on the ps)."""
+        return self.num_replicas_in_sync > 1
+
+    def _loop_fetch(self, outputs: Any) -> Any:
+        """Step outputs as values ``reduce`` can read (parameter servers: the scheduled steps' results)."""
+        return outputs
 
     def _loop_loss_factor(self) -> float:
         """What ``minimize`` multiplies the loss by so that the backend's reduction sums the replicas' parts."""

@@ -41,6 +41,14 @@ from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, wi
 REDUCE_OPS = ("sum", "mean")
 #: Set by ``DistributedStrategy.optimizer`` on what it returns: the backend kind it prepared it for.
 PREPARED_FOR = "_tfdist_loop_prepared_for"
+#: Why Keras 3 does not train in the loop under parameter servers (``loop_refusal``).
+PS_KERAS_3_REASON = (
+    "in a custom loop Keras 3's optimizer counts its steps with a read-modify-write "
+    "(`self._iterations.assign_add(1)` in keras/src/optimizers/base_optimizer.py, which is "
+    "`self.assign(self + value)` in keras/src/backend/common/variables.py), so the workers' asynchronous steps "
+    "lose increments of `optimizer.iterations` (147 of 168 steps counted, 2 workers; learning-rate schedules "
+    "and Adam's bias correction read it), and a sharded variable fails its gradient "
+    "(`'ShardedVariable' object has no attribute 'handle'`, keras/src/backend/tensorflow/core.py)")
 
 
 class LoopError(TfdistError, RuntimeError):
@@ -83,11 +91,17 @@ def loop_refusal(backend: str, flavour: str, replicas: int, loss_scaled: bool, c
     """Why the loop cannot train this combination (``flavour``: "tf_keras" or "keras_3"), with the fix;
     ``None`` when it can. ``clipping`` names the optimizer's clipping arguments that are set."""
     if backend == "parameter_server":
-        return with_fix(
-            "the custom-loop API does not drive parameter servers yet (ClusterCoordinator.schedule, "
-            "per-worker datasets and retried steps come in the next stage of issue 37)",
-            "train with strategy.fit(...) on parameter_server, or run the loop on horovod, "
-            "multi_worker_mirrored, mirrored or single")
+        if loss_scaled:
+            return with_fix(
+                "`optimizer` is a LossScaleOptimizer (mixed_float16), and under parameter servers every worker "
+                "would update one shared loss scale on its own, asynchronously, from its own gradients",
+                "use mixed_bfloat16 (no loss scaling), or a synchronous backend for float16: horovod, "
+                "multi_worker_mirrored or mirrored")
+        if flavour == "keras_3":
+            return with_fix(f"the parameter_server backend cannot run a Keras 3 loop: {PS_KERAS_3_REASON}",
+                            "build the model and optimizer with tf-keras (`import tf_keras`, or tf.keras after "
+                            "`import tfdist`), or run the Keras 3 loop on horovod, mirrored or single")
+        return None  # one replica per step: clipping sees the step's whole gradient
     if loss_scaled and backend == "horovod" and flavour == "tf_keras":
         return with_fix(
             "`optimizer` is a tf-keras LossScaleOptimizer (mixed_float16), and under horovod its finite test "
@@ -190,6 +204,47 @@ def stream(dataset: Any, batch_size: int, processes: int, index: int, shard: boo
     if shard and processes > 1:
         repeated = repeated.shard(processes, index)
     return repeated.batch(batch_size, drop_remainder=True)
+
+
+def per_worker_stream(dataset: Any, batch_size: int, workers: int, shard: bool = True) -> Callable[[], Any]:
+    """A ``dataset_fn`` for ``ClusterCoordinator.create_per_worker_dataset``: ``dataset`` (built here, on the
+    coordinator) serialized once into a graph that each worker rebuilds, then that worker's ``stream``: worker
+    ``w`` of ``workers`` takes elements ``w, w + workers, ...`` of the repeated dataset (when ``shard``).
+
+    The graph is what ``create_per_worker_dataset(dataset)`` itself sends (``DatasetToGraphV2`` with its
+    ``WARN`` policy on external state, then ``DatasetFromGraph``); the worker's index is
+    ``tf.distribute.coordinator.experimental_get_current_worker_index`` where the worker builds it (the
+    ``InputContext`` of a parameter-server strategy says one pipeline on every worker)."""
+    import tensorflow as tf
+
+    warn_on_external_state = 0  # tf.data.experimental.ExternalStatePolicy.WARN
+    graph = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset),
+                                        external_state_policy=warn_on_external_state, strip_device_assignment=True)
+    spec = dataset.element_spec
+    split = shard and workers > 1
+
+    def dataset_fn() -> Any:
+        copy = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph), spec)
+        index = tf.distribute.coordinator.experimental_get_current_worker_index() if split else 0
+        return stream(copy, batch_size, workers, index, split)
+
+    return dataset_fn
+
+
+class Scheduled:
+    """A traced step that a ``ClusterCoordinator`` runs on whichever worker is free: calling it schedules
+    one step (``schedule(function, args=(iterator,))``) and returns its ``RemoteValue`` at once; ``reduce``
+    (or ``fetch``) waits for it. A step whose worker is lost is run again on another worker."""
+
+    def __init__(self, schedule: Callable[..., Any], function: Any) -> None:
+        self._schedule = schedule
+        self._function = function
+
+    def __call__(self, iterator: Any) -> Any:
+        return self._schedule(self._function, args=(iterator,))
+
+    def experimental_get_tracing_count(self) -> int:
+        return self._function.experimental_get_tracing_count()
 
 
 def require_dataset(data: Any) -> Any:

@@ -19,6 +19,7 @@ Variables are placed on the ps tasks; with ``shards=N`` or ``min_shard_bytes=B``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
@@ -352,12 +353,46 @@ class ParameterServerStrategy(DistributedStrategy):
         keras_compat.refuse_keras_3(
             obj, argument, "parameter_server",
             "Keras 3's fit does not drive ParameterServerStrategy (it asks for the dataset to be "
-            "passed to ClusterCoordinator.create_per_worker_dataset); tf-keras' fit does")
+            "passed to ClusterCoordinator.create_per_worker_dataset), tf-keras' fit does; and "
+            + loop.PS_KERAS_3_REASON)
+
+    # --- the custom loop (tfdist.strategies.loop), through the ClusterCoordinator --------------------
+    def _coordinator(self) -> Any:
+        """The strategy's ClusterCoordinator (one per strategy: tf-keras' ``fit`` gets the same one)."""
+        return tf.distribute.coordinator.ClusterCoordinator(self._strategy)
 
     def _loop_iterator_factory(self, dataset: Any, batch_size: int) -> Any:
-        """Refused for now (``loop.loop_refusal``): the loop does not schedule through the coordinator yet."""
-        raise loop.LoopError(loop.loop_refusal(self.kind, keras_compat.TF_KERAS, self.num_replicas_in_sync,
-                                               False, ()))
+        """Per-worker datasets: each worker rebuilds ``dataset`` and takes its shard of the repeated stream
+        (``loop.per_worker_stream``); ``iter`` gives the per-worker iterator a scheduled step takes."""
+        per_worker = self._coordinator().create_per_worker_dataset(
+            loop.per_worker_stream(dataset, batch_size, self.num_workers, self.options.shard_data))
+        return lambda: iter(per_worker)
+
+    def _loop_function(self, step_fn: Any) -> Any:
+        """The traced step, scheduled on a free worker by the coordinator at each call (a ``RemoteValue``)."""
+        return loop.Scheduled(self._coordinator().schedule, super()._loop_function(step_fn))
+
+    def _loop_variables_placed(self) -> bool:
+        return True  # variables made outside scope() stay on the coordinator, where no worker can reach them
+
+    def _loop_fetch(self, outputs: Any) -> Any:
+        """Wait for every scheduled step, then their results (a lost ps named, as in ``fit``)."""
+        coordinator = self._coordinator()
+        with self._lost_tasks_named():
+            coordinator.join()
+            return coordinator.fetch(outputs)
+
+    def _loop_before_save(self, optimizer: Any) -> None:
+        """Every scheduled step has run (its update is on the ps) before the chief saves the variables."""
+        with self._lost_tasks_named():
+            self._coordinator().join()
+
+    @contextlib.contextmanager
+    def _lost_tasks_named(self) -> Any:
+        try:
+            yield
+        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as exc:
+            raise self._lost_task_error(exc) from None
 
     def scope(self) -> Any:
         """As ``DistributedStrategy.scope``, refusing the ``mixed_float16`` policy first (see
@@ -380,10 +415,8 @@ class ParameterServerStrategy(DistributedStrategy):
         steps = self.options.steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
         if steps > 1 and upstream.steps_per_execution(model) == 1:
             upstream.set_steps_per_execution(model, steps)
-        try:
+        with self._lost_tasks_named():
             return super().fit(model, x, y, **fit_kwargs)
-        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError) as exc:
-            raise self._lost_task_error(exc) from None
 
     def _server_addresses(self) -> dict[str, str]:
         return {f"{job}:{i}": address for job in SERVER_TASKS

@@ -1,0 +1,112 @@
+"""The custom-loop API on a real parameter-server cluster (issue 37): examples/custom_loop.py's ``train``,
+unchanged, scheduled through the ClusterCoordinator on 2 workers with every variable in 2 shards; a worker
+killed mid-run, its steps taken by the other; the checkpoint resumed there and under ``single``.
+One job (tests/scripts/ps_loop.py) serves every test here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import SCRIPTS, subprocess_env
+
+pytestmark = pytest.mark.cluster
+
+EPOCHS, BATCH, LR = 4, 32, 0.1  # as in ps_loop.py
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    outdir = tmp_path_factory.mktemp("ps-loop")
+    command = [sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1", "--",
+               sys.executable, str(SCRIPTS / "ps_loop.py"), str(outdir)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=subprocess_env())
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    return outdir, result, json.loads((outdir / "loop.json").read_text())
+
+
+def test_the_loop_runs_on_parameter_servers_traced_once_with_sharded_variables(job):
+    _, _, found = job
+    assert (found["kind"], found["workers"], found["replicas"]) == ("parameter_server", 2, 1)
+    assert found["tracing"] == 1 and found["kernel_shards"] == 2
+
+
+def test_the_loop_trains_to_fits_accuracy_though_a_worker_was_killed(job):
+    """After epoch 2 worker-1 is SIGKILLed: the coordinator runs the rest on worker-0, every step once."""
+    _, result, found = job
+    assert "killing worker-1" in result.stdout
+    assert found["iterations"] == EPOCHS * found["steps_per_epoch"], found  # no step lost, none applied twice
+    assert found["losses"] == sorted(found["losses"], reverse=True), found["losses"]
+    assert found["fit_accuracy"] > 0.9 and found["loop_accuracy"] > 0.9, found
+    assert abs(found["loop_accuracy"] - found["fit_accuracy"]) <= 0.02, found
+
+
+def test_the_chiefs_checkpoint_resumes_on_the_cluster_and_under_single(job):
+    outdir, _, found = job
+    assert found["checkpoints"] == [f"ckpt-{epoch}.index" for epoch in (2, 3, 4)]
+    assert (found["rerun_start"], found["rerun_epochs"]) == (EPOCHS, 0)  # nothing left to train
+    assert found["rerun_iterations"] == found["iterations"] and found["rerun_max_abs_diff"] == 0.0
+
+    code = f"""
+import importlib.util, sys
+import numpy as np
+import tfdist, tf_keras
+spec = importlib.util.spec_from_file_location("custom_loop", {str(Path("examples/custom_loop.py").resolve())!r})
+example = importlib.util.module_from_spec(spec); spec.loader.exec_module(example)
+strategy = tfdist.make_strategy("single")
+with strategy.scope():
+    model = example.build_model(tf_keras, seed=1)
+    optimizer = strategy.optimizer(tf_keras.optimizers.SGD({LR}))
+strategy.setup(model, optimizer)
+print("EPOCH", strategy.checkpoint({str(outdir / "ckpt")!r}).restore(), int(optimizer.iterations.numpy()))
+saved = np.load({str(outdir / "loop-weights.npz")!r})
+print("DIFF", max(float(np.max(np.abs(a - saved[f"arr_{{i}}"]))) for i, a in enumerate(model.get_weights())))
+"""
+    env = {k: v for k, v in subprocess_env().items() if k != "TF_CONFIG"}
+    single = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in single.stdout.splitlines() if line.startswith(("EPOCH", "DIFF")))
+    assert lines["EPOCH"].split() == [str(EPOCHS), str(found["iterations"])]
+    assert float(lines["DIFF"]) == 0.0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("keras_3", r"^KerasFlavourError: .* in a custom loop Keras 3's optimizer counts its steps with a read-modify-write"),
+    ("loss_scale", r"^LoopError: `optimizer` is a LossScaleOptimizer .*; fix: use mixed_bfloat16"),
+    ("outside_scope", r"^ArgumentValueError: `model` \(\w+\) was built outside strategy.scope\(\).*; fix: build the model"),
+])
+def test_what_the_loop_cannot_do_on_parameter_servers_is_refused_with_the_fix(job, case, message):
+    import re
+
+    _, _, found = job
+    assert re.search(message, found["refusals"][case]), found["refusals"][case]
+
+
+def test_no_task_is_left_behind(job):
+    outdir, result, _ = job
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if str(outdir) in line and "ps -eo" not in line]
+    assert "tfdist launch: chief:0 exited with code 0" in result.stdout + result.stderr
+    assert np.isfinite(json.loads((outdir / "loop.json").read_text())["losses"]).all()
+
+
+def test_the_example_runs_unchanged_under_tfdist_launch_on_parameter_servers(tmp_path):
+    """docs/custom-loops.md's command: examples/custom_loop.py as a script, the ps and workers serving."""
+    import re
+
+    from support import REPO
+
+    tfdist_cli = str(Path(sys.executable).parent / "tfdist")
+    result = subprocess.run([tfdist_cli, "launch", "--workers", "2", "--ps", "1", "--", sys.executable,
+                             "examples/custom_loop.py", "--checkpoint-dir", str(tmp_path / "ckpt")],
+                            capture_output=True, text=True, timeout=300, env=subprocess_env(), cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    found = re.findall(r"RESULT strategy=(\S+) workers=(\d) keras=2 start_epoch=(\d) loss=\S+ accuracy=(\S+)",
+                       result.stdout)
+    assert [line[:3] for line in found] == [("parameter_server", "2", "0")], result.stdout[-3000:]
+    assert float(found[0][3]) > 0.8
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.index")) == [f"ckpt-{e}.index" for e in (1, 2, 3)]
