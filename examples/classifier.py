@@ -7,8 +7,8 @@
 
 ``--strategy`` (default ``auto``) names a backend instead of letting the launcher decide.
 ``--keras 3`` builds the model with Keras 3 (``import keras``) instead of tf-keras (the Keras 2
-API, ``--keras 2``, the default); the horovod, mirrored and single backends train either, the
-parameter-server and multi-worker-mirrored backends tf-keras only (Keras 3 cannot drive them):
+API, ``--keras 2``, the default); every backend but parameter servers trains either (Keras 3
+cannot drive parameter servers):
 
     horovodrun -np 2 -H localhost:2 python examples/classifier.py --keras 3
 

@@ -131,7 +131,7 @@ def test_no_private_attribute_is_read_outside_the_door():
 
     root = pathlib.Path(upstream.__file__).resolve().parents[1]
     private = re.compile(r"[.'\"]_(steps_per_execution|configure_steps_per_execution|tf_uses_legacy_keras|tfll_"
-                         r"|built\b|learning_rate\b|supports_tf_logs|implements_)")
+                         r"|built\b|learning_rate\b|supports_tf_logs|implements_|maybe_symbolic_build|symbolic_build)")
     offenders = []
     for path in [*root.joinpath("tfdist").rglob("*.py"), *root.joinpath("callbacks").rglob("*.py")]:
         if path.name == "upstream.py":
@@ -202,6 +202,23 @@ def test_is_graph_network_fails_closed_when_the_attribute_moved():
         upstream.is_graph_network(model)
     with pytest.raises(upstream.UpstreamChangedError, match="_is_graph_network"):
         upstream.is_graph_network(types.SimpleNamespace())
+
+
+def test_keras3_builds_from_a_local_batch_under_a_strategy_and_fails_closed():
+    """Under MultiWorkerMirroredStrategy the replaced build is what lets Keras 3's fit start at all
+    (tests/examples: the classifier with Keras 3 on two workers); here it must build and train as Keras'."""
+    import keras
+    import numpy as np
+
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse")
+    upstream.build_keras3_from_a_local_batch(model)
+    assert "_maybe_symbolic_build" in vars(model)
+    history = model.fit(np.ones((8, 3), "float32"), np.zeros((8, 2), "float32"), batch_size=4, verbose=0)
+    assert model.built and len(history.history["loss"]) == 1
+    with pytest.raises(upstream.UpstreamChangedError, match="_maybe_symbolic_build"):
+        upstream.build_keras3_from_a_local_batch(types.SimpleNamespace())
 
 
 def test_keras3_build_shapes_reads_a_first_call_and_fails_closed():

@@ -400,6 +400,44 @@ def keras3_build_shapes(model: Any) -> dict | None:
     return dict(shapes) if shapes else None
 
 
+def build_keras3_from_a_local_batch(model: Any) -> None:
+    """Have a Keras 3 model's ``fit``/``evaluate`` under MultiWorkerMirroredStrategy build it from this
+    worker's first batch instead of the job's mean batch.
+
+    Keras 3's ``Trainer._maybe_symbolic_build`` (keras/src/backend/tensorflow/trainer.py) reduces the
+    first distributed batch with an eager ``strategy.reduce("MEAN", batch, axis=None)`` of the whole
+    ``(x, y)`` tuple; MultiWorkerMirroredStrategy's reduce takes one value, not a tuple, and fails with
+    "Attempt to convert a value (PerReplica...) with an unsupported type" (keras-team/keras#20585). The
+    build needs only the batch's shapes and dtypes, which every replica's batch has, so the method is
+    replaced on ``model`` with one that reads this worker's first replica and calls
+    ``model._symbolic_build`` as Keras does. Fails closed when either method, or the epoch iterator's
+    ``(begin, end, iterator)`` steps it walks, changed."""
+    import types
+
+    import tensorflow as tf
+
+    for attribute in ("_maybe_symbolic_build", "_symbolic_build"):
+        if not callable(getattr(type(model), attribute, None)):
+            raise _missing(model, attribute)
+
+    def first_local(value: Any) -> Any:
+        if isinstance(value, tf.distribute.DistributedValues):
+            return model.distribute_strategy.experimental_local_results(value)[0]
+        return value
+
+    def maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> None:
+        if iterator is not None:
+            for step in iterator:
+                if not (isinstance(step, tuple) and len(step) == 3):
+                    raise _missing(iterator, "__iter__ yielding (begin, end, iterator)")
+                data_batch = tf.nest.map_structure(first_local, next(step[2]))
+                break
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = types.MethodType(maybe_symbolic_build, model)
+
+
 # --- horovodrun's build check (tfdist.launch.horovod_launcher) --------------------------------------
 #: The build checks ``horovod.runner.launch`` imported from ``horovod.common.util`` and calls before it
 #: starts a job: ``run_controller`` (``gloo_built`` with --gloo, ``mpi_built`` then ``gloo_built``

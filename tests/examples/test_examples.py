@@ -91,8 +91,8 @@ def run_example(script: str, launcher: str, *args: str) -> subprocess.CompletedP
 # servers serve inside the first case's make_strategy until the chief is gone).
 SHARED_LAUNCHERS = {"python": 1, "horovodrun": 2, "ps": 1, "mwms": 2}
 # the one case that trains in the mwms shared job: a second MultiWorkerMirroredStrategy in the same workers
-# fails once it runs collectives (their instance keys clash with the first's), so the job's other case is
-# the Keras 3 refusal, which stops before any collective; the other mwms cases have their own clusters
+# fails once it runs collectives (their instance keys clash with the first's), so it is the job's only case;
+# the other mwms cases have their own clusters
 MWMS_TRAINING_CASE = ("classifier", "multi_worker_mirrored", "mwms")
 
 
@@ -259,8 +259,8 @@ def test_classifier(strategy, launcher, shared_run, tmp_path):
 
 
 KERAS_3 = [_case(strategy, LAUNCH[strategy], strategy) for strategy in ("horovod", "single", "mirrored")]
-KERAS_3_REFUSED = [_case(strategy, LAUNCH[strategy], strategy)
-                   for strategy in ("parameter_server", "multi_worker_mirrored")]
+# multi_worker_mirrored trains Keras 3 (tests/strategies/test_keras3_multi_worker.py): its shared job trains once
+KERAS_3_REFUSED = [_case(strategy, LAUNCH[strategy], strategy) for strategy in ("parameter_server",)]
 
 
 @pytest.mark.parametrize("strategy, launcher", KERAS_3)
@@ -307,14 +307,14 @@ PORTING = [
 ]
 # the cases run by a shared job (shared_run): those of test_classifier, test_synthetic_benchmark,
 # test_porting_from_horovod and the Keras 3 tests whose launcher runs several in one job (under mwms only
-# MWMS_TRAINING_CASE and the refusal); each job runs its Keras 3 cases last (the tf-keras cases run as in
+# MWMS_TRAINING_CASE); each job runs its Keras 3 cases last (the tf-keras cases run as in
 # a process that never imported Keras 3)
 _RUNS = [Case(example, *param.values) for example, params in (
     ("classifier", EVERY_STRATEGY + AUTO_UNDER_LAUNCHERS), ("synthetic_benchmark", EVERY_STRATEGY),
     ("classifier_keras_3", KERAS_3), ("classifier_keras_3_refused", KERAS_3_REFUSED)) for param in params]
 _RUNS += [Case("porting", "auto", param.values[0]) for param in PORTING]
 SHARED_CASES = sorted((case for case in _RUNS if case.launcher in SHARED_LAUNCHERS and (
-    case.launcher != "mwms" or case == MWMS_TRAINING_CASE or case.example == "classifier_keras_3_refused")),
+    case.launcher != "mwms" or case == MWMS_TRAINING_CASE)),
     key=lambda case: case.example.startswith("classifier_keras_3"))  # stable: Keras 3 last, else as listed
 
 
@@ -338,16 +338,15 @@ def test_every_strategy_the_examples_offer_has_a_launch():
 
 def test_every_keras_3_case_runs_last_in_its_shared_job_and_mwms_jobs_train_once():
     """Every Keras 3 case is a case of its launcher's shared job, after every tf-keras case of it; the
-    mwms job trains once (one MultiWorkerMirroredStrategy that runs collectives per worker) and then
-    only refuses."""
+    mwms job trains once (one MultiWorkerMirroredStrategy that runs collectives per worker), so its
+    Keras 3 cases run in a job of their own (tests/strategies/test_keras3_multi_worker.py)."""
     keras_3 = {"classifier_keras_3", "classifier_keras_3_refused"}
     wanted = {Case(example, *param.values) for example, params in (("classifier_keras_3", KERAS_3),
                                                                    ("classifier_keras_3_refused", KERAS_3_REFUSED))
               for param in params}
     assert {case for case in SHARED_CASES if case.example in keras_3} == wanted
-    assert {case.launcher for case in wanted} == set(SHARED_LAUNCHERS)
-    assert [case for case in SHARED_CASES if case.launcher == "mwms"] == [
-        MWMS_TRAINING_CASE, ("classifier_keras_3_refused", "multi_worker_mirrored", "mwms")]
+    assert {case.launcher for case in wanted} == set(SHARED_LAUNCHERS) - {"mwms"}
+    assert [case for case in SHARED_CASES if case.launcher == "mwms"] == [MWMS_TRAINING_CASE]
     for group in {case.group for case in SHARED_CASES}:
         flavours = [case.example in keras_3 for case in SHARED_CASES if case.group == group]
         assert flavours == sorted(flavours), (group, flavours)  # no tf-keras case after a Keras 3 one

@@ -200,23 +200,18 @@ def test_legacy_and_string_optimizers_are_refused():
         strategy.optimizer(keras.losses.MeanSquaredError())
 
 
-# --- parameter_server and multi_worker_mirrored refuse Keras 3 -----------------------------------------
+# --- parameter_server refuses Keras 3 (multi_worker_mirrored trains it: test_keras3_multi_worker.py) ---------
 REFUSALS = {
     "parameter_server": "Keras 3's fit does not drive ParameterServerStrategy",
-    "multi_worker_mirrored": "Keras 3's fit fails under MultiWorkerMirroredStrategy",
 }
 
 
 @pytest.fixture(params=sorted(REFUSALS))
-def refusing(request, monkeypatch):
-    """A parameter-server worker task (constructing it starts no server; ``make_strategy`` would serve)
-    or a one-worker MultiWorkerMirroredStrategy (no TF_CONFIG)."""
-    if request.param == "parameter_server":
-        from tfdist.strategies.parameter_server import ParameterServerOptions, ParameterServerStrategy
+def refusing(request):
+    """A parameter-server worker task (constructing it starts no server; ``make_strategy`` would serve)."""
+    from tfdist.strategies.parameter_server import ParameterServerOptions, ParameterServerStrategy
 
-        return ParameterServerStrategy(ParameterServerOptions(cluster=PS_CLUSTER, task_type="worker"))
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    return tfdist.make_strategy("multi_worker_mirrored")
+    return ParameterServerStrategy(ParameterServerOptions(cluster=PS_CLUSTER, task_type="worker"))
 
 
 SGD_CLASS, SEQUENTIAL_CLASS = "keras.src.optimizers.sgd.SGD", "keras.src.models.sequential.Sequential"

@@ -138,7 +138,7 @@ class DistributedStrategy:
         return wrapped
 
     def _check_flavour(self, obj: Any, argument: str) -> None:
-        """Refuse a Keras this backend cannot train; the horovod, mirrored and single backends take both."""
+        """Refuse a Keras this backend cannot train; all but parameter servers (and elastic Horovod) take both."""
 
     def _wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer

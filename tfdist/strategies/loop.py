@@ -100,7 +100,7 @@ def loop_refusal(backend: str, flavour: str, replicas: int, loss_scaled: bool, c
         if flavour == "keras_3":
             return with_fix(f"the parameter_server backend cannot run a Keras 3 loop: {PS_KERAS_3_REASON}",
                             "build the model and optimizer with tf-keras (`import tf_keras`, or tf.keras after "
-                            "`import tfdist`), or run the Keras 3 loop on horovod, mirrored or single")
+                            "`import tfdist`), or run the Keras 3 loop on horovod, multi_worker_mirrored, mirrored or single")
         return None  # one replica per step: clipping sees the step's whole gradient
     if loss_scaled and backend == "horovod" and flavour == "tf_keras":
         return with_fix(

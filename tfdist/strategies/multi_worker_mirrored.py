@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from tfdist import keras_compat
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
-from tfdist.errors import with_fix
-from tfdist.strategies import inputs
+from tfdist.errors import ArgumentValueError, with_fix
+from tfdist.strategies import inputs, keras3_multi_worker
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.checkpoints import CheckpointError
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
@@ -80,11 +80,11 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def is_chief(self) -> bool:
         return self.environment.is_chief
 
-    def _check_flavour(self, obj: Any, argument: str) -> None:
-        keras_compat.refuse_keras_3(
-            obj, argument, "multi_worker_mirrored",
-            "Keras 3's fit fails under MultiWorkerMirroredStrategy with `PerReplica ... unsupported "
-            "type` (keras-team/keras#20585); tf-keras' fit works")
+    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
+        super()._check_model(model, callbacks)
+        refusal = keras3_multi_worker.backup_refusal(model, callbacks or [])
+        if refusal is not None:
+            raise ArgumentValueError(refusal)
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
@@ -92,11 +92,13 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     def _before_fit(self, model: Any, x: Any) -> None:
         one_replicas_step_logs(model)
+        keras3_multi_worker.prepare(model)  # what Keras 3's fit lacks here (keras-team/keras#20585)
 
     def evaluate(self, model: Any, x: Any = None, y: Any = None, **evaluate_kwargs: Any) -> Any:
         """As ``DistributedStrategy.evaluate``; its batch logs (and progress bar) show the job's
         values, as ``fit``'s do (see ``one_replicas_step_logs``)."""
         one_replicas_step_logs(model)
+        keras3_multi_worker.prepare(model)
         return super().evaluate(model, x, y, **evaluate_kwargs)
 
     def _loop_agree_epoch(self, epoch: int) -> int:
