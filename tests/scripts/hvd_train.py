@@ -146,6 +146,8 @@ def lazy(outdir: str, kind: str) -> None:
             self.weights = weights(self.model)
 
     strategy = tfdist.make_strategy("horovod", scale_lr=False)
+    if strategy.rank == 1:  # a model one rank alone builds (a summary, an evaluation copy) renumbers the
+        build_model(seed=0)  # layers after it there: the broadcast must not pair weights by their names
     with strategy.scope():
         model = lazy_model(seed=100 + strategy.rank)
         model.compile(optimizer=strategy.optimizer(K.optimizers.Adam(0.01)), loss="mse")

@@ -116,7 +116,9 @@ def test_validation_figures_in_tensorboard_are_the_mean_over_ranks(trained):
 @pytest.mark.parametrize("kind", LAZY_KINDS)
 def test_lazily_built_models_start_identical_and_match_one_process(horovod_jobs, kind, keras):
     """Horovod's official example builds a Sequential without Input: the broadcast used to crash.
-    Keras 3 builds such models (and its optimizer) inside the first traced step unless tfdist builds them."""
+    Keras 3 builds such models (and its optimizer) inside the first traced step unless tfdist builds them.
+    Rank 1 built another model first, so its layers are numbered otherwise: a broadcast that paired the
+    weights by name waited forever here."""
     rank0, rank1 = horovod_jobs(keras, "tf_keras", f"lazy/{kind}")
     assert rank0["built_before_fit"] is (kind == "functional")
     for start0, start1 in zip(rank0["initial"], rank1["initial"]):

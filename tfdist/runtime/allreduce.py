@@ -456,11 +456,38 @@ def tf_variables(variables: Sequence[Any]) -> list[Any]:
     return out
 
 
-def broadcast_variables(variables: Sequence[Any], root_rank: int = 0, process_set: Any = None) -> None:
-    """Give every rank ``root_rank``'s values of ``variables`` (tf-keras or Keras 3 variables)."""
-    import horovod.tensorflow as hvd
-
-    extra = {} if process_set is None else {"process_set": process_set}
+def broadcast_variables(variables: Sequence[Any], root_rank: int = 0, process_set: Any = None,
+                        prefix: str = "tfdist.broadcast") -> None:
+    """Give every rank ``root_rank``'s values of ``variables`` (tf-keras or Keras 3 variables), each
+    broadcast named by its place in ``variables`` (see ``positional_broadcast``)."""
     resolved = tf_variables(variables)
     if resolved:
-        hvd.broadcast_variables(resolved, root_rank=root_rank, **extra)
+        positional_broadcast(resolved, root_rank, process_set, prefix)()
+
+
+def positional_broadcast(variables: Sequence[Any], root_rank: int, process_set: Any = None,
+                         prefix: str = "tfdist.broadcast") -> Callable[[], None]:
+    """A traced function that assigns ``root_rank``'s values to ``variables`` (``tf.Variable``s) on every
+    rank. Each broadcast is named by its place ``i`` in the list, not by the variable's own name: Keras
+    numbers layers per process (``dense_6``), so a rank that built another model first (a chief-only
+    summary or evaluation model) names the same weight otherwise, and Horovod, which pairs a collective
+    across ranks by its name, waited forever at the first step (Horovod's own ``broadcast_variables``
+    names them by variable). The name is ``prefix.<digest>.i``, the digest that of the list's dtypes and
+    shapes, the same on every rank: two lists broadcast in one graph (a model's and its optimizer's, in
+    Horovod's TF2 example) do not share names."""
+    import hashlib
+
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    extra = {} if process_set is None else {"process_set": process_set}
+    listed = list(variables)
+    layout = "|".join(f"{variable.dtype.name}{tuple(variable.shape)}" for variable in listed)
+    digest = hashlib.sha1(layout.encode()).hexdigest()[:10]
+
+    @tf.function(jit_compile=False)
+    def from_root() -> None:
+        for index, variable in enumerate(listed):
+            variable.assign(hvd.broadcast(variable, root_rank, name=f"{prefix}.{digest}.{index}", **extra))
+
+    return from_root

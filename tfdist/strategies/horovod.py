@@ -16,7 +16,7 @@ from tfdist.callbacks.metric_average import average_over_ranks
 from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
-from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer,
+from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer, positional_broadcast,
                                       refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale,
                                       synchronize_powersgd, tf_variables)
 from tfdist.runtime.lowrank import (DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER,
@@ -388,11 +388,9 @@ class HorovodStrategy(DistributedStrategy):
 
     def _loop_before_call(self, state: loop.LoopState) -> Any:
         """The broadcast of the model's and the optimizer's variables from ``root_rank``, when ``setup`` or
-        a restore armed it. Each variable's broadcast is named by its place in that list, not by its own
-        name: Keras numbers layer names per process (``dense_6``), so a rank that built another model
-        first names the same variable otherwise, and Horovod, which pairs collectives by name, would wait
-        forever."""
-        hvd, root = self._hvd, self.options.root_rank
+        a restore armed it, each variable's broadcast named by its place in that list
+        (``positional_broadcast``)."""
+        root = self.options.root_rank
         broadcast: list = []
 
         def broadcast_if_pending() -> None:
@@ -400,13 +398,7 @@ class HorovodStrategy(DistributedStrategy):
                 return
             if not broadcast:
                 variables = tf_variables([*state.model.variables, *list(state.optimizer.variables)])
-
-                @tf.function(jit_compile=False)
-                def from_root() -> None:
-                    for index, variable in enumerate(variables):
-                        variable.assign(hvd.broadcast(variable, root, name=f"tfdist.loop.broadcast.{index}"))
-
-                broadcast.append(from_root)
+                broadcast.append(positional_broadcast(variables, root, prefix="tfdist.loop.broadcast"))
             broadcast[0]()
             self._loop_broadcast_pending = False
 
