@@ -15,7 +15,6 @@ Every worker writes OUTDIR/worker-<rank>.json and OUTDIR/loop-<rank>.npz (the lo
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -27,19 +26,14 @@ import numpy as np
 import tf_keras
 
 from tfdist.callbacks import TensorBoardRun
-from tfdist.datasets import load_digits
+from loop_example import digits_arrays, load_example
 
 OUTDIR = Path(sys.argv[1])
 EPOCHS, BATCH, LR = 5, 32, 0.1
 strategy = tfdist.make_strategy("auto")  # TF_CONFIG with workers only: multi_worker_mirrored
 
-_spec = importlib.util.spec_from_file_location(
-    "custom_loop", Path(__file__).resolve().parents[2] / "examples" / "custom_loop.py")
-example = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(example)
-data = load_digits()
-X = (data.images.reshape(len(data.images), 64) / 16.0).astype("float32")
-Y = data.target.astype("int32")
+example = load_example()
+X, Y = digits_arrays()
 
 
 def accuracy(package, weights) -> float:

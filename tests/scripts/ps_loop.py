@@ -19,7 +19,6 @@ into a ``single`` model and compares).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -31,7 +30,7 @@ import tfdist  # before tensorflow
 import numpy as np
 import tf_keras
 
-from tfdist.datasets import load_digits
+from loop_example import digits_arrays, load_example
 
 OUTDIR = Path(sys.argv[1])
 EPOCHS, BATCH, LR, KILL_AFTER_EPOCH = 4, 32, 0.1, 2
@@ -41,13 +40,8 @@ task = json.loads(os.environ["TF_CONFIG"])["task"]
 
 strategy = tfdist.make_strategy("auto", shards=2)  # ps and worker tasks serve here and never return
 
-_spec = importlib.util.spec_from_file_location(
-    "custom_loop", Path(__file__).resolve().parents[2] / "examples" / "custom_loop.py")
-example = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(example)
-data = load_digits()
-X = (data.images.reshape(len(data.images), 64) / 16.0).astype("float32")
-Y = data.target.astype("int32")
+example = load_example()
+X, Y = digits_arrays()
 
 
 def merged(model) -> list[np.ndarray]:
