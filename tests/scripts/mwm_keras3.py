@@ -5,7 +5,8 @@
 One strategy serves every phase (a second MultiWorkerMirroredStrategy in the same workers clashes):
 
 1. ``strategy.fit`` of examples/custom_loop.py's model with Keras 3 on the digits, 5 epochs, with a
-   ``TensorBoardRun``, then ``strategy.evaluate``; Keras 3's ``BackupAndRestore`` refused;
+   ``TensorBoardRun``, then ``strategy.evaluate``; then the same fit with Keras 3's ``BackupAndRestore``,
+   stopped after epoch 2, and resumed into a model with other weights;
 2. the same with tf-keras from the same initial weights: the yardstick of 1.'s accuracy;
 3. examples/custom_loop.py's ``train`` with Keras 3 (a loop), 2 epochs;
 4. ``strategy.export`` of 1.'s model (the chief writes, every worker takes part).
@@ -64,18 +65,40 @@ def fit(package, logdir: Path | None) -> tuple[object, dict, list]:
 result: dict = {"kind": strategy.kind, "rank": strategy.rank, "replicas": strategy.num_replicas_in_sync}
 
 # 1. Keras 3's fit, with tfdist's TensorBoard run (Keras 3's backup refused first)
-try:
-    with strategy.scope():
-        refused = example.build_model(keras)
-        refused.compile(optimizer=strategy.optimizer(keras.optimizers.SGD(LR)), loss="mse")
-    strategy.fit(refused, X, Y, batch_size=BATCH, callbacks=[keras.callbacks.BackupAndRestore(str(OUTDIR / "b"))])
-    result["backup_refusal"] = "not refused"
-except tfdist.TfdistError as exc:
-    result["backup_refusal"] = f"{type(exc).__name__}: {exc}"
 model3, history3, evaluation3 = fit(keras, OUTDIR / "runs")
 weights3 = [np.asarray(w) for w in model3.get_weights()]
 result.update(keras_3={"history": history3, "evaluation": {k: float(v) for k, v in evaluation3.items()},
                        "accuracy": accuracy(keras, weights3), "digest": digest(weights3)})
+
+
+# 1b. Keras 3's BackupAndRestore: a fit stopped after epoch 2 on every worker, and a model with other
+# weights resumed from the chief's backup
+class StopAfterSecondEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise RuntimeError("stopped after epoch 2")
+
+
+def backed_up_fit(seed: int, stop: bool) -> tuple[object, dict]:
+    with strategy.scope():
+        model = example.build_model(keras, seed=seed)
+        model.compile(optimizer=strategy.optimizer(keras.optimizers.SGD(LR)),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    callbacks = [keras.callbacks.BackupAndRestore(str(OUTDIR / "backup")), *([StopAfterSecondEpoch()] if stop else [])]
+    history = strategy.fit(model, X, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=callbacks)
+    return model, history.history
+
+
+try:
+    backed_up_fit(seed=0, stop=True)
+except RuntimeError as stopped:
+    result["stopped"] = str(stopped)
+result["backup_after_stop"] = sorted(p.name for p in (OUTDIR / "backup").iterdir())
+resumed, resumed_history = backed_up_fit(seed=1, stop=False)
+result["resumed"] = {"epochs": len(resumed_history["loss"]), "loss": resumed_history["loss"],
+                     "max_abs_diff": max(float(np.max(np.abs(np.asarray(a) - b)))
+                                         for a, b in zip(resumed.get_weights(), weights3)),
+                     "backup_left": (OUTDIR / "backup").exists()}
 
 # 2. tf-keras' fit, the yardstick
 model2, history2, evaluation2 = fit(tf_keras, None)

@@ -16,16 +16,16 @@ strategy has more than one worker:
    log's own shape.
 
 The gradients are untouched: Keras 3's optimizer sums them across the replicas, as under
-MirroredStrategy. Keras 3's ``BackupAndRestore`` is refused (``backup_refusal``): it has no notion of a
-chief, so every worker writes the same ``latest.weights.h5`` at once (h5py: "unable to lock file"). Importing
-this module does not import TensorFlow.
+MirroredStrategy. Keras 3's ``BackupAndRestore`` has no notion of a chief, so every worker wrote the
+same ``latest.weights.h5`` at once (h5py: "unable to lock file"); ``worker_backups`` lets the chief
+write it and the other workers read it and write a throwaway copy (``WorkerBackup``), as tf-keras does.
+Importing this module does not import TensorFlow.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from tfdist import keras_compat, upstream
-from tfdist.errors import with_fix
 
 #: Set on a model ``prepare`` changed, so a second ``fit`` does not wrap its steps again.
 PREPARED = "_tfdist_keras3_multi_worker"
@@ -46,20 +46,59 @@ def prepare(model: Any) -> bool:
     return True
 
 
-def backup_refusal(model: Any, callbacks: list) -> str | None:
-    """Why ``callbacks`` cannot back up a Keras 3 ``model``'s ``fit`` on several workers, with the fix; or None."""
-    if keras_compat.flavour_of(model) != keras_compat.KERAS_3:
-        return None
-    for index, callback in enumerate(callbacks):
-        inner = getattr(callback, "callback", callback)
-        if any(klass.__name__ == "BackupAndRestore" for klass in type(inner).__mro__):
-            return with_fix(
-                f"`callbacks[{index}]` is Keras 3's BackupAndRestore, which has no chief under "
-                "MultiWorkerMirroredStrategy: every worker writes the same latest.weights.h5 at once "
-                "(h5py: unable to lock file) and restores whatever copy it finds",
-                "build the model with tf-keras (its BackupAndRestore is made safe by tfdist here), "
-                "or train the Keras 3 model on horovod, or write a custom loop with strategy.checkpoint")
-    return None
+def worker_backups(callbacks: list, is_chief: bool) -> list:
+    """``callbacks`` with each Keras 3 ``BackupAndRestore`` of a worker that is not the chief wrapped in
+    a ``WorkerBackup``; the chief's, and every other callback, as they are."""
+    if is_chief:
+        return list(callbacks)
+    return [worker_backup(callback) if _is_keras3_backup(callback) else callback for callback in callbacks]
+
+
+def _is_keras3_backup(callback: Any) -> bool:
+    return keras_compat.flavour_of(callback) == keras_compat.KERAS_3 and any(
+        klass.__name__ == "BackupAndRestore" for klass in type(callback).__mro__)
+
+
+def worker_backup(backup: Any) -> Any:
+    """A Keras 3 callback for a worker that is not the chief: it restores from ``backup`` (the chief's
+    directory, which every worker must see, as with tf-keras), and saves into a throwaway
+    ``BackupAndRestore`` of its own in a temporary directory, removed at the end of training. The
+    worker's saves are what MultiWorkerMirroredStrategy runs on every worker; only the chief's count."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import keras
+
+    throwaway_dir = tempfile.mkdtemp(prefix="tfdist-worker-backup-")
+    atexit.register(shutil.rmtree, throwaway_dir, ignore_errors=True)  # also after a failed fit
+
+    class WorkerBackup(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backup = backup
+            self.throwaway = keras.callbacks.BackupAndRestore(
+                throwaway_dir, save_freq=backup.save_freq,
+                double_checkpoint=False, delete_checkpoint=True)
+
+        def set_model(self, model: Any) -> None:
+            super().set_model(model)
+            self.backup.set_model(model)
+            self.throwaway.set_model(model)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.backup.on_train_begin(logs)  # reads the chief's copy: the epoch to start at, the weights
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.throwaway.on_epoch_end(epoch, logs)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.throwaway.on_train_batch_end(batch, logs)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.throwaway.on_train_end(logs)
+
+    return WorkerBackup()
 
 
 def with_leading_axis(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -74,4 +113,4 @@ def with_leading_axis(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return step_with_leading_axis
 
 
-__all__ = ["backup_refusal", "prepare", "with_leading_axis"]
+__all__ = ["prepare", "with_leading_axis", "worker_backup", "worker_backups"]

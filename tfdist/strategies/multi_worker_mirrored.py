@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tfdist import keras_compat
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
-from tfdist.errors import ArgumentValueError, with_fix
+from tfdist.errors import with_fix
 from tfdist.strategies import inputs, keras3_multi_worker
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.checkpoints import CheckpointError
@@ -80,11 +80,9 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def is_chief(self) -> bool:
         return self.environment.is_chief
 
-    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
-        super()._check_model(model, callbacks)
-        refusal = keras3_multi_worker.backup_refusal(model, callbacks or [])
-        if refusal is not None:
-            raise ArgumentValueError(refusal)
+    def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
+        """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``)."""
+        return keras3_multi_worker.worker_backups(callbacks, self.is_chief)
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
