@@ -25,8 +25,8 @@ least, which is why the spread compares ``compute_time_ms``.
 of the step's gradients exist (the allreduce is held until then by an identity op per gradient)
 to the moment the updated weights can be read. It is the gradient allreduce as the step sees it,
 waiting for slower ranks included, plus the optimizer's update of the weights (a few elementwise
-ops per variable). The optimizer (tf-keras: ``minimize``; Keras 3: ``apply``, which tfdist makes
-allreduce first) is wrapped at the start of ``fit`` and restored at its end; a train step traced
+ops per variable). The optimizer (tf-keras: ``minimize``, in a custom loop ``apply_gradients``; Keras 3:
+``apply``, which tfdist makes allreduce first) is wrapped at the start of training and restored at its end; a train step traced
 by an earlier ``fit``, or a custom ``train_step`` that calls neither, has no marks, and then the
 comm figures are NaN. Cost per step: two timestamps, an identity per gradient, a read per variable
 and two variable updates; per epoch: one allgather of 3 numbers per rank.
@@ -45,7 +45,7 @@ from typing import Any, Callable
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
-from tfdist import keras_compat
+from tfdist import keras_compat, upstream
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.epoch_clock import EpochClock
 from tfdist.errors import ArgumentValueError, with_fix
@@ -133,13 +133,23 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         self._count.assign_add(1)
 
     def _instrument(self, optimizer: Any) -> None:
-        """Wrap the optimizer method that allreduces and updates (see the module docstring)."""
+        """Wrap the optimizer method that allreduces and updates (see the module docstring); a tf-keras
+        custom loop's model, never compiled, applies its gradients with ``apply_gradients``."""
         keras_3 = keras_compat.flavour_of(optimizer) == keras_compat.KERAS_3
-        name = "apply" if keras_3 else "minimize"
+        in_loop = not keras_3 and upstream.steps_per_execution_if_compiled(self.model) is None
+        name = "apply" if keras_3 else "apply_gradients" if in_loop else "minimize"
         original = getattr(optimizer, name)
         had_own, previous = name in vars(optimizer), vars(optimizer).get(name)
 
-        if keras_3:
+        if in_loop:
+            def timed(grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+                pairs = list(grads_and_vars)
+                grads, start = _stamped([grad for grad, _ in pairs])
+                variables = [variable for _, variable in pairs]
+                result = original(list(zip(grads, variables)), *args, **kwargs)
+                self._add(start, _read_after_update(variables))
+                return result
+        elif keras_3:
             def timed(grads: Any, trainable_variables: Any = None) -> Any:
                 grads, start = _stamped(list(grads))
                 result = original(grads, trainable_variables)

@@ -226,8 +226,10 @@ class _ClosureTimes:
 
 
 def _steps_per_closure(model: Any) -> int:
-    """Training steps in one scheduled closure (the model's steps per execution)."""
-    return upstream.steps_per_execution(model)
+    """Training steps in one scheduled closure: the model's steps per execution under ``fit``, one in a
+    custom loop (``strategy.callbacks``), whose model is never compiled and schedules each step itself."""
+    steps = upstream.steps_per_execution_if_compiled(model)
+    return 1 if steps is None else steps
 
 
 def per_worker_logs(counts: dict[int, tuple[int, float]], steps_per_closure: int, batch_size: int,

@@ -25,6 +25,17 @@ def test_steps_per_execution_reads_and_sets_a_compiled_model():
     assert upstream.steps_per_execution(model) == 7
 
 
+def test_steps_per_execution_if_compiled_is_none_for_a_loops_model():
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+    assert upstream.steps_per_execution_if_compiled(model) is None
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
+    assert upstream.steps_per_execution_if_compiled(model) == 3
+    with pytest.raises(upstream.UpstreamChangedError, match="_steps_per_execution"):
+        upstream.steps_per_execution_if_compiled(object())
+
+
 def test_has_batch_hooks_tells_epoch_from_batch_callbacks():
     class PerBatch(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

@@ -57,6 +57,14 @@ def steps_per_execution(model: Any) -> int:
     return int(variable.numpy())
 
 
+def steps_per_execution_if_compiled(model: Any) -> int | None:
+    """As ``steps_per_execution``, or None for a tf-keras model never compiled (its
+    ``_steps_per_execution`` is still None: a custom loop's model, whose every call is one step)."""
+    if _get(model, "_steps_per_execution") is None:
+        return None
+    return steps_per_execution(model)
+
+
 def set_steps_per_execution(model: Any, steps: int) -> None:
     """Change a compiled model's steps per execution (``model._configure_steps_per_execution``)."""
     configure = _get(model, "_configure_steps_per_execution")

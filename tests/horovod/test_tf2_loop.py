@@ -113,6 +113,21 @@ def test_the_strategy_loop_ends_with_identical_ranks_equal_to_one_process_on_the
 
 @pytest.mark.horovod
 @pytest.mark.no_gpu
+def test_the_strategy_loops_callbacks_get_each_ranks_step_and_allreduce_times(loop_ranks):
+    """strategy.callbacks with strategy.metrics: WorkerMetrics times the allreduce inside the loop's step,
+    in the optimizer's apply (Keras 3) or apply_gradients (tf-keras; it timed only fit's minimize: NaN)."""
+    _, ranks, _ = loop_ranks
+    for rank in ranks:
+        assert len(rank["logged"]) == 2
+        for logs in rank["logged"]:
+            for index in (0, 1):
+                assert logs[f"worker/{index}/step_time_ms"] > 0, logs
+                assert 0 < logs[f"worker/{index}/comm_time_ms"] < logs[f"worker/{index}/step_time_ms"], logs
+            assert logs["examples_per_second"] > 0
+
+
+@pytest.mark.horovod
+@pytest.mark.no_gpu
 def test_the_strategy_loop_traces_once_and_rank_0_alone_writes_the_checkpoint_a_rerun_resumes(loop_ranks):
     _, ranks, outdir = loop_ranks
     assert [rank["tracing"] for rank in ranks] == [1, 1]

@@ -187,7 +187,8 @@ LOOP_EPOCHS, LOOP_BATCH, LOOP_LR = 2, 32, 0.1
 def tfdist_loop(outdir: Path) -> None:
     """examples/custom_loop.py's loop on the tfdist strategy object (``make_strategy("horovod")``), in the same
     job: trained with a checkpoint in OUTDIR/loop-ckpt (rank 0 writes it), run again to resume from it, and
-    under mixed_float16 (Keras 3 trains it; tf-keras is refused), and (rank 0) the float32 loop under ``single``
+    under mixed_float16 (Keras 3 trains it; tf-keras is refused), a short loop driving ``strategy.callbacks``
+    with tfdist's per-worker figures (``logged``), and (rank 0) the float32 loop under ``single``
     on the global batch at the learning rate the ranks scaled to.
     Rank r writes OUTDIR/loop-rank<r>.json."""
     import importlib.util
@@ -215,6 +216,12 @@ def tfdist_loop(outdir: Path) -> None:
         result["mixed"] = f"{type(exc).__name__}: {exc}"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from loop_example import logged_loop
+
+    logging_strategy = tfdist.make_strategy("horovod")
+    result["logged"] = logged_loop(logging_strategy, keras, 2, LOOP_BATCH, LOOP_LR,
+                                   logging_strategy.metrics(LOOP_BATCH, show_workers=True))
     if strategy.rank == 0:
         single = tfdist.make_strategy("single")
         reference, reference_history, _, _ = example.train(single, keras, LOOP_EPOCHS, LOOP_BATCH * strategy.size,

@@ -24,3 +24,37 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
     data = load_digits()
     return (data.images.reshape(len(data.images), 64) / 16.0).astype("float32"), data.target.astype("int32")
+
+
+def logged_loop(strategy, keras, epochs: int, batch_size: int, learning_rate: float, callbacks: list) -> list[dict]:
+    """The example's model trained in a loop that drives ``strategy.callbacks(callbacks, ...)``: the logs
+    every callback saw at each epoch's end (the figures the others added included)."""
+    import tensorflow as tf
+
+    example = load_example()
+    with strategy.scope():
+        model = example.build_model(keras)
+        optimizer = strategy.optimizer(keras.optimizers.SGD(learning_rate))
+    strategy.setup(model, optimizer)
+    data = strategy.distribute(example.digits().shuffle(2048, seed=0), batch_size=batch_size)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    @strategy.function
+    def step(batch):
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = strategy.average_loss(loss_fn(y, model(x, training=True)))
+        strategy.minimize(tape, loss)
+        return {"loss": loss}
+
+    seen: list[dict] = []
+    recorder = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
+        {key: float(value) for key, value in logs.items()}))
+    listed = strategy.callbacks([*callbacks, recorder], data, epochs)
+    iterator = iter(data)
+    listed.on_train_begin()
+    for epoch in range(epochs):
+        listed.on_epoch_begin(epoch)
+        listed.on_epoch_end(epoch, strategy.reduce("sum", [step(iterator) for _ in range(data.steps_per_epoch)]))
+    listed.on_train_end()
+    return seen

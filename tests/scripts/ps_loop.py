@@ -7,6 +7,8 @@ OUTDIR/pids/<type>-<index> first). The chief, with every variable split into 2 s
 
 1. ``strategy.fit`` of examples/custom_loop.py's model on the digits (the loop's learning rate, batch and
    epochs), as the yardstick of the loop's accuracy;
+1b. a short loop of the same model that drives ``strategy.callbacks``: tfdist's figures per worker and a
+   TensorBoard run (OUTDIR/runs);
 2. examples/custom_loop.py's ``train``, unchanged, with a checkpoint every epoch; after the epoch
    ``KILL_AFTER_EPOCH`` it kills worker-1 with SIGKILL, and the loop goes on: the coordinator runs the
    steps worker-1 took on worker-0;
@@ -30,7 +32,8 @@ import tfdist  # before tensorflow
 import numpy as np
 import tf_keras
 
-from loop_example import digits_arrays, load_example
+from loop_example import digits_arrays, load_example, logged_loop
+from tfdist.callbacks import TensorBoardRun
 
 OUTDIR = Path(sys.argv[1])
 EPOCHS, BATCH, LR, KILL_AFTER_EPOCH = 4, 32, 0.1, 2
@@ -84,6 +87,10 @@ with strategy.scope():
                    loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 strategy.fit(fitted, X, Y, batch_size=BATCH, epochs=EPOCHS, steps_per_epoch=len(X) // BATCH, verbose=0)
 result["fit_accuracy"] = accuracy(fitted)
+
+# 1b. a short loop driving tfdist's figures (per worker too) and a TensorBoard run through strategy.callbacks
+result["logged"] = logged_loop(strategy, tf_keras, 2, BATCH, LR, [
+    *strategy.metrics(BATCH, show_workers=True), TensorBoardRun(str(OUTDIR / "runs"), strategy=strategy, batch_size=BATCH)])
 
 # 2. the example's loop, worker-1 killed after epoch KILL_AFTER_EPOCH
 ckpt = OUTDIR / "ckpt"

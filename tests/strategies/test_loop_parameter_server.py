@@ -35,6 +35,20 @@ def test_the_loop_runs_on_parameter_servers_traced_once_with_sharded_variables(j
     assert found["tracing"] == 1 and found["kernel_shards"] == 2
 
 
+def test_the_loops_callbacks_get_tfdists_figures_per_worker_and_a_tensorboard_run(job):
+    """strategy.callbacks with strategy.metrics under parameter servers: ParameterServerMetrics counted the
+    closures of an uncompiled loop model (one step each; it used to fail asking for the pinned versions)."""
+    outdir, _, found = job
+    logged = found["logged"]
+    assert len(logged) == 2
+    for logs in logged:
+        steps = [logs[f"worker/{index}/steps"] for index in (0, 1)]
+        assert sum(steps) == found["steps_per_epoch"], logs  # every scheduled step, one per closure
+        assert logs["examples_per_second"] > 0 and logs["coordinator_step_ms"] > 0 and logs["local_compute_ms"] > 0
+    (run,) = [path for path in (outdir / "runs").iterdir() if path.is_dir()]
+    assert list((run / "train").glob("events.out.tfevents.*"))
+
+
 def test_the_loop_trains_to_fits_accuracy_though_a_worker_was_killed(job):
     """After epoch 2 worker-1 is SIGKILLed: the coordinator runs the rest on worker-0, every step once."""
     _, result, found = job
