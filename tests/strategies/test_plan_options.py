@@ -60,7 +60,13 @@ ACCEPTS: dict[str, dict[str, Callable[[Any], bool]]] = {
         "cluster_timeout": _number(0), "chief_grace_seconds": _number(0), "chief_startup_timeout": _number(0)},
     "multi_worker_mirrored": {
         "scale_lr": _bool, "shard_data": _bool,
-        "communication": lambda v: type(v) is str and v in ("auto", "ring", "nccl")},
+        "communication": lambda v: type(v) is str and v in ("auto", "ring", "nccl"),
+        # fp16 is a valid value (auto passes it to horovod); the strategy refuses it when built
+        "compression": lambda v: v in ("none", "fp16", "powersgd") and type(v) is str,
+        # alone (without compression="powersgd") only PowerSGD's defaults are taken, as on horovod
+        "powersgd_rank": lambda v: type(v) is int and v == 4,
+        "powersgd_start_iter": lambda v: type(v) is int and v == 10,
+        "powersgd_min_compression_rate": lambda v: type(v) in (int, float) and v == 2},
     "mirrored": {"scale_lr": _bool,
                  "devices": lambda v: v is None or (type(v) is list and all(type(d) is str and d for d in v))},
     "single": {"scale_lr": _bool},

@@ -36,19 +36,27 @@ from tfdist.runtime.lowrank import PowerSGDSettings, compressed, matrix_shape
 
 class PowerSGD(tf.Module):
     """The compressor and its state for the variables of ``shapes`` (one entry per gradient, in the
-    order ``reduce`` gets them). ``errors[i]`` and ``factors[i]`` (``Q``) exist for the compressed ones."""
+    order ``reduce`` gets them). ``errors[i]`` and ``factors[i]`` (``Q``) exist for the compressed ones.
+
+    ``per_worker=True`` makes the state inside a ``tf.distribute`` strategy's scope (one replica per
+    worker, as :mod:`tfdist.runtime.collective_powersgd` runs it under MultiWorkerMirroredStrategy):
+    every variable is then ``ON_READ`` (a ``SyncOnReadVariable``), so the strategy never makes the
+    workers' copies equal, and the compressor reads and writes this worker's own copy. Read across
+    the workers (a checkpoint's save), the errors are their MEAN (the one thing later steps depend
+    on), the factors and the step count, equal everywhere, the first replica's.
+    """
 
     def __init__(self, shapes: Sequence[Sequence[int]], settings: PowerSGDSettings = PowerSGDSettings(),
-                 dtype: Any = tf.float32, name: str = "powersgd") -> None:
+                 dtype: Any = tf.float32, name: str = "powersgd", *, per_worker: bool = False) -> None:
         super().__init__(name=name)
         self.settings = settings
         self.shapes = [tuple(int(d) for d in shape) for shape in shapes]
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.per_worker = per_worker
+        self.step = self._variable(tf.constant(0, tf.int64), "step", tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self.errors: list[tf.Variable] = []
         self.factors: list[tf.Variable] = []
         #: For each gradient, the index of its state in ``errors``/``factors``, or None (plain allreduce).
         self.slots: list[int | None] = []
-        generator = tf.random.Generator.from_seed(settings.seed)
         for index, shape in enumerate(self.shapes):
             if not compressed(shape, settings):
                 self.slots.append(None)
@@ -56,9 +64,28 @@ class PowerSGD(tf.Module):
             m, n = matrix_shape(shape)
             rank = min(settings.rank, m, n)
             self.slots.append(len(self.errors))
-            self.errors.append(tf.Variable(tf.zeros((m, n), dtype), trainable=False, name=f"error_{index}"))
-            self.factors.append(tf.Variable(generator.normal((n, rank), dtype=dtype), trainable=False,
-                                            name=f"q_{index}"))
+            self.errors.append(self._variable(tf.zeros((m, n), dtype), f"error_{index}",
+                                              tf.VariableAggregation.MEAN))
+            first_q = tf.random.stateless_normal((n, rank), seed=[settings.seed, index], dtype=dtype)  # every rank's
+            self.factors.append(self._variable(first_q, f"q_{index}", tf.VariableAggregation.ONLY_FIRST_REPLICA))
+
+    def _variable(self, initial: tf.Tensor, name: str, aggregation: tf.VariableAggregation) -> tf.Variable:
+        if not self.per_worker:
+            return tf.Variable(initial, trainable=False, name=name)
+        return tf.Variable(initial, trainable=False, name=name, synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=aggregation)
+
+    def local(self, variable: tf.Variable) -> tf.Variable:
+        """The copy of ``variable`` (one of the state's) that this rank reads and writes: itself, or with
+        ``per_worker`` this worker's own (its strategy's one local replica)."""
+        if not self.per_worker:
+            return variable
+        copies = tf.distribute.get_strategy().experimental_local_results(variable)
+        if len(copies) != 1:
+            raise ArgumentValueError(with_fix(
+                f"PowerSGD's per-worker state has {len(copies)} copies in this worker (one per local replica), "
+                "and it keeps one", "run one replica per worker (one GPU, or the CPU, per worker process)"))
+        return copies[0]
 
     # --- one step, in stages: a test drives them with simulated ranks -----------------------------
     def first(self, grads: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
@@ -67,9 +94,10 @@ class PowerSGD(tf.Module):
         for grad, slot, shape in zip(grads, self.slots, self.shapes):
             if slot is None:
                 continue
-            m = tf.reshape(tf.cast(grad, self.errors[slot].dtype), matrix_shape(shape)) + self.errors[slot]
+            error = self.local(self.errors[slot])
+            m = tf.reshape(tf.cast(grad, error.dtype), matrix_shape(shape)) + error
             ms.append(m)
-            ps.append(tf.matmul(m, self.factors[slot]))
+            ps.append(tf.matmul(m, self.local(self.factors[slot])))
         return ms, ps
 
     @staticmethod
@@ -89,8 +117,8 @@ class PowerSGD(tf.Module):
                 continue
             m, p, q = next(low_rank)
             approx = tf.matmul(p, q, transpose_b=True)
-            self.errors[slot].assign(m - approx)
-            self.factors[slot].assign(q)
+            self.local(self.errors[slot]).assign(m - approx)
+            self.local(self.factors[slot]).assign(q)
             out.append(tf.cast(tf.reshape(approx, shape), grad.dtype))
         return out
 
@@ -102,10 +130,11 @@ class PowerSGD(tf.Module):
             raise ArgumentValueError(with_fix(
                 f"PowerSGD was built for {len(self.shapes)} gradients and got {len(grads)}",
                 "build the model before the first step, and train the same variables every step"))
-        self.step.assign_add(1)
+        step = self.local(self.step)
+        step.assign_add(1)
         if not self.errors:
             return allreduce_mean(grads)
-        return tf.cond(self.step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean),
+        return tf.cond(step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean),
                        lambda: allreduce_mean(grads))
 
     def synchronize(self, allreduce_mean: Callable[[list], list]) -> None:
@@ -115,7 +144,8 @@ class PowerSGD(tf.Module):
         checkpoint holds all of it, and a run resumed from it continues exactly. It costs one plain
         allreduce of the compressed matrices (``strategy.fit`` does it at each epoch's end)."""
         if self.errors:
-            for error, mean in zip(self.errors, allreduce_mean([e.read_value() for e in self.errors])):
+            errors = [self.local(e) for e in self.errors]
+            for error, mean in zip(errors, allreduce_mean([e.read_value() for e in errors])):
                 error.assign(mean)
 
     def _compressed(self, grads: list[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:

@@ -19,12 +19,12 @@ from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer, positional_broadcast,
                                       refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale,
                                       synchronize_powersgd, tf_variables)
-from tfdist.runtime.lowrank import (DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER,
-                                    PowerSGDSettings)
+from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, loop, outputs
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.horovod_elastic import elastic_fit
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
+from tfdist.strategies.powersgd_options import check_powersgd_options, powersgd_settings
 from tfdist.strategies.registry import STRATEGIES
 
 #: horovodrun exports HOROVOD_ELASTIC=1 to every rank of an elastic job (and only then).
@@ -92,19 +92,7 @@ class HorovodOptions(StrategyOptions):
         require_bool("average_gradients", self.average_gradients)
         require_bool("pin_gpu", self.pin_gpu)
         require_bool("elastic", self.elastic)
-        if self.compression not in ("none", "fp16", "powersgd"):
-            raise OptionValueError(with_fix(
-                f"`compression` must be 'none', 'fp16' or 'powersgd', got {self.compression!r}",
-                "compression='fp16' halves allreduce traffic, 'powersgd' sends low-rank factors; else leave it out"))
-        require_number("powersgd_rank", self.powersgd_rank, minimum=1, integer=True)
-        require_number("powersgd_start_iter", self.powersgd_start_iter, minimum=0, integer=True)
-        require_number("powersgd_min_compression_rate", self.powersgd_min_compression_rate, minimum=0)
-        given = [name for name, default in (("powersgd_rank", DEFAULT_RANK), ("powersgd_start_iter", DEFAULT_START_ITER),
-                                            ("powersgd_min_compression_rate", DEFAULT_MIN_COMPRESSION_RATE))
-                 if getattr(self, name) != default]
-        if given and self.compression != "powersgd":
-            raise OptionValueError(with_fix(f"`{given[0]}` is PowerSGD's, and `compression` is {self.compression!r}",
-                                            f"pass compression='powersgd' as well, or drop {given[0]}"))
+        check_powersgd_options(self)
         if self.compression == "powersgd" and self.elastic:
             raise OptionValueError(with_fix(
                 "`compression`='powersgd' with `elastic`: Horovod's elastic state does not carry PowerSGD's "
@@ -214,8 +202,7 @@ class HorovodStrategy(DistributedStrategy):
     def _wrap_optimizer(self, optimizer: Any) -> Any:
         hvd = self._hvd
         options = self.options
-        powersgd = PowerSGDSettings(options.powersgd_rank, options.powersgd_start_iter,
-                                    options.powersgd_min_compression_rate) if options.compression == "powersgd" else None
+        powersgd = powersgd_settings(options)
         return distributed_optimizer(optimizer, AllreduceSettings(
             op=hvd.Average if options.average_gradients else hvd.Sum,
             compression=hvd.Compression.fp16 if options.compression == "fp16" else hvd.Compression.none,

@@ -6,26 +6,44 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
-from tfdist import keras_compat
+from tfdist import keras_compat, upstream
+from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
-from tfdist.errors import with_fix
+from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
+from tfdist.runtime import collective_powersgd
+from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, keras3_multi_worker
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.checkpoints import CheckpointError
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
+from tfdist.strategies.powersgd_options import check_powersgd_options, powersgd_settings
 from tfdist.strategies.registry import STRATEGIES
 
 _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
+_FP16_REFUSAL = with_fix(
+    "`compression`='fp16' under multi_worker_mirrored: tf.distribute's CommunicationOptions have no "
+    "compression, and tf-keras' aggregation all-reduces the gradients in their own dtype",
+    "train with make_strategy('horovod', compression='fp16'), or use compression='powersgd' here")
 
 
 @dataclasses.dataclass(frozen=True)
 class MultiWorkerMirroredOptions(StrategyOptions):
     """shard_data: each worker reads its own part of the data (tf.data auto-sharding); off, every
         worker reads all of it, for pipelines that already split by worker.
-    communication: collective implementation, "auto", "ring" (gRPC) or "nccl"."""
+    communication: collective implementation, "auto", "ring" (gRPC) or "nccl".
+    compression: "none" or "powersgd" (each weight matrix sent as two low-rank factors with error
+        feedback, inside tf-keras' gradient aggregation: ``tfdist.runtime.collective_powersgd``; tf-keras
+        only, one replica per worker, not under mixed_float16). "fp16" is refused when the strategy is
+        built (tf.distribute has no fp16 allreduce here: use Horovod); ``auto`` passes it to Horovod.
+    powersgd_rank / powersgd_start_iter / powersgd_min_compression_rate: as Horovod's (4, 10, 2);
+        only with ``compression="powersgd"``."""
 
     shard_data: bool = True
     communication: Literal["auto", "ring", "nccl"] = "auto"
+    compression: Literal["none", "fp16", "powersgd"] = "none"
+    powersgd_rank: int = DEFAULT_RANK
+    powersgd_start_iter: int = DEFAULT_START_ITER
+    powersgd_min_compression_rate: float = DEFAULT_MIN_COMPRESSION_RATE
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -34,6 +52,7 @@ class MultiWorkerMirroredOptions(StrategyOptions):
             raise OptionValueError(with_fix(
                 f"`communication` must be one of {sorted(_IMPLEMENTATIONS)}, got {self.communication!r}",
                 "leave it at 'auto' unless you know the collective you need"))
+        check_powersgd_options(self)  # "fp16" is a valid value (auto passes it to horovod): refused when built
 
 
 @STRATEGIES.register("multi_worker_mirrored",
@@ -52,6 +71,8 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     environment: TFConfigEnvironment
 
     def __init__(self, options: MultiWorkerMirroredOptions, environment: ClusterEnvironment | None = None) -> None:
+        if options.compression == "fp16":
+            raise OptionValueError(_FP16_REFUSAL)
         super().__init__(options, environment)
         self.environment.config  # a malformed TF_CONFIG fails here, naming every problem, before TensorFlow reads it
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
@@ -80,15 +101,40 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def is_chief(self) -> bool:
         return self.environment.is_chief
 
+    def _wrap_optimizer(self, optimizer: Any) -> Any:
+        """With ``compression="powersgd"``: tf-keras' gradient aggregation goes through PowerSGD."""
+        settings = powersgd_settings(self.options)
+        if settings is None:
+            return optimizer
+        if keras_compat.flavour_of(optimizer) != keras_compat.TF_KERAS:
+            raise ArgumentTypeError(with_fix(
+                f"`compression`='powersgd' under multi_worker_mirrored with a Keras 3 optimizer "
+                f"({type(optimizer).__module__}.{type(optimizer).__name__}): PowerSGD goes in tf-keras' "
+                "`aggregate_gradients`, which Keras 3's optimizers do not have",
+                "build the model with tf-keras (tf.keras after `import tfdist`), or train with "
+                "make_strategy('horovod', compression='powersgd'), which takes Keras 3"))
+        _refuse_mixed_float16()
+        return collective_powersgd.powersgd_optimizer(optimizer, settings, self._strategy)
+
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
-        """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``)."""
-        return keras3_multi_worker.worker_backups(callbacks, self.is_chief)
+        """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``);
+        with PowerSGD its errors are averaged at each epoch's end, before any callback checkpoints."""
+        ours = [SynchronizePowerSGD(self._strategy)] if self.options.compression == "powersgd" else []
+        return ours + keras3_multi_worker.worker_backups(callbacks, self.is_chief)
+
+    def _loop_before_save(self, optimizer: Any) -> None:
+        """PowerSGD's errors made the workers' mean, so every worker's checkpoint is the whole state."""
+        collective_powersgd.synchronize_powersgd(optimizer, self._strategy)
 
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
                                           shard=self.options.shard_data)
 
     def _before_fit(self, model: Any, x: Any) -> None:
+        optimizer = getattr(model, "optimizer", None)
+        if (optimizer is not None and collective_powersgd.uses_collective_powersgd(optimizer)
+                and upstream.loss_scale_inner(optimizer) is not None):  # compile wrapped it after us
+            raise ArgumentValueError(collective_powersgd.refusal_under_loss_scaling())
         one_replicas_step_logs(model)
         keras3_multi_worker.prepare(model)  # what Keras 3's fit lacks here (keras-team/keras#20585)
 
@@ -132,6 +178,14 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
                 f"{failed} worker(s) failed (their logs say why)" if failed else None)
 
         return Role(writes=self.is_chief, throwaway=not self.is_chief, agree=agree)
+
+
+def _refuse_mixed_float16() -> None:
+    """PowerSGD is refused before compile wraps the optimizer in a LossScaleOptimizer."""
+    import tf_keras
+
+    if tf_keras.mixed_precision.global_policy().name == "mixed_float16":
+        raise ArgumentValueError(collective_powersgd.refusal_under_loss_scaling())
 
 
 def one_replicas_step_logs(model: Any) -> None:
