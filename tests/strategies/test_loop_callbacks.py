@@ -24,36 +24,11 @@ def _keras(flavour: str):
 
 
 def _train(strategy, keras, callbacks):
-    """A small loop on 256 examples at batch 32 (8 steps an epoch), driving ``strategy.callbacks``."""
-    import tensorflow as tf
+    """The example's model in a loop of EPOCHS epochs at batch 32 driving ``strategy.callbacks``
+    (tests/scripts/loop_example.py, which the cluster jobs run too): the logs each epoch's callbacks saw."""
+    from scripts.loop_example import logged_loop
 
-    x = tf.random.stateless_normal((256, 8), seed=(1, 2))
-    y = tf.cast(tf.reduce_sum(x, 1) > 0, tf.int32)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
-        optimizer = strategy.optimizer(keras.optimizers.SGD(0.1))
-    strategy.setup(model, optimizer)
-    data = strategy.distribute(tf.data.Dataset.from_tensor_slices((x, y)), batch_size=32)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    @strategy.function
-    def train_step(batch):
-        features, labels = batch
-        with tf.GradientTape() as tape:
-            loss = strategy.average_loss(loss_fn(labels, model(features, training=True)))
-        strategy.minimize(tape, loss)
-        return {"loss": loss}
-
-    history = []  # the logs every callback saw, the figures the others added included
-    recorder = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: history.append(dict(logs)))
-    listed = strategy.callbacks([*callbacks(strategy), recorder], data, EPOCHS)
-    iterator = iter(data)
-    listed.on_train_begin()
-    for epoch in range(EPOCHS):
-        listed.on_epoch_begin(epoch)
-        listed.on_epoch_end(epoch, strategy.reduce("sum", [train_step(iterator) for _ in range(data.steps_per_epoch)]))
-    listed.on_train_end()
-    return history
+    return logged_loop(strategy, keras, EPOCHS, 32, 0.1, callbacks(strategy))
 
 
 def _scalars(folder) -> dict[str, list[float]]:
