@@ -155,6 +155,12 @@ def is_keras(obj: Any, path: str) -> bool:
     return isinstance(obj, loaded_classes(path))
 
 
+def check_callbacks_flavour(model: Any, callbacks: Any) -> None:
+    """``check_same_flavour`` for each callback, named ``callbacks[i]`` (the one inside a ``ChiefOnly``)."""
+    check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)
+                                 for index, callback in enumerate(callbacks or [])})
+
+
 def check_same_flavour(model: Any, **objects: Any) -> None:
     """Refuse ``objects`` (``optimizer=...``, ``callback=...``) from the other Keras than ``model``'s:
     tf-keras and Keras 3 objects do not mix, and Keras would fail later with a confusing error."""

@@ -56,10 +56,16 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
     (a :class:`tfdist.runtime.lowrank.PowerSGDSettings`). Returns the same object."""
     if flavour_of(optimizer) != TF_KERAS:
         raise ArgumentTypeError(with_fix(
-            f"compression='powersgd' under tf.distribute takes a tf-keras optimizer, got "
-            f"{type(optimizer).__module__}.{type(optimizer).__name__}",
-            "build the model and optimizer with tf-keras (tf.keras after `import tfdist`)"))
-    if upstream.loss_scale_inner(optimizer) is not None:
+            f"`compression`='powersgd' under multi_worker_mirrored with a Keras 3 optimizer "
+            f"({type(optimizer).__module__}.{type(optimizer).__name__}): PowerSGD goes in tf-keras' "
+            "`aggregate_gradients`, which Keras 3's optimizers do not have",
+            "build the model with tf-keras (tf.keras after `import tfdist`), or train with "
+            "make_strategy('horovod', compression='powersgd'), which takes Keras 3"))
+    import tf_keras
+
+    # under mixed_float16 compile would put a LossScaleOptimizer around it; refused before that too
+    if upstream.loss_scale_inner(optimizer) is not None or \
+            tf_keras.mixed_precision.global_policy().name == "mixed_float16":
         raise ArgumentValueError(refusal_under_loss_scaling())
     if getattr(optimizer, COLLECTIVE_POWERSGD_MARK, None) is not None:
         raise ArgumentValueError(with_fix(

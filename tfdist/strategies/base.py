@@ -466,8 +466,7 @@ class DistributedStrategy:
         self._check_flavour(model, "model")
         if getattr(model, "optimizer", None) is not None:
             keras_compat.check_same_flavour(model, optimizer=model.optimizer)
-        for index, callback in enumerate(callbacks or []):
-            keras_compat.check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)})
+        keras_compat.check_callbacks_flavour(model, callbacks)
         if getattr(model, "optimizer", None) is None:
             raise ArgumentValueError("the model is not compiled; fix: call model.compile(optimizer="
                                      "strategy.optimizer(...), loss=...) inside strategy.scope() first")

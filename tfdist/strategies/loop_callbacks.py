@@ -66,8 +66,7 @@ def callback_list(strategy: Any, callbacks: Any, model: Any, optimizer: Any, ste
     refusal = fit_only_refusal(callbacks)
     if refusal is not None:
         raise ArgumentValueError(refusal)
-    for index, callback in enumerate(callbacks):
-        keras_compat.check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)})
+    keras_compat.check_callbacks_flavour(model, callbacks)
     found = list(callbacks)
     if strategy.plan is not None:
         found = strategy._with_plan_check(found, batch_size)

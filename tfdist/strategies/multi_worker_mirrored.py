@@ -9,7 +9,7 @@ import tensorflow as tf
 from tfdist import keras_compat, upstream
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
-from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
+from tfdist.errors import ArgumentValueError, with_fix
 from tfdist.runtime import collective_powersgd
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, keras3_multi_worker
@@ -106,14 +106,6 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         settings = powersgd_settings(self.options)
         if settings is None:
             return optimizer
-        if keras_compat.flavour_of(optimizer) != keras_compat.TF_KERAS:
-            raise ArgumentTypeError(with_fix(
-                f"`compression`='powersgd' under multi_worker_mirrored with a Keras 3 optimizer "
-                f"({type(optimizer).__module__}.{type(optimizer).__name__}): PowerSGD goes in tf-keras' "
-                "`aggregate_gradients`, which Keras 3's optimizers do not have",
-                "build the model with tf-keras (tf.keras after `import tfdist`), or train with "
-                "make_strategy('horovod', compression='powersgd'), which takes Keras 3"))
-        _refuse_mixed_float16()
         return collective_powersgd.powersgd_optimizer(optimizer, settings, self._strategy)
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
@@ -178,14 +170,6 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
                 f"{failed} worker(s) failed (their logs say why)" if failed else None)
 
         return Role(writes=self.is_chief, throwaway=not self.is_chief, agree=agree)
-
-
-def _refuse_mixed_float16() -> None:
-    """PowerSGD is refused before compile wraps the optimizer in a LossScaleOptimizer."""
-    import tf_keras
-
-    if tf_keras.mixed_precision.global_policy().name == "mixed_float16":
-        raise ArgumentValueError(collective_powersgd.refusal_under_loss_scaling())
 
 
 def one_replicas_step_logs(model: Any) -> None:
