@@ -16,15 +16,17 @@ launcher's verdict, and on a switch leave a checkpoint the next plan resumes fro
   traced again) and training goes on; the chief writes ``resumed-<E>.json`` saying so. When the change
   cannot be made here (the optimizer was not made by tfdist, Horovod's tf-keras accumulation), the
   chief says why and the switch restarts the job as any other;
+* the other tasks follow the chief's decision (``agree``, the strategy's: a Horovod broadcast, a
+  MultiWorkerMirrored all-reduce; they never read the folder themselves, so no task can take another
+  way);
 * on any other ``switch`` the chief writes the model and optimizer (slots and iterations included) with
   ``tf.train.Checkpoint`` into a new folder under ``state/``, then ``state.json`` naming it with the
   epochs done and the run's wall time at the end of the last one (the next plan's clock continues it:
-  :func:`resumed_wall_time`);
-* the other ranks follow the chief's decision (a Horovod broadcast, :func:`agree`: they never read
-  the folder themselves, so no rank can take another way); on a switch training stops and
-  ``strategy.fit`` ends the process (the launcher starts the next plan, whose ``fit`` resumes:
-  :func:`restore`). A checkpoint that cannot be written is removed, ``state.json`` says ``failed``,
-  and every task trains on.
+  :func:`resumed_wall_time`). Where a save may run collectives (``every_task_saves``:
+  MultiWorkerMirrored), the other workers write a throwaway copy at the same time. Once the chief says
+  it saved, training stops and ``strategy.fit`` ends the process (the launcher starts the next plan,
+  whose ``fit`` resumes: :func:`saved_state`, :func:`restore`). A checkpoint that cannot be written is
+  removed, ``state.json`` says ``failed``, and every task trains on.
 """
 from __future__ import annotations
 
@@ -32,14 +34,15 @@ import logging
 import math
 import os
 import shutil
+import socket
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
 from tfdist import run_channel
-from tfdist.callbacks import _runtime
 from tfdist.callbacks.backup import error_reason
 from tfdist.callbacks.plan_check import model_matrices, worker_figures
 from tfdist.errors import TfdistError, with_fix
@@ -71,27 +74,29 @@ class InProcessChange(Protocol):
         """Change to ``variant`` (``plan``: the launcher's plan for it, on the chief), from the next epoch."""
 
 
-def agree(value: int, name: str) -> int:
-    """``value`` as the chief has it, on every rank: under Horovod a broadcast from rank 0 (every rank
-    calls it at the same point of every epoch); elsewhere one process runs ``fit`` and it is ``value``."""
-    hvd = _runtime.horovod()
-    if hvd is None or hvd.size() == 1:
-        return value
-    return int(hvd.broadcast(tf.constant(value, tf.int64), root_rank=0, name=name).numpy())
+def _alone(value: int, name: str) -> int:
+    """The chief's value where one process runs ``fit``: its own."""
+    return value
 
 
 class AdaptiveEpochs(tf_keras.callbacks.Callback):
     """Report epochs to the launcher and follow its verdicts (see the module docstring). Only the chief
-    reads and writes the run folder; the other ranks follow what it decided (:func:`agree`).
+    reads and writes the run folder; the other tasks follow what it decided.
 
+    ``agree(value, name)``: the chief's ``value`` on every task (every task calls it at the same point;
+    the strategy's collective). ``every_task_saves``: a checkpoint may run collectives, so the other
+    tasks write a throwaway one while the chief writes the switch's.
     ``switched_to``: the variant the launcher switched to, once this task stopped for it (else None).
     ``resumed_wall_s``: the run's wall time this plan continues from (None: it started the run).
     """
 
     def __init__(self, folder: str, is_chief: bool, variant: str, epochs: int, batch_size: int | None = None,
                  timeout: float = run_channel.VERDICT_TIMEOUT_S, resumed_wall_s: float | None = None,
-                 in_process: InProcessChange | None = None) -> None:
+                 in_process: InProcessChange | None = None, agree: Callable[[int, str], int] = _alone,
+                 every_task_saves: bool = False) -> None:
         super().__init__()
+        self.agree = agree
+        self.every_task_saves = every_task_saves
         self.in_process = in_process
         self._plan: dict[str, Any] | None = None
         self.resumed_wall_s = resumed_wall_s
@@ -109,7 +114,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self._started = self._ended = 0.0
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        if self.is_chief:
+        if self.is_chief or self.every_task_saves:  # the others' answers are not reported
             self.resume_problem = _resume_problem(self.model, self.folder)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -120,14 +125,25 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         if self.off:
             return
         code = self._chief_decides(epoch, logs or {}) if self.is_chief else CONTINUE_CODE
-        code = agree(code, f"tfdist.adapt.epoch.{epoch}")
+        code = self.agree(code, f"tfdist.adapt.epoch.{epoch}")
         if code == OFF_CODE:
             self.off = True
         elif code >= CHANGE_FROM:
             self._change(epoch, _VARIANT_NAMES[code - CHANGE_FROM])
-        elif code >= SWITCH_FROM:
+        elif code >= SWITCH_FROM and self._saved(epoch, _VARIANT_NAMES[code - SWITCH_FROM], logs or {}):
             self.switched_to, self.switched_at = _VARIANT_NAMES[code - SWITCH_FROM], epoch + 1
             self.model.stop_training = True
+
+    def _saved(self, epoch: int, target: str, logs: dict[str, Any]) -> bool:
+        """Write the switch's state (the chief; with ``every_task_saves`` the others a throwaway copy
+        at the same time); whether the chief saved it, on every task (else all train on)."""
+        saved = False
+        if self.is_chief:
+            saved = _save_state(self.model, self.folder, epoch + 1, self.variant, target,
+                                _wall_time(logs, self._started, self._ended))
+        elif self.every_task_saves:
+            _save_throwaway(self.model, self.folder)
+        return self.agree(int(saved), f"tfdist.adapt.saved.{epoch}") == 1
 
     def _change(self, epoch: int, target: str) -> None:
         """Take ``target`` in this process from the next epoch; the chief tells the launcher."""
@@ -143,7 +159,7 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self.variant = target
 
     def _chief_decides(self, epoch: int, logs: dict[str, Any]) -> int:
-        """Report, wait for the verdict, and on a switch write the state: the code every rank follows."""
+        """Report and wait for the verdict: the code every task follows."""
         self._report(epoch, logs)
         verdict = run_channel.wait_for(run_channel.verdict_path(self.folder, epoch), self.timeout)
         if verdict is None:
@@ -162,9 +178,6 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
                 return CHANGE_FROM + _VARIANT_NAMES.index(target)
             log.warning("tfdist adapt: cannot change to %s in this process (%s); the job stops and restarts "
                         "with it", target, problem)
-        if not _save_state(self.model, self.folder, epoch + 1, self.variant, target,
-                           _wall_time(logs, self._started, self._ended)):
-            return CONTINUE_CODE
         return SWITCH_FROM + _VARIANT_NAMES.index(target)
 
     def _report(self, epoch: int, logs: dict[str, Any]) -> None:
@@ -195,7 +208,7 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     if not callable(getattr(optimizer, "build", None)):
         return (f"its optimizer ({type(optimizer).__name__}) cannot build its slots before a restore (a legacy "
                 "optimizer?)")
-    scratch = os.path.join(run_channel.state_dir(folder), f"check-{os.getpid()}")
+    scratch = _scratch(folder, "check")
     try:
         _checkpoint(model).write(os.path.join(scratch, "ckpt"))
     except Exception as exc:  # noqa: BLE001  (TensorFlow raises ValueError, OpError, TypeError, ...)
@@ -203,6 +216,23 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
+
+
+def _scratch(folder: str, what: str) -> str:
+    """A folder of this process's own under the run's state (hosts may share the run folder)."""
+    return os.path.join(run_channel.state_dir(folder), f"{what}-{socket.gethostname()}-{os.getpid()}")
+
+
+def _save_throwaway(model: Any, folder: str) -> None:
+    """A task's part in a save that may run collectives: write the checkpoint where it is removed."""
+    scratch = _scratch(folder, "throwaway")
+    try:
+        _checkpoint(model).write(os.path.join(scratch, "ckpt"))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("tfdist adapt: this worker's copy of the switch's checkpoint failed (%s: %s); the chief's "
+                    "decides", type(exc).__name__, error_reason(exc))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _wall_time(logs: dict[str, Any], began: float, ended: float) -> tuple[float, float]:
@@ -246,13 +276,20 @@ class ResumeError(TfdistError, RuntimeError):
     """The checkpoint a switch left cannot be restored into this model; the message says the fix."""
 
 
-def restore(model: Any, folder: str, scope: Any) -> int | None:
-    """Restore the state a switch left in ``folder`` into ``model`` (built in ``scope``, its optimizer
-    built there first so that the slots are restored too); the epochs done, or None when there is no
-    state to resume from. Raises :class:`ResumeError` naming the checkpoint and the fix."""
+def saved_state(folder: str) -> dict[str, Any] | None:
+    """What the last switch left in ``folder`` (``state.json``, with its ``epoch`` and ``checkpoint``),
+    or None when there is nothing to resume from."""
     state = run_channel.read_json(run_channel.state_path(folder))
-    if state is None or state.get("status") != "saved":
+    if state is None or state.get("status") != "saved" or not isinstance(state.get("epoch"), int) \
+            or isinstance(state.get("epoch"), bool):
         return None
+    return state
+
+
+def restore(model: Any, state: dict[str, Any], scope: Any) -> int:
+    """Restore ``state`` (:func:`saved_state`) into ``model`` (built in ``scope``, its optimizer built
+    there first so that the slots are restored too); the epochs done. Raises :class:`ResumeError`
+    naming the checkpoint and the fix."""
     try:
         with scope:
             model.optimizer.build(model.trainable_variables)

@@ -30,7 +30,7 @@ from typing import Any
 from tfdist.atomic_write import write_atomically
 
 #: The backends a run can switch between: their tasks can be stopped at an epoch and resumed from a checkpoint.
-ADAPTIVE_BACKENDS = ("horovod", "parameter_server")
+ADAPTIVE_BACKENDS = ("horovod", "parameter_server", "multi_worker_mirrored")
 #: The variable that names the run folder to every task; unset, a run does not adapt.
 ADAPT_ENV = "TFDIST_ADAPT"
 #: Seconds the chief waits for the launcher's verdict on an epoch before the run trains on without adapting.

@@ -16,6 +16,13 @@ def test_the_table_is_pinned():
                                                   "multi_worker_mirrored": "tf_cluster", "horovod": "horovodrun"}
 
 
+def test_every_backend_auto_may_plan_is_one_an_adaptive_run_switches_between():
+    """``launch --backend auto`` follows every plan mid-run (tfdist/cli/launch.py asks no more)."""
+    from tfdist.run_channel import ADAPTIVE_BACKENDS
+
+    assert set(MODELLED) <= set(ADAPTIVE_BACKENDS) and set(ADAPTIVE_BACKENDS) <= set(LAUNCHABLE)
+
+
 def test_every_launchable_and_modelled_name_is_a_registered_strategy():
     pytest.importorskip("tensorflow")
     from tfdist.strategies import STRATEGIES, load_backends

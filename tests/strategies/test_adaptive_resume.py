@@ -3,7 +3,7 @@
 
 The test plays the launcher: it writes the verdicts into the run folder before the jobs start (the
 tasks read each one at its epoch's end). Each job is a real one (``horovodrun``, or ``tfdist launch``'s
-parameter-server cluster) running tests/scripts/adaptive_switch.py, whose chief snapshots the weights
+parameter-server or MultiWorkerMirrored cluster) running tests/scripts/adaptive_switch.py, whose chief snapshots the weights
 and optimizer variables after every epoch and when training begins. After a switch the next job must
 begin with exactly the state the last one ended its epoch with (weights, Adam's slots, iterations),
 train the next epoch, and every epoch is reported once, by the backend that trained it.
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.horovod, pytest.mark.cluster]
 
 def plan_env(variant: str, folder: Path, ps: int = 0) -> dict[str, str]:
     """A task's environment under ``variant``'s plan, in the adaptive run ``folder``."""
-    backend = "parameter_server" if variant == "parameter_server" else "horovod"
+    backend = variant if variant in ("parameter_server", "multi_worker_mirrored") else "horovod"
     plan = Plan(backend=backend, variant=variant, options=variant_options(variant), workers=2, ps=ps,
                 batch_size=16, predicted_examples_per_second=1000.0, predicted_step_ms=32.0, bottleneck="compute",
                 explanation="the workers' compute")
@@ -73,11 +73,17 @@ def launch_ps(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> sub
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path):
+def launch_mwm(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tfdist", "launch", "--backend", "multi_worker_mirrored", "--workers", "2",
+               "--", sys.executable, str(SCRIPTS / "adaptive_switch.py"), str(outdir), keras, str(epochs)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_horovod_to_parameter_servers_to_multi_worker_mirrored_and_back_resumes_the_exact_state(tmp_path):
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
-    verdicts(folder, "parameter_server", "horovod", "horovod_fp16" + IN_PROCESS, None)
-    args = (str(out), "tf_keras", "4")
+    verdicts(folder, "parameter_server", "multi_worker_mirrored", "horovod", "horovod_fp16" + IN_PROCESS, None)
+    args = (str(out), "tf_keras", "5")
 
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
     assert first.returncode == 0, first.stderr[-3000:]
@@ -87,10 +93,19 @@ def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path)
     assert (state["epoch"], state["from"], state["to"], state["status"]) == (1, "horovod", "parameter_server", "saved")
     switched_at = state["wall_time_at"]
 
-    second = launch_ps(out, "tf_keras", 4, plan_env("parameter_server", folder, ps=1))
+    second = launch_ps(out, "tf_keras", 5, plan_env("parameter_server", folder, ps=1))
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed on parameter_server after epoch 1 (model and optimizer restored)" in second.stdout
     same_state(out / "end-0.npz", out / "begin-parameter_server-1.npz")
+
+    mirrored = launch_mwm(out, "tf_keras", 5, plan_env("multi_worker_mirrored", folder))
+    assert mirrored.returncode == 0, mirrored.stderr[-3000:]
+    assert "DONE" not in mirrored.stdout, mirrored.stdout  # both workers stopped for the switch inside fit
+    assert (mirrored.stdout + mirrored.stderr).count("switching to horovod; this task ends here") == 2, \
+        mirrored.stderr[-3000:]
+    assert "resumed on multi_worker_mirrored after epoch 2 (model and optimizer restored)" in mirrored.stdout + \
+        mirrored.stderr, mirrored.stderr[-3000:]
+    same_state(out / "end-1.npz", out / "begin-multi_worker_mirrored-2.npz")
 
     third = horovodrun("adaptive_switch.py", *args, "again", env=plan_env("horovod", folder))
     assert third.returncode == 0, third.stderr[-3000:]
@@ -98,16 +113,17 @@ def test_horovod_to_parameter_servers_and_back_resumes_the_exact_state(tmp_path)
     # a second fit in the same process is not followed: it trains its own epoch from 0, nothing restored
     assert third.stdout.count("AGAIN horovod") == 2 and (out / "begin-horovod-0.npz").exists(), third.stdout
     assert third.stderr.count("only the first strategy.fit of a process is followed") == 2, third.stderr[-3000:]
-    same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
+    same_state(out / "end-2.npz", out / "begin-horovod-3.npz")
     # the compression changed in the running job (tf-keras: Horovod's wrapper), no restart and nothing lost
-    assert not (out / "begin-horovod-3.npz").exists()
-    assert third.stderr.count("changed to horovod_fp16 in this process after epoch 3") == 2, third.stderr[-3000:]
-    assert wire(out, 2) == ("horovod", "none", ["float32"]) and wire(out, 3) == ("horovod_fp16", "fp16", ["float16"])
-    assert json.loads((folder / "resumed-3.json").read_text())["in_process"] is True
-    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "horovod", 3: "horovod_fp16"}
-    with np.load(out / "end-3.npz") as last:  # Adam counted every step once: 4 epochs of 8 steps
-        assert int(last["o0"]) == 4 * 8, last["o0"]
-    assert (folder / "resumed-1.json").exists() and (folder / "resumed-2.json").exists()
+    assert not (out / "begin-horovod-4.npz").exists()
+    assert third.stderr.count("changed to horovod_fp16 in this process after epoch 4") == 2, third.stderr[-3000:]
+    assert wire(out, 3) == ("horovod", "none", ["float32"]) and wire(out, 4) == ("horovod_fp16", "fp16", ["float16"])
+    assert json.loads((folder / "resumed-4.json").read_text())["in_process"] is True
+    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "multi_worker_mirrored", 3: "horovod",
+                                4: "horovod_fp16"}
+    with np.load(out / "end-4.npz") as last:  # Adam counted every step once: 5 epochs of 8 steps
+        assert int(last["o0"]) == 5 * 8, last["o0"]
+    assert all((folder / f"resumed-{epoch}.json").exists() for epoch in (1, 2, 3))
     recorded_segments(out / "runs", json.loads((folder / "resumed-1.json").read_text())["time"] - switched_at)
 
 
@@ -122,22 +138,24 @@ def recorded_segments(runs: Path, switch_s: float) -> None:
     run = load_run(str(runs / "adaptive"))
     assert [(part.variant, part.first_epoch, part.last_epoch, part.predicted_examples_per_second)
             for part in segments(run)] == [("horovod", 0, 1, 1000.0), ("parameter_server", 1, 2, 1000.0),
-                                           ("horovod", 2, 3, 1000.0), ("horovod_fp16", 3, 4, 1000.0)]
+                                           ("multi_worker_mirrored", 2, 3, 1000.0), ("horovod", 3, 4, 1000.0),
+                                           ("horovod_fp16", 4, 5, 1000.0)]
     wall = run.series(TRAIN, WALL_TIME_TAG)
-    assert wall.steps == (0, 1, 2, 3), wall
+    assert wall.steps == (0, 1, 2, 3, 4), wall
     assert all(b > a for a, b in zip(wall.values, wall.values[1:])), wall.values
     assert wall.values[1] - wall.values[0] >= switch_s > 0, (wall.values, switch_s)
 
 
 def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_it_cannot_make(tmp_path):
-    """Keras 3 trains on Horovod only (not under parameter servers). A switch from the plain ring to fp16
-    compression happens in the running job (the allreduce in the optimizer's ``apply`` reads it at the
-    next trace); hierarchical allreduce is read when Horovod starts, so a switch to it restarts the job,
-    even when the launcher asked for an in-process one (the chief says why)."""
+    """Keras 3 trains on Horovod and MultiWorkerMirrored (not under parameter servers). A switch from
+    the plain ring to fp16 compression happens in the running job (the allreduce in the optimizer's
+    ``apply`` reads it at the next trace); hierarchical allreduce is read when Horovod starts, so a switch
+    to it restarts the job, even when the launcher asked for an in-process one (the chief says why); a
+    switch to MultiWorkerMirrored restarts it on a tf.distribute cluster."""
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
-    verdicts(folder, "horovod_fp16" + IN_PROCESS, "horovod_hierarchical" + IN_PROCESS, None)
-    args = (str(out), "keras_3", "3")
+    verdicts(folder, "horovod_fp16" + IN_PROCESS, "horovod_hierarchical" + IN_PROCESS, "multi_worker_mirrored", None)
+    args = (str(out), "keras_3", "4")
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
     assert first.returncode == 0 and "DONE" not in first.stdout, first.stderr[-3000:]
     assert first.stderr.count("changed to horovod_fp16 in this process after epoch 1") == 2, first.stderr[-3000:]
@@ -146,9 +164,15 @@ def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_i
     assert wire(out, 0) == ("horovod", "none", ["float32"]) and wire(out, 1) == ("horovod_fp16", "fp16", ["float16"])
     assert not (out / "begin-horovod-1.npz").exists()  # no restart for the first change
     second = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod_hierarchical", folder))
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stdout.count("DONE horovod") == 2, second.stdout
+    assert second.returncode == 0 and "DONE" not in second.stdout, second.stderr[-3000:]
     same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
-    assert reported(folder) == {0: "horovod", 1: "horovod_fp16", 2: "horovod_hierarchical"}
+    # on to MultiWorkerMirrored, which takes Keras 3 through tfdist (keras-team/keras#20585)
+    third = launch_mwm(out, "keras_3", 4, plan_env("multi_worker_mirrored", folder))
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert third.stdout.count("DONE multi_worker_mirrored") == 2, third.stdout[-3000:]
+    same_state(out / "end-2.npz", out / "begin-multi_worker_mirrored-3.npz")
+    assert reported(folder) == {0: "horovod", 1: "horovod_fp16", 2: "horovod_hierarchical", 3: "multi_worker_mirrored"}
+    with np.load(out / "end-3.npz") as last:  # Adam counted every step once: 4 epochs of 8 steps
+        assert int(last["o0"]) == 4 * 8, last["o0"]
     # the job's kernels (8 -> 16 -> 1), what the launcher's model counts for PowerSGD
     assert json.loads((folder / "epoch-0.json").read_text())["matrices"] == [[8, 16], [16, 1]]

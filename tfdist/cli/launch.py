@@ -36,7 +36,7 @@ from tfdist.launch.hosts import HostList
 from tfdist.launch.policy import DEFAULT_TASK_TIMEOUT
 from tfdist.launch.remote import SshOptions
 from tfdist.launch.runners import StartError, run_horovodrun, run_tf_cluster
-from tfdist.run_channel import ADAPT_ENV, ADAPTIVE_BACKENDS
+from tfdist.run_channel import ADAPT_ENV
 from tfdist.plan import (PLANS_FOLDER, PlanError, default_plan_path, measured_path, plan_environment,
                          plans_folder_problem, result_summary, run_folder_path, save_plan)
 
@@ -178,7 +178,7 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
 
     if plan is not None:  # the run folder under auto is this launcher's own, or none
         environ = {name: value for name, value in environ.items() if name != ADAPT_ENV}
-    if plan is not None and not no_adapt and backend in ADAPTIVE_BACKENDS:
+    if plan is not None and not no_adapt:  # every backend auto plans is one a run switches between
         adaptive = AdaptiveLaunch(decision, run_folder_path(plan_path), lambda chosen, env, finished: run(
             chosen.backend.name, chosen.hosts, chosen.workers, env, finished), environ, result_path, _report,
                                   adapt_margin)
@@ -188,9 +188,6 @@ def _launch(ctx: click.Context, backend: str, workers: int, ps: int, evaluator: 
             raise click.UsageError(str(exc)) from None
         decision, plan = adaptive.final, adaptive.final.plan()
     else:
-        if plan is not None and not no_adapt:
-            _report(f"tfdist launch: {backend} runs are not re-planned mid-run (a run switches between "
-                    f"{' and '.join(ADAPTIVE_BACKENDS)}); the plan is kept to the end")
         code = run(backend, hosts, workers, environ)
     if plan is not None:
         _report(result_summary(plan, result_path))

@@ -2,7 +2,8 @@
 resume from the checkpoint a switch left, report every epoch to the launcher, and end the process when
 the launcher switches plans (:mod:`tfdist.callbacks.adaptive`, :mod:`tfdist.run_channel`).
 
-Only the backends that can be left and resumed take part: Horovod (not elastic) and parameter servers.
+Only the backends that can be left and resumed take part (``run_channel.ADAPTIVE_BACKENDS``): Horovod
+(not elastic), parameter servers and MultiWorkerMirrored.
 Elsewhere a run folder is ignored with one warning (the launcher does not set one for them). Only a
 process's first ``fit`` is followed: its epochs are the ones the launcher counts.
 """
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from tfdist import run_channel
-from tfdist.callbacks.adaptive import AdaptiveEpochs, agree, restore, resumed_wall_time
+from tfdist.callbacks.adaptive import AdaptiveEpochs, ResumeError, restore, resumed_wall_time, saved_state
 from tfdist.callbacks.epoch_clock import EpochClock
 from tfdist.plan import (IN_PROCESS_OPTIONS, Plan, PlanError, backend_of, changed_options, in_process_change,
                          parse_plan, variant_options)
@@ -42,10 +43,7 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
                     run_channel.ADAPT_ENV, strategy.kind)
         return None
     _adapted = True
-    done = restore(model, folder, strategy.scope())  # each rank that sees the folder (a Horovod fit then
-    # broadcasts the root rank's weights and slots to all); every rank starts at the chief's epoch
-    done = agree(-1 if done is None else done, "tfdist.adapt.resume")
-    done = None if done < 0 else done
+    done = _resume(strategy, model, folder)
     if done is not None:
         kwargs["initial_epoch"] = max(done, int(kwargs.get("initial_epoch") or 0))
         if strategy.is_chief:
@@ -60,7 +58,32 @@ def adaptive_epochs(strategy: Any, model: Any, kwargs: dict[str, Any]) -> Adapti
     return AdaptiveEpochs(folder, strategy.is_chief, strategy.plan.variant, int(kwargs.get("epochs", 1)),
                           batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None,
                           resumed_wall_s=resumed_wall_time(folder) if done is not None else None,
-                          in_process=CompressionChange(strategy, model) if strategy.kind == "horovod" else None)
+                          in_process=CompressionChange(strategy, model) if strategy.kind == "horovod" else None,
+                          agree=strategy._chief_value, every_task_saves=strategy._export_role().throwaway)
+
+
+def _resume(strategy: Any, model: Any, folder: str) -> int | None:
+    """The epochs done by the plan this one resumes (None: the run starts here), its state restored.
+
+    Every task starts at the chief's epoch (``strategy._loop_agree_epoch``: under Horovod a rank that
+    cannot see the folder takes the root rank's weights in the first step's broadcast; under
+    MultiWorkerMirrored every worker restores, and one that saw another state fails them all). A
+    failed restore fails every task, with the fix."""
+    state = saved_state(folder)
+    mine = -1 if state is None else int(state["epoch"])
+    done = strategy._loop_agree_epoch(mine)
+    if done < 0:
+        return None
+    problem = None
+    if state is not None and mine == done:
+        try:
+            restore(model, state, strategy.scope())
+        except ResumeError as exc:
+            problem = str(exc)
+    problem = strategy._export_role().agree(problem)
+    if problem is not None:
+        raise ResumeError(problem)
+    return done
 
 
 class CompressionChange:

@@ -407,9 +407,14 @@ class DistributedStrategy:
     def _loop_before_save(self, optimizer: Any) -> None:
         """Called on every process before ``LoopCheckpoint.save`` writes (Horovod: PowerSGD's state)."""
 
+    def _chief_value(self, value: int, name: str) -> int:
+        """The chief's ``value`` on every process of this job (each calls it at the same point; ``name``
+        tells the collectives apart): its own where one process trains."""
+        return value
+
     def _loop_agree_epoch(self, epoch: int) -> int:
-        """The epoch every process resumes at, given the one this process restored."""
-        return epoch
+        """The epoch every process resumes at, given the one this process restored: the chief's."""
+        return self._chief_value(epoch, "tfdist.loop.epoch")
 
     # --- after training -----------------------------------------------------------------------
     def export_to(self, path: Any, *, format: str = "saved_model", overwrite: bool = False) -> str:

@@ -398,9 +398,10 @@ class HorovodStrategy(DistributedStrategy):
         """PowerSGD's errors made the ranks' mean, so the chief's checkpoint is the whole state."""
         synchronize_powersgd(optimizer)
 
-    def _loop_agree_epoch(self, epoch: int) -> int:
-        """The root rank's epoch (its weights follow in the broadcast before the next step)."""
-        return int(self._hvd.broadcast_object(epoch, root_rank=self.options.root_rank, name="tfdist.loop.epoch"))
+    def _chief_value(self, value: int, name: str) -> int:
+        """The root rank's ``value`` (a resumed epoch: its weights follow in the broadcast before the
+        next step)."""
+        return int(self._hvd.broadcast_object(value, root_rank=self.options.root_rank, name=name))
 
     # --- export (tfdist.export) ---------------------------------------------------------------------
     def _export_role(self) -> Any:

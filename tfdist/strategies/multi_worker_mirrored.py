@@ -137,21 +137,25 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         keras3_multi_worker.prepare(model)
         return super().evaluate(model, x, y, **evaluate_kwargs)
 
-    def _loop_agree_epoch(self, epoch: int) -> int:
-        """The chief's epoch (a sum over the replicas in which only the chief's count); a worker that
-        restored another one fails on every worker (the checkpoint directory must be shared)."""
+    def _chief_value(self, value: int, name: str) -> int:
+        """The chief's ``value``: an all-reduced sum over the replicas in which only the chief's count."""
         strategy = self._strategy
         chief = self.is_chief
         replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
-        value = strategy.run(lambda: tf.constant(epoch if chief else 0, tf.int64))
-        chiefs = int(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()) // replicas_per_worker
+        mine = strategy.run(lambda: tf.constant(value if chief else 0, tf.int64))
+        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
+
+    def _loop_agree_epoch(self, epoch: int) -> int:
+        """The chief's epoch; a worker that restored another one fails on every worker (each restores
+        its own copy: the checkpoint directory, or an adaptive run's folder, must be shared)."""
+        chiefs = self._chief_value(epoch, "tfdist.loop.epoch")
         problem = None if chiefs == epoch else (
             f"worker {self.rank} restored epoch {epoch} and the chief epoch {chiefs}")
         problem = self._export_role().agree(problem)
         if problem is not None:
             raise CheckpointError(with_fix(f"the workers restored different checkpoints ({problem})",
-                                           "give every worker the same checkpoint directory, on a shared file "
-                                           "system"))
+                                           "give every worker the same checkpoint directory (in an adaptive "
+                                           "run: the --save-plan folder), on a shared file system"))
         return chiefs
 
     def _export_role(self) -> Any:
