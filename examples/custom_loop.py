@@ -8,8 +8,8 @@
 The loop is the same under each: ``make_strategy("auto")`` picks the backend its launcher implies, and the
 strategy's loop calls (``setup``, ``distribute``, ``function``, ``average_loss``, ``minimize``, ``reduce``,
 ``checkpoint``) do what that backend needs (docs/custom-loops.md). It trains a small classifier on the
-8x8 digits shipped with tfdist; ``--keras 3`` builds it with Keras 3 (every backend but parameter
-servers takes it), ``--keras 2`` (the default) with tf-keras. With ``--checkpoint-dir`` a rerun resumes after the last
+8x8 digits shipped with tfdist; ``--keras 3`` builds it with Keras 3 (on every backend; under parameter
+servers each variable stays whole on one ps task), ``--keras 2`` (the default) with tf-keras. With ``--checkpoint-dir`` a rerun resumes after the last
 finished epoch; ``--mixed-precision`` trains under ``mixed_float16``, with loss scaling. The chief prints one line per epoch and a ``RESULT`` line.
 """
 from __future__ import annotations

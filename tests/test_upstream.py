@@ -246,6 +246,32 @@ def test_keras3_build_shapes_reads_a_first_call_and_fails_closed():
         upstream.keras3_build_shapes(types.SimpleNamespace())
 
 
+def _step_writes_to_the_counter(optimizer, variable) -> set[str]:
+    """The ops of a traced ``apply`` that write ``optimizer``'s step counter."""
+    counter = upstream.keras3_tf_variable(optimizer._iterations)
+    graph = tf.function(lambda: optimizer.apply([tf.ones_like(variable)], [variable])).get_concrete_function().graph
+    handle = [capture for value, capture in graph.captures if value is counter.handle]
+    return {op.type for op in graph.get_operations()
+            if op.type.startswith("Assign") and handle and op.inputs[0] is handle[0]}
+
+
+def test_a_keras_3_optimizer_counts_its_steps_with_one_atomic_add_and_fails_closed():
+    """Keras 3 counts a step as ``assign(self + 1)``: a read, then a write, which loses the increments
+    of steps that run at once (parameter servers). Patched, the step is one AssignAddVariableOp."""
+    import keras
+
+    variable = keras.Variable(tf.zeros((2,)))
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build([variable])
+    assert _step_writes_to_the_counter(optimizer, variable) == {"AssignVariableOp"}
+    upstream.count_keras3_steps_atomically(optimizer)
+    assert _step_writes_to_the_counter(optimizer, variable) == {"AssignAddVariableOp"}
+    optimizer.apply([tf.ones((2,))], [variable])
+    assert int(optimizer.iterations.numpy()) == 1
+    with pytest.raises(upstream.UpstreamChangedError, match="_iterations"):
+        upstream.count_keras3_steps_atomically(types.SimpleNamespace())
+
+
 @pytest.mark.parametrize("options, field", [({"op": "adasum"}, "`op`="), ({"groups": -1}, "`groups` must be")])
 def test_horovods_tf_keras_wrapper_refuses_what_horovod_refuses_naming_the_field(options, field):
     """The checks horovod.tensorflow.keras.DistributedOptimizer makes, as tfdist errors; Adasum too."""

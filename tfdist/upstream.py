@@ -399,6 +399,28 @@ def keras3_tf_variable(variable: Any) -> Any:
     return value
 
 
+def count_keras3_steps_atomically(optimizer: Any) -> None:
+    """Make a Keras 3 optimizer count its steps with one atomic add on its ``tf.Variable``.
+
+    ``BaseOptimizer.apply`` ends with ``self._iterations.assign_add(1)``, which a Keras 3 variable does
+    as ``self.assign(self + value)`` (keras/src/backend/common/variables.py): a read, then a write. Under
+    parameter servers the workers' steps run at once against the one variable on a ps task, and the
+    increments that interleave are lost (147 of 168 steps counted on 2 workers), while learning-rate
+    schedules and Adam's bias correction read the count. Here the optimizer's counter (``_iterations``)
+    adds with ``tf.Variable.assign_add`` instead, one AssignAddVariableOp on the ps."""
+    counter = _get(optimizer, "_iterations")
+    variable = keras3_tf_variable(counter)
+    if variable is None:
+        raise _missing(optimizer, "_iterations")
+
+    def assign_add(value: Any) -> Any:
+        import tensorflow as tf
+
+        return variable.assign_add(tf.cast(value, variable.dtype))
+
+    counter.assign_add = assign_add
+
+
 def keras3_build_shapes(model: Any) -> dict | None:
     """The input shapes a Keras 3 model was built or first called with (``model._build_shapes_dict``,
     which Keras 3's own export reads for subclassed models); ``None`` when it was never built."""

@@ -320,3 +320,16 @@ def test_when_the_tasks_cannot_agree_each_raises_its_own_error_first(exported, t
                                           r"collective aborted; fix: "):
         export_model(model, tmp_path / "m", Role(writes=True, agree=broken))
     assert not (tmp_path / "m").exists()
+
+
+def test_a_keras_3_copy_out_of_the_parameter_servers_keeps_the_models_input_name_and_verifies(tmp_path):
+    """The copy a parameter-server export writes (``Role.copies``) is a ``clone_model``, whose Keras 3
+    input is named anew (``input_layer_1``): the signature keeps the model's own input name, which the
+    verification in a fresh process calls it by (it failed: "missing required arguments: input_layer")."""
+    import keras
+
+    from tfdist.export import Role, export_model
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    path = export_model(model, tmp_path / "model", Role(writes=True, copies=True))
+    _serves_like(path, model, name=model.inputs[0].name)

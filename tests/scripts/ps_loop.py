@@ -13,8 +13,8 @@ OUTDIR/pids/<type>-<index> first). The chief, with every variable split into 2 s
    ``KILL_AFTER_EPOCH`` it kills worker-1 with SIGKILL, and the loop goes on: the coordinator runs the
    steps worker-1 took on worker-0;
 3. a rerun of ``train`` on a model with other weights, which restores the last checkpoint (no epoch left);
-4. what the loop refuses under parameter servers (a Keras 3 optimizer, a LossScaleOptimizer, a model built
-   outside ``scope()``), by message.
+4. what the loop refuses under parameter servers (a Keras 3 model whose variables are sharded, a
+   LossScaleOptimizer, a model built outside ``scope()``), and Keras 3's fit, by message.
 
 It writes OUTDIR/loop.json and the loop's weights, OUTDIR/loop-weights.npz (the test restores the checkpoint
 into a ``single`` model and compares).
@@ -119,11 +119,15 @@ import keras  # noqa: E402  (Keras 3)
 with strategy.scope():
     plain = example.build_model(tf_keras)
     sgd = strategy.optimizer(tf_keras.optimizers.SGD(LR))
+    sharded_keras_3 = example.build_model(keras)  # every variable in 2 shards, as the strategy says
+    keras_3_sgd = strategy.optimizer(keras.optimizers.SGD(LR))
+    sharded_keras_3.compile(optimizer=keras_3_sgd, loss="sparse_categorical_crossentropy")
 # tf-keras refuses to build a LossScaleOptimizer in a parameter-server scope at all; made outside it
 scaled = strategy.optimizer(tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(LR)))
 outside = example.build_model(tf_keras)
 result["refusals"] = {
-    "keras_3": refused(lambda: strategy.optimizer(keras.optimizers.SGD(LR))),
+    "keras_3_shards": refused(lambda: strategy.setup(sharded_keras_3, keras_3_sgd)),
+    "keras_3_fit": refused(lambda: strategy.fit(sharded_keras_3, X, Y, epochs=1, steps_per_epoch=2)),
     "loss_scale": refused(lambda: strategy.setup(plain, scaled)),
     "outside_scope": refused(lambda: strategy.setup(outside, sgd)),
 }

@@ -91,7 +91,8 @@ def export_model(model: Any, path: Any, role: Role, *, format: str = "saved_mode
             if not (role.writes or role.throwaway):
                 return
             source = saved_model.merged_copy(model) if role.copies else model
-            serving = saved_model.serving(source, input_signature) if source is not model else state["serving"]
+            serving = saved_model.serving(source, input_signature, inputs_of=model) if source is not model \
+                else state["serving"]  # a copy's inputs may be named otherwise (Keras 3: input_layer_1)
             if not role.writes:
                 with _told_limits(target, tempfile.gettempdir()), paths.throwaway_target(target) as written:
                     saved_model.write(source, serving, written, format)

@@ -49,11 +49,12 @@ def check_model(model: Any) -> None:
             "export after fit, or give the model an input shape (keras.Input) or call model.build() first"))
 
 
-def serving(model: Any, input_signature: Any = None) -> Serving:
+def serving(model: Any, input_signature: Any = None, inputs_of: Any = None) -> Serving:
     """The serving function of ``model``: from ``input_signature`` (a ``tf.TensorSpec`` or a list of
-    them, one per model input) when given, else from the model's inputs; ``ExportArgumentError``
-    naming ``input_signature=`` when neither says what the model takes."""
-    structure = _input_structure(model) if input_signature is None else _given(input_signature)
+    them, one per model input) when given, else from the inputs of ``inputs_of`` (a model that ``model``
+    copies, whose input names the signature keeps) or of ``model``; ``ExportArgumentError`` naming
+    ``input_signature=`` when neither says what the model takes."""
+    structure = _input_structure(inputs_of or model) if input_signature is None else _given(input_signature)
     flat = tf.nest.flatten(structure)
     specs = tuple(_named(spec, index, flat) for index, spec in enumerate(flat))
 

@@ -42,13 +42,17 @@ REDUCE_OPS = ("sum", "mean")
 #: Set by ``DistributedStrategy.optimizer`` on what it returns: the backend kind it prepared it for.
 PREPARED_FOR = "_tfdist_loop_prepared_for"
 #: Why Keras 3 does not train in the loop under parameter servers (``loop_refusal``).
-PS_KERAS_3_REASON = (
-    "in a custom loop Keras 3's optimizer counts its steps with a read-modify-write "
-    "(`self._iterations.assign_add(1)` in keras/src/optimizers/base_optimizer.py, which is "
-    "`self.assign(self + value)` in keras/src/backend/common/variables.py), so the workers' asynchronous steps "
-    "lose increments of `optimizer.iterations` (147 of 168 steps counted, 2 workers; learning-rate schedules "
-    "and Adam's bias correction read it), and a sharded variable fails its gradient "
-    "(`'ShardedVariable' object has no attribute 'handle'`, keras/src/backend/tensorflow/core.py)")
+#: Why Keras 3's fit cannot run under parameter servers (its loop can).
+PS_KERAS_3_FIT_REASON = (
+    "Keras 3 dropped parameter-server training (keras-team/keras#18624): its TensorFlow trainer "
+    "(keras/src/backend/tensorflow/trainer.py) runs each step on this process and never schedules one "
+    "through a ClusterCoordinator, nor makes the per-worker datasets that would feed it")
+#: Why a Keras 3 model's variables cannot be sharded over the ps tasks.
+PS_KERAS_3_SHARDS_REASON = (
+    "a Keras 3 variable of the TensorFlow backend hands TensorFlow its tf.Variable's handle "
+    "(`Variable.handle` returns `self.value.handle` in keras/src/backend/tensorflow/core.py), and a "
+    "ShardedVariable has none, so the step fails its gradient ('ShardedVariable' object has no "
+    "attribute 'handle')")
 
 
 class LoopError(TfdistError, RuntimeError):
@@ -97,10 +101,6 @@ def loop_refusal(backend: str, flavour: str, replicas: int, loss_scaled: bool, c
                 "would update one shared loss scale on its own, asynchronously, from its own gradients",
                 "use mixed_bfloat16 (no loss scaling), or a synchronous backend for float16: horovod, "
                 "multi_worker_mirrored or mirrored")
-        if flavour == "keras_3":
-            return with_fix(f"the parameter_server backend cannot run a Keras 3 loop: {PS_KERAS_3_REASON}",
-                            "build the model and optimizer with tf-keras (`import tf_keras`, or tf.keras after "
-                            "`import tfdist`), or run the Keras 3 loop on horovod, multi_worker_mirrored, mirrored or single")
         return None  # one replica per step: clipping sees the step's whole gradient
     if loss_scaled and backend == "horovod" and flavour == "tf_keras":
         return with_fix(

@@ -349,12 +349,37 @@ class ParameterServerStrategy(DistributedStrategy):
         (``ParameterServerMetrics``), for ``metrics`` (``optional``: for ``fit``'s own use)."""
         return [ParameterServerMetrics(batch_size, clock=clock, optional=optional)]
 
-    def _check_flavour(self, obj: Any, argument: str) -> None:
-        keras_compat.refuse_keras_3(
-            obj, argument, "parameter_server",
-            "Keras 3's fit does not drive ParameterServerStrategy (it asks for the dataset to be "
-            "passed to ClusterCoordinator.create_per_worker_dataset), tf-keras' fit does; and "
-            + loop.PS_KERAS_3_REASON)
+    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
+        """``fit`` and ``evaluate`` take tf-keras models only: Keras 3's ``fit`` cannot drive this
+        strategy (a Keras 3 model trains here in a custom loop)."""
+        if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
+            raise keras_compat.KerasFlavourError(with_fix(
+                f"`model` is a Keras 3 model ({type(model).__module__}.{type(model).__name__}) and the "
+                f"parameter_server backend cannot run its fit or evaluate: {loop.PS_KERAS_3_FIT_REASON}",
+                f"train it in a custom loop on this strategy (strategy.setup, strategy.function: "
+                f"docs/custom-loops.md), or {keras_compat.USE_TF_KERAS}"))
+        super()._check_model(model, callbacks)
+
+    def _wrap_optimizer(self, optimizer: Any) -> Any:
+        """A Keras 3 optimizer counts its steps with one atomic add (the workers' steps run at once)."""
+        if keras_compat.flavour_of(optimizer) == keras_compat.KERAS_3 and upstream.loss_scale_inner(optimizer) is None:
+            upstream.count_keras3_steps_atomically(optimizer)
+        return optimizer
+
+    def _check_loop_variables(self, model: Any, optimizer: Any) -> None:
+        """As for every backend; and a Keras 3 model's variables must be whole (not sharded)."""
+        super()._check_loop_variables(model, optimizer)
+        if keras_compat.flavour_of(model) != keras_compat.KERAS_3:
+            return
+        sharded = [v.path for v in model.variables
+                   if isinstance(v.value, tf.__internal__.distribute.ShardedVariable)]
+        if sharded:
+            raise ArgumentValueError(with_fix(
+                f"`model` is a Keras 3 model and {len(sharded)} of its variables were split into shards "
+                f"({', '.join(sharded[:3])}{', ...' if len(sharded) > 3 else ''}): "
+                f"{loop.PS_KERAS_3_SHARDS_REASON}",
+                "make the strategy without shards= or min_shard_bytes= (each variable is then placed whole on "
+                "one ps task, round-robin), or build the model with tf-keras to shard it"))
 
     # --- the custom loop (tfdist.strategies.loop), through the ClusterCoordinator --------------------
     def _coordinator(self) -> Any:
