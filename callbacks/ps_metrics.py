@@ -226,8 +226,11 @@ class _ClosureTimes:
 
 
 def _steps_per_closure(model: Any) -> int:
-    """Training steps in one scheduled closure: the model's steps per execution under ``fit``, one in a
-    custom loop (``strategy.callbacks``), whose model is never compiled and schedules each step itself."""
+    """Training steps in one scheduled closure: the model's steps per execution under tf-keras' ``fit``,
+    one in tfdist's loop, which schedules each step itself: a custom loop (``strategy.callbacks``, whose
+    model is never compiled) and a Keras 3 model's ``fit`` (tfdist.strategies.keras3_parameter_server)."""
+    if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
+        return 1
     steps = upstream.steps_per_execution_if_compiled(model)
     return 1 if steps is None else steps
 

@@ -39,6 +39,9 @@ _COVERED_ELSEWHERE = {
     # the loop of examples/custom_loop.py, line for line
     "with strategy.scope():\n    model = build_model(keras)":
         "tests/strategies/test_loop.py::test_the_pages_loop_is_the_examples_line_for_line",
+    # Keras 3's fit and evaluate under parameter servers, as tests/scripts/ps_keras3.py runs them
+    "with strategy.scope():\n    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32":
+        "tests/strategies/test_keras3_parameter_server.py",
     # a loop driving Keras callbacks through strategy.callbacks, as the test's _train does
     "callbacks = strategy.callbacks(":
         "tests/strategies/test_loop_callbacks.py::test_the_loops_figures_reach_its_tensorboard_run",

@@ -13,8 +13,8 @@ OUTDIR/pids/<type>-<index> first). The chief, with every variable split into 2 s
    ``KILL_AFTER_EPOCH`` it kills worker-1 with SIGKILL, and the loop goes on: the coordinator runs the
    steps worker-1 took on worker-0;
 3. a rerun of ``train`` on a model with other weights, which restores the last checkpoint (no epoch left);
-4. what the loop refuses under parameter servers (a Keras 3 model whose variables are sharded, a
-   LossScaleOptimizer, a model built outside ``scope()``), and Keras 3's fit, by message.
+4. what the loop refuses under parameter servers (a Keras 3 model whose variables are sharded, in a loop
+   and in fit, a LossScaleOptimizer, a model built outside ``scope()``), by message.
 
 It writes OUTDIR/loop.json and the loop's weights, OUTDIR/loop-weights.npz (the test restores the checkpoint
 into a ``single`` model and compares).

@@ -1,7 +1,10 @@
 """TensorFlow's parameter-server tutorial, ported to tfdist: an in-process cluster whose resolver is
 passed as ``cluster=`` (tests/strategies/test_parameter_server.py).
 
-    python ps_tutorial.py OUTDIR FORMS        # FORMS: resolver, cluster_spec and/or dict, comma-separated
+    python ps_tutorial.py OUTDIR FORMS        # FORMS: resolver, cluster_spec, dict and/or keras_3, comma-separated
+
+``keras_3`` is the resolver form with ``import keras`` in place of ``tf.keras`` (tf.keras is tf-keras here),
+its variables whole on the ps (Keras 3's cannot be sharded).
 
 One in-process cluster; each form in turn (a new make_strategy, model and fit) writes OUTDIR/<form>.json,
 with the example ids each worker read from the pipeline ``strategy.fit`` builds for numpy arrays
@@ -9,6 +12,7 @@ with the example ids each worker read from the pipeline ``strategy.fit`` builds 
 """
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -46,19 +50,22 @@ cluster_dict, cluster_resolver = create_in_process_cluster(num_workers=2, num_ps
 def train(form: str) -> dict:
     """make_strategy("parameter_server", cluster=<the cluster in this form>) and a 3-epoch fit."""
     cluster = {"resolver": cluster_resolver, "cluster_spec": cluster_resolver.cluster_spec(),
-               "dict": cluster_dict}[form]
-    strategy = tfdist.make_strategy("parameter_server", cluster=cluster, min_shard_bytes=256)
+               "dict": cluster_dict, "keras_3": cluster_resolver}[form]
+    keras_3 = form == "keras_3"
+    keras = importlib.import_module("keras") if keras_3 else tf.keras
+    strategy = tfdist.make_strategy("parameter_server", cluster=cluster, **({} if keras_3 else {"min_shard_bytes": 256}))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(512, 8)).astype("float32")
     y = (x @ rng.normal(size=(8, 1))).astype("float32")
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(1)])
-        model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(0.05)), loss="mse")
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+        model.compile(optimizer=strategy.optimizer(keras.optimizers.SGD(0.05)), loss="mse")
     history = strategy.fit(model, x, y, batch_size=32, epochs=3, verbose=0)
-    return {"shards": shards_read(model.distribute_strategy, strategy.num_workers),
+    kernel = model.layers[0].kernel
+    return {"shards": {} if keras_3 else shards_read(model.distribute_strategy, strategy.num_workers),
             "is_chief": strategy.is_chief, "num_workers": strategy.num_workers, "num_ps": strategy.num_ps,
-            "loss": history.history["loss"],
-            "kernel_devices": sorted({v.device for v in model.layers[0].kernel.variables})}
+            "loss": history.history["loss"], "keras": type(model).__module__.split(".")[0],
+            "kernel_devices": sorted({v.device for v in getattr(kernel, "variables", None) or [kernel.value]})}
 
 
 def shards_read(tf_strategy, workers: int) -> dict[str, list[int]]:

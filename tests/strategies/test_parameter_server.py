@@ -152,7 +152,7 @@ def test_a_relaunched_chief_resumes_at_the_last_finished_epoch(tmp_path):
     assert leftover_processes(tmp_path) == []
 
 
-TUTORIAL_FORMS = ["resolver", "cluster_spec", "dict"]
+TUTORIAL_FORMS = ["resolver", "cluster_spec", "dict", "keras_3"]
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,19 @@ def test_the_tutorial_leaves_out_tensorflows_chatter_as_tfdist_connects_its_serv
     assert len([line for line in lines if "Started server with target" in line]) == 4  # the tutorial's own
 
 
-@pytest.mark.parametrize("form", TUTORIAL_FORMS)
+def test_tensorflows_parameter_server_tutorial_trains_with_import_keras(tutorial):
+    """The tutorial's Model.fit part with Keras 3 in place of tf.keras (issue 37): Keras 3 alone has no
+    parameter-server training (keras-team/keras#18624); strategy.fit runs it on tfdist's loop."""
+    result, outdir = tutorial
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    chief = json.loads((outdir / "keras_3.json").read_text())
+    assert "error" not in chief, chief
+    assert (chief["keras"], chief["is_chief"], chief["num_workers"], chief["num_ps"]) == ("keras", True, 2, 2)
+    assert len(chief["loss"]) == 3 and chief["loss"][-1] < 0.5 * chief["loss"][0], chief["loss"]
+    assert len(chief["kernel_devices"]) == 1 and chief["kernel_devices"][0].startswith("/job:ps/")  # whole
+
+
+@pytest.mark.parametrize("form", [form for form in TUTORIAL_FORMS if form != "keras_3"])
 def test_tensorflows_parameter_server_tutorial_ports_with_its_cluster_resolver(tutorial, form):
     """`cluster=resolver` used to raise AttributeError: 'SimpleClusterResolver' object has no attribute 'items'."""
     result, outdir = tutorial

@@ -163,7 +163,7 @@ class DistributedStrategy:
         if not self.is_chief:
             kwargs["verbose"] = 0
         try:
-            history = model.fit(x, y, **kwargs)
+            history = self._run_fit(model, x, y, kwargs)
         finally:
             _stop_samplers(kwargs["callbacks"])
         end_if_switched(adaptive)
@@ -485,6 +485,10 @@ class DistributedStrategy:
     def _output_dirs(self) -> list[tuple[str, str]]:
         """``(what, directory)`` the backend itself writes to during ``fit``, checked on the chief."""
         return []
+
+    def _run_fit(self, model: Any, x: Any, y: Any, kwargs: dict) -> Any:
+        """Train: the model's own ``fit`` (its History)."""
+        return model.fit(x, y, **kwargs)
 
     def _before_fit(self, model: Any, x: Any) -> None:
         """Called with the prepared training data just before ``model.fit``."""

@@ -42,7 +42,7 @@ REDUCE_OPS = ("sum", "mean")
 #: Set by ``DistributedStrategy.optimizer`` on what it returns: the backend kind it prepared it for.
 PREPARED_FOR = "_tfdist_loop_prepared_for"
 #: Why Keras 3 does not train in the loop under parameter servers (``loop_refusal``).
-#: Why Keras 3's fit cannot run under parameter servers (its loop can).
+#: Why Keras 3's own fit and evaluate cannot run under parameter servers (tfdist's loop can).
 PS_KERAS_3_FIT_REASON = (
     "Keras 3 dropped parameter-server training (keras-team/keras#18624): its TensorFlow trainer "
     "(keras/src/backend/tensorflow/trainer.py) runs each step on this process and never schedules one "

@@ -34,7 +34,7 @@ from tfdist.cluster import TFConfig
 from tfdist.cluster.tf_config import grpc_task_env
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
-from tfdist.strategies import inputs, loop
+from tfdist.strategies import inputs, keras3_parameter_server, loop
 from tfdist.strategies.base import DistributedStrategy
 from tfdist.strategies.cluster_config import checked_cluster, checked_tf_config
 from tfdist.strategies.options import (OptionValueError, StrategyOptions, require_bool,
@@ -255,6 +255,8 @@ class ParameterServerStrategy(DistributedStrategy):
         super().__init__(options, environment)
         self.environment = _role(options, self.environment)
         self._strategy: tf.distribute.ParameterServerStrategy | None = None
+        #: Whether the running ``fit`` trains a Keras 3 model (on tfdist's loop: ``keras3_parameter_server``).
+        self._fitting_keras_3 = False
         if self.is_chief:
             _fail_fast_grpc()
             self._check_cluster_answers()
@@ -349,17 +351,6 @@ class ParameterServerStrategy(DistributedStrategy):
         (``ParameterServerMetrics``), for ``metrics`` (``optional``: for ``fit``'s own use)."""
         return [ParameterServerMetrics(batch_size, clock=clock, optional=optional)]
 
-    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
-        """``fit`` and ``evaluate`` take tf-keras models only: Keras 3's ``fit`` cannot drive this
-        strategy (a Keras 3 model trains here in a custom loop)."""
-        if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
-            raise keras_compat.KerasFlavourError(with_fix(
-                f"`model` is a Keras 3 model ({type(model).__module__}.{type(model).__name__}) and the "
-                f"parameter_server backend cannot run its fit or evaluate: {loop.PS_KERAS_3_FIT_REASON}",
-                f"train it in a custom loop on this strategy (strategy.setup, strategy.function: "
-                f"docs/custom-loops.md), or {keras_compat.USE_TF_KERAS}"))
-        super()._check_model(model, callbacks)
-
     def _wrap_optimizer(self, optimizer: Any) -> Any:
         """A Keras 3 optimizer counts its steps with one atomic add (the workers' steps run at once)."""
         if keras_compat.flavour_of(optimizer) == keras_compat.KERAS_3 and upstream.loss_scale_inner(optimizer) is None:
@@ -434,14 +425,40 @@ class ParameterServerStrategy(DistributedStrategy):
 
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
+        """tf-keras' ``fit`` through the coordinator; a Keras 3 model's runs on tfdist's loop
+        (``keras3_parameter_server``: Keras 3's fit has no parameter-server training)."""
         self._check_model(model, list(fit_kwargs.get("callbacks") or []))
+        keras_3 = keras_compat.flavour_of(model) == keras_compat.KERAS_3
         if self.is_evaluator:
+            if keras_3:
+                raise keras_compat.KerasFlavourError(with_fix(
+                    "an evaluator task evaluates tf-keras checkpoints (tf-keras' SidecarEvaluator), and this "
+                    "model is Keras 3", "launch without the evaluator, and pass validation_data= to fit (a "
+                    "Keras 3 model is evaluated on the chief after each epoch)"))
             return self._evaluate_checkpoints(model, x, y, fit_kwargs)
         steps = self.options.steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
-        if steps > 1 and upstream.steps_per_execution(model) == 1:
+        if not keras_3 and steps > 1 and upstream.steps_per_execution(model) == 1:
             upstream.set_steps_per_execution(model, steps)
+        self._fitting_keras_3 = keras_3  # read by the fit's hooks below
+        try:
+            with self._lost_tasks_named():
+                return super().fit(model, x, y, **fit_kwargs)
+        finally:
+            self._fitting_keras_3 = False
+
+    def evaluate(self, model: Any, x: Any = None, y: Any = None, **evaluate_kwargs: Any) -> Any:
+        """tf-keras' ``evaluate`` through the coordinator; a Keras 3 model's runs on the coordinator
+        itself, reading the variables from the ps (``keras3_parameter_server.run_evaluate``)."""
+        if keras_compat.flavour_of(model) != keras_compat.KERAS_3:
+            return super().evaluate(model, x, y, **evaluate_kwargs)
+        self._check_model(model, list(evaluate_kwargs.get("callbacks") or []))
         with self._lost_tasks_named():
-            return super().fit(model, x, y, **fit_kwargs)
+            return keras3_parameter_server.run_evaluate(model, x, y, dict(evaluate_kwargs))
+
+    def _run_fit(self, model: Any, x: Any, y: Any, kwargs: dict) -> Any:
+        if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
+            return keras3_parameter_server.run_fit(self, model, x, kwargs)
+        return super()._run_fit(model, x, y, kwargs)
 
     def _server_addresses(self) -> dict[str, str]:
         return {f"{job}:{i}": address for job in SERVER_TASKS
@@ -471,6 +488,9 @@ class ParameterServerStrategy(DistributedStrategy):
         return error
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        if self._fitting_keras_3:
+            dataset, kwargs = keras3_parameter_server.fit_inputs(x, y, kwargs)
+            return dataset, None, kwargs
         return inputs.parameter_server_fit_inputs(x, y, kwargs, shard=self.options.shard_data, workers=self.num_workers)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
@@ -480,6 +500,13 @@ class ParameterServerStrategy(DistributedStrategy):
         return [("`checkpoint_dir`", self.options.checkpoint_dir)] if self.options.checkpoint_dir else []
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
+        if self._fitting_keras_3:
+            if self.options.checkpoint_dir:
+                raise ArgumentValueError(with_fix(
+                    "`checkpoint_dir` (tf-keras' ModelCheckpoint, read by the evaluator) does not take a Keras 3 "
+                    "model", "make the strategy without checkpoint_dir, and add "
+                    "keras.callbacks.ModelCheckpoint(..., save_weights_only=True) to the callbacks"))
+            return callbacks  # keras3_parameter_server checks them: it calls them once an epoch
         refused = [type(cb).__name__ for cb in callbacks if upstream.refused_by_parameter_servers(cb)]
         if refused:
             raise ArgumentValueError(with_fix(
