@@ -16,10 +16,13 @@ from tfdist.runtime.powersgd import PowerSGD  # noqa: E402
 
 
 def run_ranks(grads_per_rank: list[list[list[np.ndarray]]], settings: PowerSGDSettings,
-              shapes: list[tuple[int, ...]], after_step=None) -> tuple[list[list[list[np.ndarray]]], list[PowerSGD]]:
+              shapes: list[tuple[int, ...]], after_step=None,
+              scales: list[float] | None = None) -> tuple[list[list[list[np.ndarray]]], list[PowerSGD]]:
     """Each rank (a thread) reduces its gradients of every step with its own ``PowerSGD``; the
     allreduce is the mean over the ranks' lists; ``after_step(rank, step, compressor, allreduce_mean)``
-    runs on each rank after each step. What each rank got back, per step, and the compressors."""
+    runs on each rank after each step; ``scales``: each step's loss scale, by which the gradients come
+    multiplied (as a loss-scale optimizer hands them over). What each rank got back, per step, and the
+    compressors."""
     ranks = len(grads_per_rank)
     barrier = threading.Barrier(ranks)
     posted: list[list | None] = [None] * ranks
@@ -37,7 +40,9 @@ def run_ranks(grads_per_rank: list[list[list[np.ndarray]]], settings: PowerSGDSe
 
         try:
             for step, grads in enumerate(grads_per_rank[rank]):
-                reduced = compressors[rank].reduce([tf.constant(g) for g in grads], allreduce_mean)
+                scale = None if scales is None else scales[step]
+                reduced = compressors[rank].reduce([tf.constant(g if scale is None else g * scale) for g in grads],
+                                                   allreduce_mean, scale=scale)
                 out[rank].append([np.asarray(r) for r in reduced])
                 if after_step is not None:
                     after_step(rank, step, compressors[rank], allreduce_mean)
@@ -121,6 +126,36 @@ def test_the_compressor_follows_the_reference_with_error_feedback_and_warm_start
     assert int(compressors[0].step.numpy()) == 4
     compressed_step = got[0][1][1]  # low rank, not the mean
     assert np.linalg.matrix_rank(compressed_step, tol=1e-4) == 2
+
+
+def test_under_loss_scaling_the_errors_keep_the_gradients_units_and_a_non_finite_step_changes_no_state():
+    """mixed_float16: each step's gradients come multiplied by that step's loss scale. The result is the
+    unscaled run's times the scale, with the same errors, though the scale changes between steps. A step
+    with an overflow on one rank gives every rank a non-finite result (the loss-scale optimizer skips it
+    on all of them) and leaves the errors and factors as they were: the run goes on as if the step had
+    not been taken."""
+    settings = PowerSGDSettings(rank=2, start_iter=1, min_compression_rate=2.0)
+    grads = [[[g.astype(np.float32) for g in step] for step in rank] for rank in gradients(ranks=2, steps=5)]
+    plain, plain_compressors = run_ranks(grads, settings, SHAPES)
+    scales = [2.0 ** 15, 2.0 ** 15, 2.0 ** 14, 2.0 ** 16, 2.0 ** 3]
+    scaled, scaled_compressors = run_ranks(grads, settings, SHAPES, scales=scales)
+    for step, scale in enumerate(scales):
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(scaled[0][step][i] / scale, plain[0][step][i], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"step {step} gradient {i}")
+    for ours, theirs in zip(scaled_compressors[1].errors, plain_compressors[1].errors):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-5)
+
+    overflow = [[list(step) for step in rank] for rank in grads]
+    overflow[1].insert(2, [np.full(s, np.inf, np.float32) if i == 1 else grads[1][2][i]
+                           for i, s in enumerate(SHAPES)])  # one rank overflows in one matrix
+    overflow[0].insert(2, list(grads[0][2]))
+    skipped, _ = run_ranks(overflow, settings, SHAPES, scales=[*scales[:2], 2.0 ** 15, *scales[2:]])
+    assert all(not np.isfinite(np.concatenate([g.ravel() for g in skipped[r][2]])).all() for r in range(2))
+    for step in (3, 4, 5):  # after the skipped step: the run without it (its step count one ahead only)
+        for i in range(len(SHAPES)):
+            np.testing.assert_allclose(skipped[0][step][i] / scales[step - 1], plain[0][step - 1][i],
+                                       rtol=1e-4, atol=1e-5, err_msg=f"step {step} gradient {i}")
 
 
 def test_at_full_rank_it_is_the_plain_mean():

@@ -52,3 +52,19 @@ def test_make_strategy_compression_powersgd_trains_with_it_and_ends_each_epoch_w
     error = np.array(first["errors_equal_at_epoch_end"][0])
     np.testing.assert_array_equal(error, np.array(second["errors_equal_at_epoch_end"][0]))
     assert np.abs(error).max() > 0
+
+
+@pytest.mark.parametrize("keras", ["tf_keras", "keras_3"])
+def test_under_mixed_float16_the_skipped_overflows_leave_powersgds_state_in_the_gradients_units(ranks, keras):
+    """The loss-scale optimizer hands PowerSGD scaled gradients, from a scale of 2**20 that overflows
+    float16: the first steps are skipped on every rank, the scale comes down (to 2**15 here), and the
+    rest train. The errors stay in the gradient's own units (about 1.5 here; without the division by
+    the scale they are the scaled gradients' errors, some 2**15 times larger), finite, and the ranks
+    end identical."""
+    first, second = ranks[0][f"mixed-{keras}"], ranks[1][f"mixed-{keras}"]
+    assert all(np.array_equal(np.array(a), np.array(b)) for a, b in zip(first["weights"], second["weights"]))
+    assert all(np.isfinite(np.array(w)).all() for w in first["weights"])
+    assert first["step"] == 24  # every step went through PowerSGD's allreduce, the skipped ones too
+    assert 1.0 <= first["scale"] < 2.0 ** 20  # overflows were skipped and the scale lowered
+    assert first["largest_error"] > 0  # compressed steps were applied and left their errors
+    assert np.isfinite(first["largest_error"]) and first["largest_error"] < 10.0, first["largest_error"]

@@ -13,7 +13,10 @@ the rank of the middle kernel's update over the 4 compressed steps. Then the sam
 ``make_strategy("horovod", compression="powersgd", powersgd_rank=2, powersgd_start_iter=2)`` and
 ``strategy.fit`` (2 epochs of 4 steps, each rank its share of the arrays): ``strategy-<keras>``, the
 weights, PowerSGD's step count, and the first error matrix after the last epoch's end (made the ranks'
-mean there, by the ``SynchronizePowerSGD`` the strategy adds).
+mean there, by the ``SynchronizePowerSGD`` the strategy adds). Last, ``mixed-<keras>``: the same MLP under
+``mixed_float16`` with a loss scale of 2**20 to start from, so that the first steps overflow in float16
+and the loss-scale optimizer skips them: the weights, PowerSGD's steps, the scale at the end, the
+largest error (in the gradient's units) and the losses.
 """
 from __future__ import annotations
 
@@ -98,7 +101,36 @@ def through_the_strategy(flavour: str) -> dict:
             "errors_equal_at_epoch_end": [e.numpy().tolist() for e in state.errors][:1]}
 
 
+def under_mixed_float16(flavour: str) -> dict:
+    """``mixed_float16``: the loss-scale optimizer hands PowerSGD scaled gradients; 24 steps from a scale
+    of 2**20, whose first steps overflow in float16 and are skipped on every rank."""
+    import importlib
+
+    K = importlib.import_module("tf_keras" if flavour == "tf_keras" else "keras")
+    K.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = K.Sequential([K.Input((16,)), K.layers.Dense(64, activation="relu"),
+                              K.layers.Dense(48, activation="relu"), K.layers.Dense(4, dtype="float32")])
+        model.set_weights([np.random.default_rng(0).normal(scale=0.3, size=w.shape).astype("float32")
+                           for w in model.get_weights()])
+        scaled = K.mixed_precision.LossScaleOptimizer(K.optimizers.SGD(0.05), initial_scale=2.0 ** 20)
+        optimizer = distributed_optimizer(scaled, AllreduceSettings(
+            op=hvd.Average, compression=hvd.Compression.none, powersgd=SETTINGS))
+        model.compile(optimizer=optimizer, loss="mse")
+        rng = np.random.default_rng(100 + rank)
+        x, y = rng.normal(size=(384, 16)).astype("float32"), rng.normal(size=(384, 4)).astype("float32")
+        history = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+        state = powersgd_state(optimizer)
+        scale = optimizer.loss_scale if flavour == "tf_keras" else optimizer.scale_loss(1.0)
+        return {"weights": [w.tolist() for w in model.get_weights()], "step": int(state.step.numpy()),
+                "scale": float(np.asarray(scale)), "loss": history.history["loss"],
+                "largest_error": max(float(np.max(np.abs(e.numpy()))) for e in state.errors)}
+    finally:
+        K.mixed_precision.set_global_policy("float32")
+
+
 found = {flavour: run(flavour) for flavour in ("tf_keras", "keras_3")}
+found.update({f"mixed-{flavour}": under_mixed_float16(flavour) for flavour in ("tf_keras", "keras_3")})
 STRATEGY = tfdist.make_strategy("horovod", compression="powersgd", powersgd_rank=2, powersgd_start_iter=2)
 found.update({f"strategy-{flavour}": through_the_strategy(flavour) for flavour in ("tf_keras", "keras_3")})
 with open(os.path.join(OUTDIR, f"rank{rank}.json"), "w") as out:

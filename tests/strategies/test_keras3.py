@@ -1,6 +1,6 @@
 """Keras 3 models in-process: the single and mirrored backends train them with tfdist's callbacks;
-mixed Kerases are refused naming the argument; parameter_server and multi_worker_mirrored refuse
-Keras 3 before training, with the reason and the fix."""
+mixed Kerases are refused naming the argument. (parameter_server and multi_worker_mirrored train Keras 3
+on real clusters: test_keras3_parameter_server.py, test_keras3_multi_worker.py.)"""
 from __future__ import annotations
 
 import re
@@ -20,7 +20,6 @@ from tfdist.keras_compat import KerasFlavourError  # noqa: E402
 
 BATCH, ROWS, EPOCHS = 16, 64, 3
 STEPS = ROWS // BATCH
-PS_CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -198,45 +197,3 @@ def test_legacy_and_string_optimizers_are_refused():
         strategy.optimizer("adam")
     with pytest.raises(ArgumentTypeError, match=r"must be a tf-keras or Keras 3 optimizer instance"):
         strategy.optimizer(keras.losses.MeanSquaredError())
-
-
-# --- parameter_server refuses Keras 3 (multi_worker_mirrored trains it: test_keras3_multi_worker.py) ---------
-REFUSALS = {
-    "parameter_server": "Keras 3's fit does not drive ParameterServerStrategy",
-}
-
-
-@pytest.fixture(params=sorted(REFUSALS))
-def refusing(request):
-    """A parameter-server worker task (constructing it starts no server; ``make_strategy`` would serve)."""
-    from tfdist.strategies.parameter_server import ParameterServerOptions, ParameterServerStrategy
-
-    return ParameterServerStrategy(ParameterServerOptions(cluster=PS_CLUSTER, task_type="worker"))
-
-
-SGD_CLASS, SEQUENTIAL_CLASS = "keras.src.optimizers.sgd.SGD", "keras.src.models.sequential.Sequential"
-
-
-def _refusal(argument: str, cls: str, backend: str) -> str:
-    return (rf"^`{argument}` is a Keras 3 object \({re.escape(cls)}\) and the {backend} backend cannot train "
-            rf"Keras 3 models: {re.escape(REFUSALS[backend])}.*; fix: build the model with tf-keras: "
-            r"`import tf_keras`.*or train this Keras 3 model with the horovod backend")
-
-
-def test_keras_3_optimizer_and_model_are_refused_before_training(refusing):
-    backend = refusing.kind
-    with pytest.raises(KerasFlavourError, match=_refusal("optimizer", SGD_CLASS, backend)):
-        refusing.optimizer(keras.optimizers.SGD(0.1))
-    model = _compiled(keras)
-    weights = [w.copy() for w in model.get_weights()]
-    seen = Recorder()
-    with pytest.raises(KerasFlavourError, match=_refusal("model", SEQUENTIAL_CLASS, backend)):
-        refusing.fit(model, *_data(), epochs=1, callbacks=[seen])
-    with pytest.raises(KerasFlavourError, match=_refusal("model", SEQUENTIAL_CLASS, backend)):
-        refusing.evaluate(model, *_data())
-    assert seen.epochs == [] and all(np.array_equal(a, b) for a, b in zip(model.get_weights(), weights))
-
-
-def test_tf_keras_optimizers_still_pass_there(refusing):
-    optimizer = tf_keras.optimizers.SGD(0.1)
-    assert refusing.optimizer(optimizer) is optimizer

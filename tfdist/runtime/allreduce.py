@@ -33,6 +33,24 @@ ALLREDUCE_MARK = "_tfdist_allreduce"
 #: The optimizer attribute that holds PowerSGD's state (:class:`tfdist.runtime.powersgd.PowerSGD`): a
 #: tracked ``tf.Module``, so ``tf.train.Checkpoint(optimizer=...)`` and the backups keep it.
 POWERSGD_STATE = "tfdist_powersgd"
+#: Set on the optimizer that holds PowerSGD's state when a loss-scale optimizer hands it scaled
+#: gradients: a function giving the current loss scale (PowerSGD compresses the unscaled ones).
+LOSS_SCALE_OF = "_tfdist_loss_scale"
+
+
+def follow_loss_scale(owner: Any, loss_scale_optimizer: Any) -> None:
+    """Have the PowerSGD state of ``owner`` read its gradients' scale from ``loss_scale_optimizer``
+    (public API of both Kerases: tf-keras' ``loss_scale``, Keras 3's ``scale_loss``)."""
+    if flavour_of(loss_scale_optimizer) == KERAS_3:
+        setattr(owner, LOSS_SCALE_OF, lambda: loss_scale_optimizer.scale_loss(1.0))
+    else:
+        setattr(owner, LOSS_SCALE_OF, lambda: loss_scale_optimizer.loss_scale)
+
+
+def loss_scale_of(owner: Any) -> Any:
+    """The loss scale ``owner``'s gradients carry (a tensor, read when traced), or None."""
+    source = getattr(owner, LOSS_SCALE_OF, None)
+    return None if source is None else source()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +120,6 @@ def _refuse_powersgd_here(optimizer: Any, settings: AllreduceSettings, hvd: Any,
     if settings.op != hvd.Average:
         raise ArgumentValueError(with_fix("compression='powersgd' averages gradients (op=hvd.Sum was given)",
                                           "leave op at hvd.Average with PowerSGD"))
-    if upstream.loss_scale_inner(optimizer) is not None:
-        raise ArgumentValueError(with_fix(
-            "compression='powersgd' under loss scaling (mixed_float16): its error feedback would carry gradients "
-            "of one loss scale into steps of another, and a non-finite step would poison it",
-            "train in float32 or mixed_bfloat16 with PowerSGD, or use compression='fp16' with mixed_float16"))
     if steps > 1 and flavour_of(optimizer) == TF_KERAS:
         raise ArgumentValueError(with_fix(
             f"compression='powersgd' with Horovod's tf-keras accumulation (backward_passes_per_step={steps}): "
@@ -123,10 +136,13 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
         import tf_keras
 
         refuse_tf_keras_loss_scale_accumulation(optimizer, settings.backward_passes_per_step)
-        return tf_keras.mixed_precision.LossScaleOptimizer(
-            _horovod_keras_optimizer(inner, settings), dynamic=optimizer.dynamic,
-            initial_scale=optimizer.initial_scale,
+        wrapped = _horovod_keras_optimizer(inner, settings)
+        outer = tf_keras.mixed_precision.LossScaleOptimizer(
+            wrapped, dynamic=optimizer.dynamic, initial_scale=optimizer.initial_scale,
             **({"dynamic_growth_steps": optimizer.dynamic_growth_steps} if optimizer.dynamic else {}))
+        if settings.powersgd is not None:
+            follow_loss_scale(wrapped, outer)
+        return outer
     extra = {} if settings.process_set is None else {"process_set": settings.process_set}
     wrapped = upstream.horovod_tf_keras_optimizer(
         optimizer, name=settings.name, device_dense=settings.device_dense, device_sparse=settings.device_sparse,
@@ -196,6 +212,8 @@ def _allreduce_in_apply(optimizer: Any, settings: AllreduceSettings) -> Any:
             return apply(reduce(list(grads)), trainable_variables)
 
         optimizer.apply = allreduce_then_apply
+        if inner is not None and settings.powersgd is not None:
+            follow_loss_scale(optimizer, optimizer)
     setattr(optimizer, ALLREDUCE_MARK, settings)
     return optimizer
 
@@ -395,7 +413,7 @@ def _powersgd_reduce(hvd: Any, settings: AllreduceSettings, owner: Any, grads: l
         return list(hvd.grouped_allreduce(values, name=f"{prefix}.{next(calls)}", op=hvd.Average,
                                           compression=settings.compression, **extra)) if values else []
 
-    reduced = compressor.reduce(tensors, allreduce_mean)
+    reduced = compressor.reduce(tensors, allreduce_mean, scale=loss_scale_of(owner))
     out = list(grads)
     for i, value in zip(present, reduced):
         out[i] = value

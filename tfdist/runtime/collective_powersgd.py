@@ -34,6 +34,10 @@ the errors are their MEAN, the one thing later steps depend on, so every checkpo
 state. :func:`synchronize_powersgd` makes each worker's errors that mean at the end of each epoch
 (``SynchronizePowerSGD``), so a resumed run and the run that went on hold the same state.
 
+Under ``mixed_float16`` tf-keras' ``LossScaleOptimizer`` aggregates through the same method while the
+gradients are still scaled: PowerSGD reads its current scale (:func:`follow_compiled_loss_scale`, for the
+one compile adds) and compresses the unscaled gradients (:mod:`tfdist.runtime.powersgd`).
+
 One replica per worker (one process per GPU, or the CPU): the state keeps one copy a worker.
 Importing this module does not import TensorFlow.
 """
@@ -44,7 +48,7 @@ from typing import Any
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.keras_compat import TF_KERAS, flavour_of
-from tfdist.runtime.allreduce import POWERSGD_STATE, powersgd_state
+from tfdist.runtime.allreduce import POWERSGD_STATE, follow_loss_scale, loss_scale_of, powersgd_state
 
 #: Set on a tf-keras optimizer whose ``aggregate_gradients`` runs PowerSGD (its settings).
 COLLECTIVE_POWERSGD_MARK = "_tfdist_collective_powersgd"
@@ -61,12 +65,11 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
             "`aggregate_gradients`, which Keras 3's optimizers do not have",
             "build the model with tf-keras (tf.keras after `import tfdist`), or train with "
             "make_strategy('horovod', compression='powersgd'), which takes Keras 3"))
-    import tf_keras
-
-    # under mixed_float16 compile would put a LossScaleOptimizer around it; refused before that too
-    if upstream.loss_scale_inner(optimizer) is not None or \
-            tf_keras.mixed_precision.global_policy().name == "mixed_float16":
-        raise ArgumentValueError(refusal_under_loss_scaling())
+    inner = _inner_or_none(optimizer)
+    if inner is not None:  # a LossScaleOptimizer given: PowerSGD goes inside, and reads its scale
+        powersgd_optimizer(inner, settings, strategy)
+        follow_loss_scale(inner, optimizer)
+        return optimizer
     if getattr(optimizer, COLLECTIVE_POWERSGD_MARK, None) is not None:
         raise ArgumentValueError(with_fix(
             f"this {type(optimizer).__name__} already aggregates its gradients through PowerSGD (it went "
@@ -101,12 +104,12 @@ def refusal_of_local_replicas(local: int) -> str:
         "or train with make_strategy('horovod', compression='powersgd'), which runs one rank per GPU")
 
 
-def refusal_under_loss_scaling() -> str:
-    return with_fix(
-        "compression='powersgd' under loss scaling (a LossScaleOptimizer, what compile makes under "
-        "mixed_float16): its error feedback would carry gradients of one loss scale into steps of another, "
-        "and a non-finite step would poison it",
-        "train in float32 or mixed_bfloat16 with PowerSGD, or drop compression='powersgd' with mixed_float16")
+def follow_compiled_loss_scale(optimizer: Any) -> None:
+    """When ``compile`` put a ``LossScaleOptimizer`` (mixed_float16) around an optimizer that aggregates
+    through PowerSGD, have PowerSGD read that optimizer's scale (its gradients arrive scaled)."""
+    inner = _inner_or_none(optimizer)
+    if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None:
+        follow_loss_scale(inner, optimizer)
 
 
 def _aggregate(optimizer: Any, settings: Any, pairs: list) -> list:
@@ -152,7 +155,8 @@ def _reduce_across_workers(strategy: Any, grads: list, optimizer: Any, settings:
         with tf.init_scope():  # made once, eagerly, in the strategy's scope: ON_READ variables
             compressor = PowerSGD([t.shape for t in tensors], settings, per_worker=True)
             setattr(optimizer, POWERSGD_STATE, compressor)  # a checkpoint restored earlier fills it here
-    reduced = compressor.reduce(tensors, lambda values: allreduce_mean(strategy, values))
+    reduced = compressor.reduce(tensors, lambda values: allreduce_mean(strategy, values),
+                                scale=loss_scale_of(optimizer))
     # the job's mean gradient is what tf-keras' SUM of the replicas' scaled parts is: applied as it is
     return [tf.cast(value, tensor.dtype) for value, tensor in zip(reduced, tensors)]
 
@@ -182,13 +186,6 @@ def synchronize_powersgd(optimizer: Any, strategy: Any) -> bool:
     return True
 
 
-def uses_collective_powersgd(optimizer: Any) -> bool:
-    """Whether ``optimizer`` (or the one inside its loss-scale optimizer) went through :func:`powersgd_optimizer`."""
-    inner = _inner_or_none(optimizer)
-    return any(getattr(candidate, COLLECTIVE_POWERSGD_MARK, None) is not None
-               for candidate in (optimizer, inner) if candidate is not None)
-
-
 def _inner_or_none(optimizer: Any) -> Any:
     try:
         return upstream.loss_scale_inner(optimizer)
@@ -196,5 +193,5 @@ def _inner_or_none(optimizer: Any) -> Any:
         return None
 
 
-__all__ = ["allreduce_mean", "local_replicas", "powersgd_optimizer", "synchronize_powersgd",
-           "uses_collective_powersgd"]
+__all__ = ["allreduce_mean", "follow_compiled_loss_scale", "local_replicas", "powersgd_optimizer",
+           "synchronize_powersgd"]

@@ -22,7 +22,15 @@ allreduce and a test's simulated ranks both drive it; :meth:`PowerSGD.reduce` ru
 stages above in one step. The state (``E`` and ``Q`` per matrix, the step count) is a ``tf.Module``
 of ``tf.Variable``s: attached to the optimizer, ``tf.train.Checkpoint`` and the backups keep it. Each
 rank's errors differ, but only their mean matters (:meth:`PowerSGD.synchronize`): made equal before
-a checkpoint, the chief's copy is the whole state, and a resumed run continues where it stopped. Importing this module imports TensorFlow.
+a checkpoint, the chief's copy is the whole state, and a resumed run continues where it stopped.
+
+Under loss scaling (``mixed_float16``) the gradients come scaled by the loss-scale optimizer's current
+scale ``S``, which it removes after the allreduce. ``reduce(..., scale=S)`` compresses ``G / S``, so
+the errors are in the gradient's own units whatever the scale of the step that left them, and returns
+``S P Q^T``. A step whose result is not finite (an overflow on any rank reaches every rank through the
+means) leaves the errors and factors as they were: the loss-scale optimizer skips that step on every
+rank and lowers the scale, and the next step starts from the state the last applied one left.
+Importing this module imports TensorFlow.
 """
 from __future__ import annotations
 
@@ -88,14 +96,16 @@ class PowerSGD(tf.Module):
         return copies[0]
 
     # --- one step, in stages: a test drives them with simulated ranks -----------------------------
-    def first(self, grads: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
-        """``(M, P)`` of each compressed gradient: the gradient (as a matrix) plus its error, and ``M Q``."""
+    def first(self, grads: Sequence[tf.Tensor], scale: Any = None) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        """``(M, P)`` of each compressed gradient: the gradient (as a matrix, divided by the loss
+        ``scale`` when given) plus its error, and ``M Q``."""
         ms, ps = [], []
         for grad, slot, shape in zip(grads, self.slots, self.shapes):
             if slot is None:
                 continue
             error = self.local(self.errors[slot])
-            m = tf.reshape(tf.cast(grad, error.dtype), matrix_shape(shape)) + error
+            matrix = tf.reshape(tf.cast(grad, error.dtype), matrix_shape(shape))
+            m = (matrix if scale is None else matrix / tf.cast(scale, error.dtype)) + error
             ms.append(m)
             ps.append(tf.matmul(m, self.local(self.factors[slot])))
         return ms, ps
@@ -107,24 +117,31 @@ class PowerSGD(tf.Module):
         return ortho, [tf.matmul(m, p, transpose_a=True) for m, p in zip(ms, ortho)]
 
     def last(self, grads: Sequence[tf.Tensor], ms: Sequence[tf.Tensor], ps: Sequence[tf.Tensor],
-             mean_qs: Sequence[tf.Tensor], plain: Sequence[tf.Tensor]) -> list[tf.Tensor]:
-        """The gradients to apply: ``P Q^T`` in each compressed one's shape, ``plain`` (the mean-allreduced
-        rest, in order) elsewhere; the errors and factors are updated for the next step."""
-        out, low_rank, rest = [], iter(zip(ms, ps, mean_qs)), iter(plain)
+             mean_qs: Sequence[tf.Tensor], plain: Sequence[tf.Tensor], scale: Any = None) -> list[tf.Tensor]:
+        """The gradients to apply: ``P Q^T`` in each compressed one's shape (times the loss ``scale``
+        when given), ``plain`` (the mean-allreduced rest, in order) elsewhere. The errors and factors
+        are updated for the next step when every result is finite (the same answer on every rank: it
+        reads only the means), else kept."""
+        approxes = [tf.matmul(p, q, transpose_b=True) for p, q in zip(ps, mean_qs)]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(value)) for value in [*approxes, *plain]])
+        out, low_rank, rest = [], iter(zip(ms, approxes, mean_qs)), iter(plain)
         for grad, slot, shape in zip(grads, self.slots, self.shapes):
             if slot is None:
                 out.append(next(rest))
                 continue
-            m, p, q = next(low_rank)
-            approx = tf.matmul(p, q, transpose_b=True)
-            self.local(self.errors[slot]).assign(m - approx)
-            self.local(self.factors[slot]).assign(q)
-            out.append(tf.cast(tf.reshape(approx, shape), grad.dtype))
+            m, approx, q = next(low_rank)
+            error, factor = self.local(self.errors[slot]), self.local(self.factors[slot])
+            error.assign(tf.where(finite, m - approx, error))
+            factor.assign(tf.where(finite, q, factor))
+            value = approx if scale is None else approx * tf.cast(scale, approx.dtype)
+            out.append(tf.cast(tf.reshape(value, shape), grad.dtype))
         return out
 
-    def reduce(self, grads: Sequence[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:
+    def reduce(self, grads: Sequence[tf.Tensor], allreduce_mean: Callable[[list], list],
+               scale: Any = None) -> list[tf.Tensor]:
         """The mean of ``grads`` over the ranks, compressed once ``step`` reached ``start_iter`` (plain
-        before); ``allreduce_mean`` averages a list of tensors over the ranks. Counts the step."""
+        before); ``allreduce_mean`` averages a list of tensors over the ranks; ``scale``: the loss scale
+        the gradients carry (see the module docstring), or None. Counts the step."""
         grads = [tf.convert_to_tensor(g) for g in grads]
         if len(grads) != len(self.shapes):
             raise ArgumentValueError(with_fix(
@@ -134,7 +151,7 @@ class PowerSGD(tf.Module):
         step.assign_add(1)
         if not self.errors:
             return allreduce_mean(grads)
-        return tf.cond(step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean),
+        return tf.cond(step > self.settings.start_iter, lambda: self._compressed(grads, allreduce_mean, scale),
                        lambda: allreduce_mean(grads))
 
     def synchronize(self, allreduce_mean: Callable[[list], list]) -> None:
@@ -148,13 +165,14 @@ class PowerSGD(tf.Module):
             for error, mean in zip(errors, allreduce_mean([e.read_value() for e in errors])):
                 error.assign(mean)
 
-    def _compressed(self, grads: list[tf.Tensor], allreduce_mean: Callable[[list], list]) -> list[tf.Tensor]:
-        ms, ps = self.first(grads)
+    def _compressed(self, grads: list[tf.Tensor], allreduce_mean: Callable[[list], list],
+                    scale: Any = None) -> list[tf.Tensor]:
+        ms, ps = self.first(grads, scale)
         plain = [g for g, slot in zip(grads, self.slots) if slot is None]
         mean_ps = allreduce_mean(list(ps))
         ortho, qs = self.second(ms, mean_ps)
         reduced = allreduce_mean([*qs, *plain])
-        return self.last(grads, ms, ortho, reduced[:len(qs)], reduced[len(qs):])
+        return self.last(grads, ms, ortho, reduced[:len(qs)], reduced[len(qs):], scale)
 
 
 __all__ = ["PowerSGD"]

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
-from tfdist import keras_compat, upstream
+from tfdist import keras_compat
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
-from tfdist.errors import ArgumentValueError, with_fix
+from tfdist.errors import with_fix
 from tfdist.runtime import collective_powersgd
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, keras3_multi_worker
@@ -124,9 +124,8 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     def _before_fit(self, model: Any, x: Any) -> None:
         optimizer = getattr(model, "optimizer", None)
-        if (optimizer is not None and collective_powersgd.uses_collective_powersgd(optimizer)
-                and upstream.loss_scale_inner(optimizer) is not None):  # compile wrapped it after us
-            raise ArgumentValueError(collective_powersgd.refusal_under_loss_scaling())
+        if optimizer is not None:  # compile may have wrapped ours in a LossScaleOptimizer (mixed_float16)
+            collective_powersgd.follow_compiled_loss_scale(optimizer)
         one_replicas_step_logs(model)
         keras3_multi_worker.prepare(model)  # what Keras 3's fit lacks here (keras-team/keras#20585)
 
