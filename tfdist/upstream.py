@@ -362,6 +362,18 @@ def restore_clip_gradients(optimizer: Any) -> None:
     vars(optimizer).pop(CLIP_GRADIENTS, None)
 
 
+def replace_keras3_gradient_sum(optimizer: Any, function: Any) -> None:
+    """Make ``function`` (``(gradient, variable)`` pairs in replica context -> pairs) a Keras 3
+    optimizer's ``_all_reduce_sum_gradients``: the TensorFlow backend's optimizer
+    (keras/src/backend/tensorflow/optimizer.py) sums a step's gradients over a tf.distribute strategy's
+    replicas there, in ``_backend_update_step``, and only there. An instance attribute over the class's
+    method, checked to exist first."""
+    method = _get(optimizer, "_all_reduce_sum_gradients")
+    if not callable(method) or not callable(getattr(optimizer, "_backend_update_step", None)):
+        raise _missing(optimizer, "_all_reduce_sum_gradients")
+    optimizer._all_reduce_sum_gradients = function
+
+
 # --- models, for strategy.export ---------------------------------------------------------------------
 def is_graph_network(model: Any) -> bool:
     """Whether a model is Functional or Sequential (its inputs are known and it can be cloned):

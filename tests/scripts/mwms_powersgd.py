@@ -11,6 +11,8 @@ resume: a model with an 8x16 kernel (rank 2 loses some of it: the error feedback
     restores the chief's checkpoint and trains the same 2 epochs (the resumed run).
 loop: the same through strategy.setup / function / minimize and strategy.checkpoint: each worker's
     errors before and after the first epoch's save, then a resumed loop against the uninterrupted one.
+keras_3: plain and full_rank again with Keras 3 models (its optimizer sums the replicas' gradients in
+    ``_all_reduce_sum_gradients``, where PowerSGD goes), and PowerSGD's step count.
 """
 from __future__ import annotations
 
@@ -116,5 +118,25 @@ def local_errors(optimizer) -> list:
 
 out["loop_uninterrupted"] = weights(loop_run(2, restore=False))
 out["loop_resumed"] = weights(loop_run(5 + strategy.rank, restore=True))
+
+
+def build_keras_3(seed: int, wrap: bool):
+    import keras
+
+    with strategy.scope():
+        keras.utils.set_random_seed(seed)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="tanh"), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.5)
+        model.compile(optimizer=strategy.optimizer(optimizer, scale_lr=False) if wrap else optimizer, loss="mse")
+    return model
+
+
+plain_3 = build_keras_3(1, wrap=False)
+out["keras_3_plain_loss"] = fit(plain_3, epochs=2)
+out["keras_3_plain"] = weights(plain_3)
+full_3 = build_keras_3(1, wrap=True)
+out["keras_3_full_rank_loss"] = fit(full_3, epochs=2)
+out["keras_3_full_rank"] = weights(full_3)
+out["keras_3_powersgd_steps"] = int(getattr(full_3.optimizer, "tfdist_powersgd").step.numpy())
 with open(os.path.join(OUTDIR, f"worker{strategy.rank}.json"), "w") as f:
     json.dump(out, f)

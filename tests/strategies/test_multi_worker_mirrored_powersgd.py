@@ -46,6 +46,17 @@ def test_full_rank_from_the_first_step_trains_as_plain_aggregation(workers):
     np.testing.assert_allclose(chief["full_rank_loss"], chief["plain_loss"], rtol=1e-5)
 
 
+def test_keras_3_trains_through_powersgd_as_plain_aggregation_at_full_rank(workers):
+    """Keras 3 under MultiWorkerMirrored (tfdist's keras3_multi_worker) with PowerSGD in its optimizer's
+    sum of the replicas' gradients: every step went through it, and at full rank it is Keras 3's own sum."""
+    chief, other = workers
+    assert chief["keras_3_powersgd_steps"] == other["keras_3_powersgd_steps"] == 2 * 512 // 32
+    np.testing.assert_allclose(_flat(chief["keras_3_full_rank"]), _flat(other["keras_3_full_rank"]), rtol=1e-6,
+                               atol=1e-7)
+    np.testing.assert_allclose(_flat(chief["keras_3_full_rank"]), _flat(chief["keras_3_plain"]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(chief["keras_3_full_rank_loss"], chief["keras_3_plain_loss"], rtol=1e-5)
+
+
 def test_the_checkpoint_holds_the_error_feedback_and_a_resumed_run_goes_on_as_the_uninterrupted_one(workers):
     chief = workers[0]
     state = chief["saved_state"]

@@ -60,15 +60,25 @@ def one_worker():
 
 
 @pytest.mark.no_gpu
-def test_a_keras_3_optimizer_is_refused_naming_the_fix(one_worker):
+def test_a_keras_3_model_trains_through_powersgd_and_its_loss_scaling_is_refused(one_worker):
+    """Keras 3's optimizer sums the replicas' gradients in ``_all_reduce_sum_gradients``, where PowerSGD
+    goes (the two-worker job: tests/strategies/test_multi_worker_mirrored_powersgd.py). Its
+    LossScaleOptimizer tests each worker's own gradients before the sum: refused, with the fix."""
     import keras
+    import numpy as np
+
+    from tfdist.runtime.allreduce import powersgd_state
 
     with one_worker.scope():
-        with pytest.raises(TypeError) as info:
-            one_worker.optimizer(keras.optimizers.SGD(0.1))
-    message = str(info.value)
-    assert "`compression`='powersgd' under multi_worker_mirrored with a Keras 3 optimizer" in message
-    assert "make_strategy('horovod', compression='powersgd')" in message
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32), keras.layers.Dense(1)])
+        model.compile(optimizer=one_worker.optimizer(keras.optimizers.SGD(0.05), scale_lr=False), loss="mse")
+    x = np.random.default_rng(0).normal(size=(256, 16)).astype("float32")
+    one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+    assert int(powersgd_state(model.optimizer).step.numpy()) == 16
+    assert [s is not None for s in powersgd_state(model.optimizer).slots] == [True, False, False, False]
+    with one_worker.scope(), pytest.raises(ValueError) as info:
+        one_worker.optimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    assert "with a Keras 3 LossScaleOptimizer" in str(info.value) and "fix: use mixed_bfloat16" in str(info.value)
 
 
 @pytest.mark.no_gpu

@@ -1,4 +1,4 @@
-"""PowerSGD on tf.distribute's collectives: ``MultiWorkerMirroredStrategy`` with tf-keras (issue 38).
+"""PowerSGD on tf.distribute's collectives: ``MultiWorkerMirroredStrategy``, tf-keras and Keras 3 (issue 38).
 
 On Horovod, :class:`tfdist.runtime.powersgd.PowerSGD` runs in each rank's train step, its warm-up a
 ``tf.cond`` on the step count around Horovod's allreduces. Under ``MultiWorkerMirroredStrategy`` the
@@ -20,6 +20,12 @@ worker takes the same one: the step count is the same everywhere). ``fit``, ``tr
 custom loop's ``optimizer.apply_gradients`` all come through it. Only public tf.distribute and tf-keras
 API is used (``merge_call``, ``experimental_local_results``,
 ``experimental_distribute_values_from_function``, ``batch_reduce_to``, ``aggregate_gradients``).
+
+Keras 3's TensorFlow optimizer sums a step's gradients over the replicas in one place,
+``_all_reduce_sum_gradients`` (keras/src/backend/tensorflow/optimizer.py, called by
+``_backend_update_step`` in replica context); the same function replaces it on the instance, through
+``tfdist.upstream`` (private, so checked to exist first). Its units are tf-keras': each replica's loss
+is divided by the replicas.
 
 Units: under tf.distribute each replica's loss is already divided by the replicas (tf-keras scales it
 for the SUM the default aggregation makes), so each worker's gradient is multiplied by the replicas
@@ -47,25 +53,25 @@ from typing import Any
 
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
-from tfdist.keras_compat import TF_KERAS, flavour_of
+from tfdist.keras_compat import KERAS_3, TF_KERAS, flavour_of
 from tfdist.runtime.allreduce import POWERSGD_STATE, follow_loss_scale, loss_scale_of, powersgd_state
 
-#: Set on a tf-keras optimizer whose ``aggregate_gradients`` runs PowerSGD (its settings).
+#: Set on an optimizer whose gradient aggregation runs PowerSGD (its settings).
 COLLECTIVE_POWERSGD_MARK = "_tfdist_collective_powersgd"
 
 
 def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
-    """``optimizer`` (tf-keras, created in ``strategy.scope()``) aggregating its gradients over the workers
+    """``optimizer`` (tf-keras or Keras 3, created in ``strategy.scope()``) aggregating its gradients over the workers
     of ``strategy`` (a ``tf.distribute.MultiWorkerMirroredStrategy``) through PowerSGD with ``settings``
     (a :class:`tfdist.runtime.lowrank.PowerSGDSettings`). Returns the same object."""
-    if flavour_of(optimizer) != TF_KERAS:
+    flavour = flavour_of(optimizer)
+    if flavour not in (TF_KERAS, KERAS_3):
         raise ArgumentTypeError(with_fix(
-            f"`compression`='powersgd' under multi_worker_mirrored with a Keras 3 optimizer "
-            f"({type(optimizer).__module__}.{type(optimizer).__name__}): PowerSGD goes in tf-keras' "
-            "`aggregate_gradients`, which Keras 3's optimizers do not have",
-            "build the model with tf-keras (tf.keras after `import tfdist`), or train with "
-            "make_strategy('horovod', compression='powersgd'), which takes Keras 3"))
+            f"`optimizer` must be a tf-keras or Keras 3 optimizer, got {type(optimizer).__module__}."
+            f"{type(optimizer).__name__}", "pass e.g. tf.keras.optimizers.SGD(0.1)"))
     inner = _inner_or_none(optimizer)
+    if inner is not None and flavour == KERAS_3:
+        raise ArgumentValueError(refusal_of_keras3_loss_scaling())
     if inner is not None:  # a LossScaleOptimizer given: PowerSGD goes inside, and reads its scale
         powersgd_optimizer(inner, settings, strategy)
         follow_loss_scale(inner, optimizer)
@@ -77,16 +83,19 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
     local = local_replicas(strategy)
     if local != 1:
         raise ArgumentValueError(refusal_of_local_replicas(local))
-    if not callable(getattr(type(optimizer), "aggregate_gradients", None)):
-        raise upstream.UpstreamChangedError(with_fix(
-            f"{type(optimizer).__name__} has no `aggregate_gradients`, where tf-keras aggregates a step's "
-            f"gradients and PowerSGD goes (tested with {upstream.PINNED})",
-            "install the versions pinned in tfdist's constraints.txt"))
 
     def aggregate_gradients(grads_and_vars: Any) -> list:
         return _aggregate(optimizer, settings, list(grads_and_vars))
 
-    optimizer.aggregate_gradients = aggregate_gradients  # tf-keras' documented override, on this instance
+    if flavour == KERAS_3:  # where Keras 3's TensorFlow optimizer sums a step's gradients over the replicas
+        upstream.replace_keras3_gradient_sum(optimizer, aggregate_gradients)
+    elif not callable(getattr(type(optimizer), "aggregate_gradients", None)):
+        raise upstream.UpstreamChangedError(with_fix(
+            f"{type(optimizer).__name__} has no `aggregate_gradients`, where tf-keras aggregates a step's "
+            f"gradients and PowerSGD goes (tested with {upstream.PINNED})",
+            "install the versions pinned in tfdist's constraints.txt"))
+    else:
+        optimizer.aggregate_gradients = aggregate_gradients  # tf-keras' documented override, on this instance
     setattr(optimizer, COLLECTIVE_POWERSGD_MARK, settings)
     return optimizer
 
@@ -104,12 +113,25 @@ def refusal_of_local_replicas(local: int) -> str:
         "or train with make_strategy('horovod', compression='powersgd'), which runs one rank per GPU")
 
 
+def refusal_of_keras3_loss_scaling() -> str:
+    return with_fix(
+        "compression='powersgd' under multi_worker_mirrored with a Keras 3 LossScaleOptimizer (what its "
+        "compile adds under mixed_float16): it tests each worker's own gradients for overflow before they are "
+        "summed, so the workers could disagree on which steps to skip", "use mixed_bfloat16 (no loss "
+        "scaling), a tf-keras model, or make_strategy('horovod', compression='powersgd'), whose Keras 3 loss "
+        "scaling sees the allreduced gradients")
+
+
 def follow_compiled_loss_scale(optimizer: Any) -> None:
-    """When ``compile`` put a ``LossScaleOptimizer`` (mixed_float16) around an optimizer that aggregates
-    through PowerSGD, have PowerSGD read that optimizer's scale (its gradients arrive scaled)."""
+    """When ``compile`` put a tf-keras ``LossScaleOptimizer`` (mixed_float16) around an optimizer that
+    aggregates through PowerSGD, have PowerSGD read that optimizer's scale (its gradients arrive scaled);
+    a Keras 3 one is refused (:func:`refusal_of_keras3_loss_scaling`)."""
     inner = _inner_or_none(optimizer)
-    if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None:
-        follow_loss_scale(inner, optimizer)
+    if inner is None or getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is None:
+        return
+    if flavour_of(optimizer) == KERAS_3:
+        raise ArgumentValueError(refusal_of_keras3_loss_scaling())
+    follow_loss_scale(inner, optimizer)
 
 
 def _aggregate(optimizer: Any, settings: Any, pairs: list) -> list:
