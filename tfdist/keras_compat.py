@@ -155,6 +155,12 @@ def is_keras(obj: Any, path: str) -> bool:
     return isinstance(obj, loaded_classes(path))
 
 
+def has_class_named(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class, or a base of it, is called ``name``: a class of either Keras (or a
+    subclass of one) recognised without importing either."""
+    return any(klass.__name__ == name for klass in type(obj).__mro__)
+
+
 def check_callbacks_flavour(model: Any, callbacks: Any) -> None:
     """``check_same_flavour`` for each callback, named ``callbacks[i]`` (the one inside a ``ChiefOnly``)."""
     check_same_flavour(model, **{f"callbacks[{index}]": getattr(callback, "callback", callback)

@@ -55,8 +55,8 @@ def worker_backups(callbacks: list, is_chief: bool) -> list:
 
 
 def _is_keras3_backup(callback: Any) -> bool:
-    return keras_compat.flavour_of(callback) == keras_compat.KERAS_3 and any(
-        klass.__name__ == "BackupAndRestore" for klass in type(callback).__mro__)
+    return keras_compat.flavour_of(callback) == keras_compat.KERAS_3 and keras_compat.has_class_named(
+        callback, "BackupAndRestore")
 
 
 def worker_backup(backup: Any) -> Any:

@@ -177,7 +177,7 @@ def _check_callbacks(callbacks: list) -> None:
                     "Keras 3 model under parameter servers calls callbacks once an epoch",
                     "use epoch-level callbacks, or a custom loop that calls it every step"))
             continue
-        if any(klass.__name__ == "BackupAndRestore" for klass in type(callback).__mro__):
+        if keras_compat.has_class_named(callback, "BackupAndRestore"):
             raise ArgumentValueError(with_fix(
                 f"callbacks[{index}] is Keras 3's BackupAndRestore, which restores through Keras 3's own fit "
                 "and cannot here", f"checkpoint a custom loop with strategy.checkpoint ({_LOOP}), or build "

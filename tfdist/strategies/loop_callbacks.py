@@ -42,7 +42,7 @@ def fit_only_refusal(callbacks: Sequence[Any]) -> str | None:
     for index, callback in enumerate(callbacks):
         inner = getattr(callback, "callback", callback)  # a ChiefOnly wraps the real one
         for name, fix in _FIT_ONLY.items():
-            if any(klass.__name__ == name for klass in type(inner).__mro__):
+            if keras_compat.has_class_named(inner, name):
                 return with_fix(f"`callbacks[{index}]` is a {type(inner).__name__}, which only Model.fit drives "
                                 "(it reads fit's own training state)", fix)
     return None
