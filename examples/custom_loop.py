@@ -52,7 +52,7 @@ def train(strategy: Any, keras: ModuleType, epochs: int = 3, batch_size: int = 3
             optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
         optimizer = strategy.optimizer(optimizer)
     strategy.setup(model, optimizer)
-    data = strategy.distribute(digits().shuffle(2048, seed=0), batch_size=batch_size)
+    data = strategy.distribute(digits().shuffle(2048, seed=0, reshuffle_each_iteration=False), batch_size=batch_size)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     @strategy.function

@@ -1,5 +1,6 @@
-"""examples/custom_loop.py as a module, and the digits as arrays, for the job scripts that run its loop
-next to ``fit`` (ps_loop.py, mwm_keras3.py; run as scripts, this folder is on their path)."""
+"""examples/custom_loop.py as a module, the digits as arrays, and a refusal's message, for the job scripts
+that run its loop next to ``fit`` (ps_loop.py, ps_keras3.py, mwm_keras3.py; run as scripts, this folder is
+on their path)."""
 from __future__ import annotations
 
 import importlib.util
@@ -26,6 +27,17 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     return (data.images.reshape(len(data.images), 64) / 16.0).astype("float32"), data.target.astype("int32")
 
 
+def refused(call) -> str:
+    """``call()``'s TfdistError as ``"<class>: <message>"``, or ``"not refused"``."""
+    from tfdist.errors import TfdistError
+
+    try:
+        call()
+    except TfdistError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "not refused"
+
+
 def logged_loop(strategy, keras, epochs: int, batch_size: int, learning_rate: float, callbacks: list) -> list[dict]:
     """The example's model trained in a loop that drives ``strategy.callbacks(callbacks, ...)``: the logs
     every callback saw at each epoch's end (the figures the others added included)."""
@@ -36,7 +48,7 @@ def logged_loop(strategy, keras, epochs: int, batch_size: int, learning_rate: fl
         model = example.build_model(keras)
         optimizer = strategy.optimizer(keras.optimizers.SGD(learning_rate))
     strategy.setup(model, optimizer)
-    data = strategy.distribute(example.digits().shuffle(2048, seed=0), batch_size=batch_size)
+    data = strategy.distribute(example.digits().shuffle(2048, seed=0, reshuffle_each_iteration=False), batch_size=batch_size)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     @strategy.function

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tf_keras
 
-from loop_example import digits_arrays, load_example
+from loop_example import digits_arrays, load_example, refused
 
 OUTDIR = Path(sys.argv[1])
 strategy = tfdist.make_strategy("auto")  # the ps and the workers serve here and never return
@@ -42,21 +42,15 @@ def compiled(package):
     return model
 
 
-def refused(call) -> str:
-    try:
-        call()
-    except tfdist.TfdistError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return "not refused"
-
-
 found = {"kind": strategy.kind, "workers": strategy.num_workers}
 for name, package in (("keras_3", keras), ("tf_keras", tf_keras)):
     model = compiled(package)
     epochs = []
     recorder = package.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epochs.append(epoch))
+    saver = [keras.callbacks.ModelCheckpoint(str(OUTDIR / "k3-{epoch}.weights.h5"), save_weights_only=True)] \
+        if name == "keras_3" else []  # its batch hooks save every save_freq="epoch": once an epoch
     history = strategy.fit(model, X, Y, batch_size=32, epochs=4, validation_data=(X[:500], Y[:500]),
-                           callbacks=[recorder], verbose=0)
+                           callbacks=[recorder, *saver], verbose=0)
     found[name] = {"history": {k: [float(v) for v in values] for k, values in history.history.items()},
                    "epochs_seen": epochs, "iterations": int(model.optimizer.iterations.numpy()),
                    "evaluate": strategy.evaluate(model, X, Y, batch_size=64, return_dict=True, verbose=0),
@@ -75,8 +69,13 @@ found["refusals"] = {
     "batch_hooks": refused(lambda: strategy.fit(model, X, Y, epochs=1, callbacks=[EveryBatch()], verbose=0)),
     "backup": refused(lambda: strategy.fit(model, X, Y, epochs=1, verbose=0, callbacks=[
         keras.callbacks.BackupAndRestore(str(OUTDIR / "backup"))])),
+    "lambda_batch_hook": refused(lambda: strategy.fit(model, X, Y, epochs=1, verbose=0, callbacks=[
+        keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: None)])),
+    "tensorboard": refused(lambda: strategy.fit(model, X, Y, epochs=1, verbose=0, callbacks=[
+        keras.callbacks.TensorBoard(str(OUTDIR / "tb"))])),
     "class_weight": refused(lambda: strategy.fit(model, X, Y, epochs=1, class_weight={0: 2.0}, verbose=0)),
     "batched_dataset": refused(lambda: strategy.fit(model, example.digits().batch(32), epochs=1, verbose=0)),
 }
+found["checkpoints"] = sorted(path.name for path in OUTDIR.glob("k3-*.weights.h5"))
 (OUTDIR / "ps_keras3.json").write_text(json.dumps(found, indent=1, default=float))
 print("RESULT", json.dumps({k: v for k, v in found.items() if k != "refusals"}, default=float), flush=True)

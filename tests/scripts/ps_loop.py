@@ -32,7 +32,7 @@ import tfdist  # before tensorflow
 import numpy as np
 import tf_keras
 
-from loop_example import digits_arrays, load_example, logged_loop
+from loop_example import digits_arrays, load_example, logged_loop, refused
 from tfdist.callbacks import TensorBoardRun
 
 OUTDIR = Path(sys.argv[1])
@@ -59,14 +59,6 @@ def accuracy(model) -> float:
     local = example.build_model(tf_keras)
     local.set_weights(merged(model))
     return float(np.mean(np.argmax(local.predict(X, batch_size=512, verbose=0), axis=1) == Y))
-
-
-def refused(call) -> str:
-    try:
-        call()
-    except tfdist.TfdistError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return "not refused"
 
 
 def kill_worker_1(line: str) -> None:

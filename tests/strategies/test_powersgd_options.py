@@ -82,11 +82,11 @@ def test_a_keras_3_model_trains_through_powersgd_and_its_loss_scaling_is_refused
 
 
 @pytest.mark.no_gpu
-def test_under_mixed_float16_powersgd_follows_the_loss_scale_compile_added(one_worker):
-    """tf-keras' compile puts a LossScaleOptimizer around the strategy's optimizer under mixed_float16, and
-    the gradients reach PowerSGD scaled by it: strategy.fit has PowerSGD divide by the current scale, so
-    the errors are in the gradient's units (at 2**15 they were some 30,000 times larger). The first steps,
-    at a scale of 2**20, overflow float16 and are skipped, leaving PowerSGD's state as it was."""
+def test_under_mixed_float16_powersgd_trains_on_and_its_state_survives_the_skipped_overflows(one_worker):
+    """A tf-keras LossScaleOptimizer around the strategy's optimizer unscales the gradients before it
+    aggregates them (unlike Horovod's allreduce, which sees them scaled), so PowerSGD's errors are in the
+    gradient's units as they come (dividing them by the scale made them some 30,000 times smaller). The
+    first steps, at a scale of 2**20, overflow float16 and are skipped: PowerSGD's state is kept finite."""
     import numpy as np
     import tf_keras
 
@@ -106,12 +106,12 @@ def test_under_mixed_float16_powersgd_follows_the_loss_scale_compile_added(one_w
         history = one_worker.fit(model, x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
     finally:
         tf_keras.mixed_precision.set_global_policy("float32")
-    assert callable(getattr(optimizer, LOSS_SCALE_OF, None))
+    assert getattr(optimizer, LOSS_SCALE_OF, None) is None  # nothing to divide by here
     state = powersgd_state(model.optimizer)
     assert int(state.step.numpy()) == 32
     assert float(model.optimizer.loss_scale.numpy()) < 2.0 ** 20  # overflows were skipped
     largest = max(float(np.max(np.abs(error.numpy()))) for error in state.errors)
-    assert 0 < largest < 10.0, largest
+    assert 1e-2 < largest < 10.0, largest
     assert np.isfinite(history.history["loss"]).all()
 
 

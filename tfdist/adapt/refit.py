@@ -3,7 +3,8 @@
 The launch-time :class:`~tfdist.advise.model_inputs.Cluster` and
 :class:`~tfdist.advise.model_inputs.Workload` came from a probe or from defaults; the job measures
 what they stand for. From the last few epochs (the median of each figure over them, so that one
-noisy epoch, a checkpoint or a validation pass, moves nothing) :func:`refit` takes:
+noisy epoch, a checkpoint or a validation pass, moves nothing; for the links the lower median, so that
+of two epochs the slower counts) :func:`refit` takes:
 
 * ``Workload.step_ms``: the fastest worker's compute time of a step;
 * ``Cluster.speeds``: each worker's speed relative to it (fastest 1.0; a worker at a quarter of a
@@ -64,7 +65,9 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     bandwidths = []
     for host, launched in enumerate(cluster.bandwidths):
         seen = [rates[host] for rates in per_epoch if rates[host] is not None]
-        bandwidths.append(min(MAX_RATE, max(MIN_RATE, statistics.median(seen))) if seen else launched)
+        # the lower median: of two epochs that say something (the third a straggler's), the slower link,
+        # not their mean (links that had just slowed 160x read as half as fast as before: lab scenario C)
+        bandwidths.append(min(MAX_RATE, max(MIN_RATE, statistics.median_low(seen))) if seen else launched)
     return (dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths)),
             dataclasses.replace(workload, step_ms=step_ms))
 

@@ -72,15 +72,17 @@ class Replanner:
         self.cluster, self.workload = cluster, workload
         self.current = variant
         self.planned_at = 0
-        self.candidates = tuple(name for name in candidates if name in predictions)
+        #: Every variant a switch may take; each is weighed once a re-fit predicts it (a launch without
+        #: --model predicts no PowerSGD until the job reports its weight matrices).
+        self.candidates = tuple(candidates)
         self.predictions: dict[str, Prediction] = dict(predictions)
         self.margin, self.min_stay, self.in_process, self.memory = margin, min_stay, in_process, memory
         self.restart_s: float | None = None
         self.segment: list[dict[str, Any]] = []
         #: (seconds, examples) of the current plan's epochs after its first.
         self.timed: list[tuple[float, float]] = []
-        #: Seconds each candidate was predicted to need for the epochs so far.
-        self.fixed_seconds: dict[str, float] = {name: 0.0 for name in self.candidates}
+        #: Seconds each candidate predicted at launch was predicted to need for the epochs so far.
+        self.fixed_seconds: dict[str, float] = {name: 0.0 for name in self.candidates if name in predictions}
         self.measured_seconds = 0.0
         #: Why the run cannot switch (a script that cannot be resumed), once known.
         self.problem: str | None = None
@@ -175,7 +177,7 @@ class Replanner:
 
     def _add_fixed(self, examples: float, seconds: float) -> None:
         """The plan running took ``seconds`` (measured); each other is predicted for ``examples``."""
-        for name in self.candidates:
+        for name in self.fixed_seconds:
             prediction = self.predictions.get(name)
             if name == self.current:
                 self.fixed_seconds[name] += seconds

@@ -34,7 +34,7 @@ from tfdist.adapt import DEFAULT_MARGIN
 from tfdist.adapt.replan import Replanner, Verdict
 from tfdist.errors import TfdistError, with_fix
 from tfdist.auto.pipeline import Decision
-from tfdist.plan import IN_PROCESS_OPTIONS, backend_of, plan_environment
+from tfdist.plan import IN_PROCESS_OPTIONS, VARIANTS, backend_of, plan_environment
 
 __all__ = ["AdaptiveLaunch", "RunFolderError", "check_run_folder"]
 
@@ -173,9 +173,9 @@ class AdaptiveLaunch:
         return code
 
     def _candidates(self) -> tuple[str, ...]:
-        """The variants a switch may take: those whose backend a run can be stopped and resumed on."""
-        return tuple(name for name in self.decision.advice.predictions
-                     if backend_of(name) in run_channel.ADAPTIVE_BACKENDS)
+        """The variants a switch may take: every one whose backend a run can be stopped and resumed on
+        (weighed once a re-fit predicts it: PowerSGD needs the job's weight matrices)."""
+        return tuple(name for name in VARIANTS if backend_of(name) in run_channel.ADAPTIVE_BACKENDS)
 
     def _watch(self, epoch: int, stop: threading.Event, pending: list[_Switch]) -> None:
         """Answer each epoch report from ``epoch`` on (the lowest unanswered one: a report the chief could

@@ -8,7 +8,7 @@ gradients, before loss-scale unscaling, clipping and weight decay. The optimizer
 so ``model.save`` and ``keras.models.load_model`` work as before.
 
 Mixed precision (horovod#2989): loss scaling stays outside the allreduce. The gradients are
-allreduced while still scaled, so ``compression=fp16`` does not flush small ones to zero, and the
+allreduced while still scaled (PowerSGD divides them by the current scale: ``LOSS_SCALE_OF``), so ``compression=fp16`` does not flush small ones to zero, and the
 loss-scale optimizer then tests the allreduced values, the same on every rank: every rank makes the
 same finite/skip decision and applies the same update. tf-keras: ``LossScaleOptimizer(Horovod's
 wrapper)`` (what ``compile`` builds under ``mixed_float16``; a ``LossScaleOptimizer`` given to us is
@@ -40,7 +40,8 @@ LOSS_SCALE_OF = "_tfdist_loss_scale"
 
 def follow_loss_scale(owner: Any, loss_scale_optimizer: Any) -> None:
     """Have the PowerSGD state of ``owner`` read its gradients' scale from ``loss_scale_optimizer``
-    (public API of both Kerases: tf-keras' ``loss_scale``, Keras 3's ``scale_loss``)."""
+    (public API of both Kerases: tf-keras' ``loss_scale``, Keras 3's ``scale_loss``, which reads the
+    scale's variable once the optimizer is built: it is built before the allreduce)."""
     if flavour_of(loss_scale_optimizer) == KERAS_3:
         setattr(owner, LOSS_SCALE_OF, lambda: loss_scale_optimizer.scale_loss(1.0))
     else:
@@ -207,12 +208,15 @@ def _allreduce_in_apply(optimizer: Any, settings: AllreduceSettings) -> Any:
             _same_finite_decision(hvd, optimizer)
     else:
         apply = optimizer.apply  # the class's bound method; the instance attribute shadows it
+        follows_scale = inner is not None and settings.powersgd is not None
 
         def allreduce_then_apply(grads: Sequence[Any], trainable_variables: Any = None) -> Any:
+            if follows_scale and not optimizer.built and trainable_variables is not None:
+                optimizer.build(trainable_variables)  # the scale PowerSGD reads is then its variable
             return apply(reduce(list(grads)), trainable_variables)
 
         optimizer.apply = allreduce_then_apply
-        if inner is not None and settings.powersgd is not None:
+        if follows_scale:
             follow_loss_scale(optimizer, optimizer)
     setattr(optimizer, ALLREDUCE_MARK, settings)
     return optimizer

@@ -40,9 +40,13 @@ the errors are their MEAN, the one thing later steps depend on, so every checkpo
 state. :func:`synchronize_powersgd` makes each worker's errors that mean at the end of each epoch
 (``SynchronizePowerSGD``), so a resumed run and the run that went on hold the same state.
 
-Under ``mixed_float16`` tf-keras' ``LossScaleOptimizer`` aggregates through the same method while the
-gradients are still scaled: PowerSGD reads its current scale (:func:`follow_compiled_loss_scale`, for the
-one compile adds) and compresses the unscaled gradients (:mod:`tfdist.runtime.powersgd`).
+Under ``mixed_float16`` tf-keras' ``LossScaleOptimizer`` unscales the gradients in its
+``compute_gradients`` (tf_keras/src/mixed_precision/loss_scale_optimizer.py, ``LossScaleOptimizerV3``)
+before its ``apply_gradients`` aggregates them through the same method, then tests the aggregated
+values for overflow: PowerSGD sees gradients in their own units, and a step whose result is not finite
+(an overflow reaches every worker through the means) leaves its state as it was
+(:mod:`tfdist.runtime.powersgd`), as the loss-scale optimizer skips it on every worker. (Under Horovod
+the allreduce runs inside ``compute_gradients``, on scaled gradients: ``tfdist.runtime.allreduce``.)
 
 One replica per worker (one process per GPU, or the CPU): the state keeps one copy a worker.
 Importing this module does not import TensorFlow.
@@ -54,7 +58,7 @@ from typing import Any
 from tfdist import upstream
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, with_fix
 from tfdist.keras_compat import KERAS_3, TF_KERAS, flavour_of
-from tfdist.runtime.allreduce import POWERSGD_STATE, follow_loss_scale, loss_scale_of, powersgd_state
+from tfdist.runtime.allreduce import POWERSGD_STATE, powersgd_state
 
 #: Set on an optimizer whose gradient aggregation runs PowerSGD (its settings).
 COLLECTIVE_POWERSGD_MARK = "_tfdist_collective_powersgd"
@@ -72,9 +76,8 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
     inner = _inner_or_none(optimizer)
     if inner is not None and flavour == KERAS_3:
         raise ArgumentValueError(refusal_of_keras3_loss_scaling())
-    if inner is not None:  # a LossScaleOptimizer given: PowerSGD goes inside, and reads its scale
+    if inner is not None:  # a tf-keras LossScaleOptimizer given: PowerSGD goes inside (unscaled gradients)
         powersgd_optimizer(inner, settings, strategy)
-        follow_loss_scale(inner, optimizer)
         return optimizer
     if getattr(optimizer, COLLECTIVE_POWERSGD_MARK, None) is not None:
         raise ArgumentValueError(with_fix(
@@ -122,16 +125,13 @@ def refusal_of_keras3_loss_scaling() -> str:
         "scaling sees the allreduced gradients")
 
 
-def follow_compiled_loss_scale(optimizer: Any) -> None:
-    """When ``compile`` put a tf-keras ``LossScaleOptimizer`` (mixed_float16) around an optimizer that
-    aggregates through PowerSGD, have PowerSGD read that optimizer's scale (its gradients arrive scaled);
-    a Keras 3 one is refused (:func:`refusal_of_keras3_loss_scaling`)."""
+def refuse_compiled_keras3_loss_scale(optimizer: Any) -> None:
+    """Refuse the Keras 3 ``LossScaleOptimizer`` that compile put (mixed_float16) around an optimizer that
+    aggregates through PowerSGD (:func:`refusal_of_keras3_loss_scaling`); a tf-keras one needs nothing."""
     inner = _inner_or_none(optimizer)
-    if inner is None or getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is None:
-        return
-    if flavour_of(optimizer) == KERAS_3:
+    if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None \
+            and flavour_of(optimizer) == KERAS_3:
         raise ArgumentValueError(refusal_of_keras3_loss_scaling())
-    follow_loss_scale(inner, optimizer)
 
 
 def _aggregate(optimizer: Any, settings: Any, pairs: list) -> list:
@@ -177,8 +177,7 @@ def _reduce_across_workers(strategy: Any, grads: list, optimizer: Any, settings:
         with tf.init_scope():  # made once, eagerly, in the strategy's scope: ON_READ variables
             compressor = PowerSGD([t.shape for t in tensors], settings, per_worker=True)
             setattr(optimizer, POWERSGD_STATE, compressor)  # a checkpoint restored earlier fills it here
-    reduced = compressor.reduce(tensors, lambda values: allreduce_mean(strategy, values),
-                                scale=loss_scale_of(optimizer))
+    reduced = compressor.reduce(tensors, lambda values: allreduce_mean(strategy, values))
     # the job's mean gradient is what tf-keras' SUM of the replicas' scaled parts is: applied as it is
     return [tf.cast(value, tensor.dtype) for value, tensor in zip(reduced, tensors)]
 
@@ -215,5 +214,5 @@ def _inner_or_none(optimizer: Any) -> Any:
         return None
 
 
-__all__ = ["allreduce_mean", "follow_compiled_loss_scale", "local_replicas", "powersgd_optimizer",
+__all__ = ["allreduce_mean", "local_replicas", "powersgd_optimizer", "refuse_compiled_keras3_loss_scale",
            "synchronize_powersgd"]

@@ -300,7 +300,8 @@ class DistributedStrategy:
                 "create the optimizer inside `with strategy.scope():`"))
 
     def distribute(self, data: Any, batch_size: int, steps_per_epoch: int | None = None) -> loop.DistributedData:
-        """``data`` (an unbatched ``tf.data.Dataset``, shuffled with a seed if at all) as this backend
+        """``data`` (an unbatched ``tf.data.Dataset``, shuffled with a seed if at all, and under parameter
+        servers with ``reshuffle_each_iteration=False``: each worker rebuilds it) as this backend
         feeds the loop: batches of ``batch_size`` per replica, repeated, sharded over the processes.
 
             data = strategy.distribute(examples.shuffle(2048, seed=0), batch_size=32)

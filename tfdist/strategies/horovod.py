@@ -399,9 +399,12 @@ class HorovodStrategy(DistributedStrategy):
         synchronize_powersgd(optimizer)
 
     def _chief_value(self, value: int, name: str) -> int:
-        """The root rank's ``value`` (a resumed epoch: its weights follow in the broadcast before the
-        next step)."""
-        return int(self._hvd.broadcast_object(value, root_rank=self.options.root_rank, name=name))
+        """The chief's (rank 0's) ``value``."""
+        return int(self._hvd.broadcast_object(value, root_rank=0, name=name))
+
+    def _loop_agree_epoch(self, epoch: int) -> int:
+        """The root rank's epoch (its weights follow in the broadcast before the next step)."""
+        return int(self._hvd.broadcast_object(epoch, root_rank=self.options.root_rank, name="tfdist.loop.epoch"))
 
     # --- export (tfdist.export) ---------------------------------------------------------------------
     def _export_role(self) -> Any:

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from tfdist import keras_compat, upstream
 from tfdist.errors import ArgumentValueError, with_fix
-from tfdist.strategies import inputs
+from tfdist.strategies import inputs, loop
 
 log = logging.getLogger("tfdist")
 
@@ -71,10 +71,31 @@ def fit_inputs(x: Any, y: Any, kwargs: dict) -> tuple[Any, dict]:
         return x, kwargs
     arrays = (x,) if y is None else (x, y)
     examples = inputs.num_examples(arrays)
-    dataset = tf.data.Dataset.from_tensor_slices(arrays if y is not None else x)
+    elements = arrays if y is not None else x
+    dataset = tf.data.Dataset.from_tensor_slices(elements)
     if kwargs.pop("shuffle", True):
-        dataset = dataset.shuffle(examples, reshuffle_each_iteration=True)
+        dataset = epoch_shuffled(elements, examples)
+        if kwargs.get("steps_per_epoch") is None:  # the shuffled stream is endless
+            kwargs["steps_per_epoch"] = loop.steps_per_epoch(examples, int(kwargs["batch_size"]), 1, None)
     return dataset, kwargs
+
+
+def epoch_shuffled(elements: Any, examples: int) -> Any:
+    """The examples of ``elements`` (arrays, or a tuple of them) repeated, each epoch in another order
+    that every worker's rebuilt copy of the pipeline repeats: a permutation drawn statelessly from a seed
+    and the epoch's number. (A shuffle that reshuffles each epoch draws its seeds from a generator that the
+    per-worker graph does not carry: each worker drew its own order, and their shards overlapped, about
+    3/4 of the examples an epoch.)"""
+    seed = int(np.random.default_rng().integers(2**31))  # drawn once, on the coordinator, into the graph
+    tensors = tf.nest.map_structure(tf.convert_to_tensor, elements)
+
+    def one_epoch(epoch: Any) -> Any:
+        order = tf.random.experimental.stateless_shuffle(tf.range(examples, dtype=tf.int64),
+                                                         seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+        return tf.data.Dataset.from_tensor_slices(order)
+
+    return tf.data.Dataset.range(2**62).flat_map(one_epoch).map(
+        lambda index: tf.nest.map_structure(lambda tensor: tf.gather(tensor, index), tensors))
 
 
 def _refuse_unknown(kwargs: dict, known: frozenset[str], call: str) -> None:
@@ -123,6 +144,11 @@ def run_fit(strategy: Any, model: Any, dataset: Any, kwargs: dict) -> Any:
     epochs, initial_epoch = int(kwargs.get("epochs") or 1), int(kwargs.get("initial_epoch") or 0)
     callbacks = list(kwargs.get("callbacks") or [])
     _check_callbacks(callbacks)
+    steps_per_execution = max(int(getattr(model, "steps_per_execution", 1) or 1),
+                              int(strategy.options.steps_per_execution or 1))
+    if steps_per_execution > 1:
+        log.warning("tfdist: steps_per_execution=%d does not apply to a Keras 3 model under parameter servers: "
+                    "tfdist's loop schedules one step at a time", steps_per_execution)
     strategy.setup(model, model.optimizer)
     data = strategy.distribute(dataset, int(kwargs["batch_size"]), kwargs.get("steps_per_epoch"))
     metrics = StatelessMetrics(model, next(iter(dataset.batch(int(kwargs["batch_size"])).take(1))))
@@ -153,8 +179,11 @@ def run_fit(strategy: Any, model: Any, dataset: Any, kwargs: dict) -> Any:
         listed.on_epoch_begin(epoch)
         outputs = strategy.reduce("sum", [train_step(iterator) for _ in range(data.steps_per_epoch)])
         logs = {"loss": float(outputs.pop("loss")), **metrics.results(outputs, data.steps_per_epoch)}
-        if validation is not None:
-            logs.update({f"val_{key}": value for key, value in validation[0].run(validation[1]).items()})
+        if validation is not None:  # the clocks of Throughput and its kind stop for it, as in Keras' fit
+            listed.on_test_begin()
+            validated = validation[0].run(validation[1])
+            listed.on_test_end(validated)
+            logs.update({f"val_{key}": value for key, value in validated.items()})
         listed.on_epoch_end(epoch, logs)
         if model.stop_training:
             break
@@ -182,13 +211,16 @@ def _check_callbacks(callbacks: list) -> None:
                 f"callbacks[{index}] is Keras 3's BackupAndRestore, which restores through Keras 3's own fit "
                 "and cannot here", f"checkpoint a custom loop with strategy.checkpoint ({_LOOP}), or build "
                 "the model with tf-keras, whose fit under parameter servers takes BackupAndRestore"))
-        hooked = [name for name in BATCH_HOOKS
-                  if getattr(type(callback), name, None) is not getattr(keras.callbacks.Callback, name)]
+        if keras_compat.has_class_named(callback, "ModelCheckpoint") and getattr(callback, "save_freq", None) == "epoch":
+            continue  # its batch hooks save only every save_freq batches
+        hooked = [name for name in BATCH_HOOKS if name in vars(callback)  # LambdaCallback(on_batch_end=...)
+                  or getattr(type(callback), name, None) is not getattr(keras.callbacks.Callback, name)]
         if hooked:
             raise ArgumentValueError(with_fix(
                 f"callbacks[{index}] ({type(callback).__name__}) has batch hooks ({', '.join(hooked)}), and "
                 "strategy.fit of a Keras 3 model under parameter servers calls callbacks once an epoch",
-                "use epoch-level callbacks (tfdist.callbacks.TensorBoardRun, tfdist.callbacks.Throughput)"))
+                "use epoch-level callbacks (tfdist.callbacks.TensorBoardRun in place of keras.callbacks.TensorBoard, "
+            "ModelCheckpoint with save_freq='epoch', tfdist.callbacks.Throughput)"))
 
 
 class StatelessMetrics:
@@ -235,12 +267,18 @@ class StatelessMetrics:
         ``steps=1``, their sum)."""
         logs: dict[str, float] = {}
         for index, (metric, specs) in enumerate(zip(self.metrics, self.specs)):
-            states = [tf.constant(np.asarray(outputs[f"metric_{index}_{n}"]) * steps, dtype)
+            states = [tf.constant(_as_state(np.asarray(outputs[f"metric_{index}_{n}"]) * steps, dtype), dtype)
                       for n, (_, dtype) in enumerate(specs)]
             result = metric.stateless_result(states)
             named = result if isinstance(result, dict) else {metric.name: result}
             logs.update({key: float(value) for key, value in named.items()})
         return logs
+
+
+def _as_state(total: np.ndarray, dtype: Any) -> np.ndarray:
+    """A summed metric state back in its dtype's values: counts are integers (the float mean over the
+    steps times their number is off by rounding)."""
+    return np.rint(total) if tf.as_dtype(dtype).is_integer else total
 
 
 class Evaluation:

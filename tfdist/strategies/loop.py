@@ -32,21 +32,18 @@ backends' parts are the ``_loop_*`` hooks of ``DistributedStrategy`` and its sub
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Iterator, Sequence
 
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
+
+log = logging.getLogger("tfdist")
 
 #: The ops ``reduce`` takes: "sum" for values that add up over replicas (``average_loss``), "mean" for
 #: values each replica already holds whole (a metric's ``result()``).
 REDUCE_OPS = ("sum", "mean")
 #: Set by ``DistributedStrategy.optimizer`` on what it returns: the backend kind it prepared it for.
 PREPARED_FOR = "_tfdist_loop_prepared_for"
-#: Why Keras 3 does not train in the loop under parameter servers (``loop_refusal``).
-#: Why Keras 3's own fit and evaluate cannot run under parameter servers (tfdist's loop can).
-PS_KERAS_3_FIT_REASON = (
-    "Keras 3 dropped parameter-server training (keras-team/keras#18624): its TensorFlow trainer "
-    "(keras/src/backend/tensorflow/trainer.py) runs each step on this process and never schedules one "
-    "through a ClusterCoordinator, nor makes the per-worker datasets that would feed it")
 #: Why a Keras 3 model's variables cannot be sharded over the ps tasks.
 PS_KERAS_3_SHARDS_REASON = (
     "a Keras 3 variable of the TensorFlow backend hands TensorFlow its tf.Variable's handle "
@@ -222,6 +219,12 @@ def per_worker_stream(dataset: Any, batch_size: int, workers: int, shard: bool =
                                         external_state_policy=warn_on_external_state, strip_device_assignment=True)
     spec = dataset.element_spec
     split = shard and workers > 1
+    if split and reshuffles_each_epoch(graph):
+        log.warning(
+            "tfdist loop: the dataset reshuffles each epoch (shuffle with reshuffle_each_iteration=True, the "
+            "default), and under parameter servers each worker rebuilds it with seeds of its own, so the "
+            "workers' shards overlap (about 3/4 of the examples an epoch); pass "
+            "shuffle(..., seed=..., reshuffle_each_iteration=False) for shards that cover every example once")
 
     def dataset_fn() -> Any:
         copy = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph), spec)
@@ -229,6 +232,16 @@ def per_worker_stream(dataset: Any, batch_size: int, workers: int, shard: bool =
         return stream(copy, batch_size, workers, index, split)
 
     return dataset_fn
+
+
+def reshuffles_each_epoch(graph: Any) -> bool:
+    """Whether a dataset's serialized graph (``DatasetToGraphV2``) holds a shuffle that reshuffles each
+    epoch: its seeds come from a seed generator that a copy rebuilt from the graph draws anew."""
+    import tensorflow as tf
+
+    graph_def = tf.compat.v1.GraphDef.FromString(graph.numpy())
+    nodes = [*graph_def.node, *(node for function in graph_def.library.function for node in function.node_def)]
+    return any(node.op.startswith("Shuffle") and node.attr["reshuffle_each_iteration"].b for node in nodes)
 
 
 class Scheduled:

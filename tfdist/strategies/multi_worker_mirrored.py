@@ -125,7 +125,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def _before_fit(self, model: Any, x: Any) -> None:
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:  # compile may have wrapped ours in a LossScaleOptimizer (mixed_float16)
-            collective_powersgd.follow_compiled_loss_scale(optimizer)
+            collective_powersgd.refuse_compiled_keras3_loss_scale(optimizer)
         one_replicas_step_logs(model)
         keras3_multi_worker.prepare(model)  # what Keras 3's fit lacks here (keras-team/keras#20585)
 
