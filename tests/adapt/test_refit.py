@@ -95,6 +95,18 @@ def test_the_median_of_the_last_epochs_ignores_one_outlier_and_older_epochs():
     assert refit(LAUNCHED, SMALL, epochs, last=1)[0].speeds == pytest.approx((1.0, 1.0))  # epoch 3 alone
 
 
+def test_links_that_just_slowed_count_at_the_slower_of_two_epochs_not_their_mean():
+    """The lab's scenario C: links drop from unlimited to 50 Mbit/s; of the three epochs a re-fit reads, the
+    last fast one and the first slow one say something about the links, and the one between looked like a
+    straggler's (a slow link's first epoch is uneven). The mean of the two read the links as half as fast
+    as before (the run left the ring for parameter servers predicted 49x too fast); the slower counts."""
+    fast, slow = LAUNCHED, dataclasses.replace(LAUNCHED, bandwidths=(GBIT / 160,))
+    uneven = dataclasses.replace(slow, speeds=(1.0, 0.6))  # below EVEN_SPEED: says nothing of the links
+    epochs = [measure(fast, SMALL, "horovod", 3), measure(uneven, SMALL, "horovod", 4),
+              measure(slow, SMALL, "horovod", 5)]
+    assert refit(LAUNCHED, SMALL, epochs)[0].bandwidths == pytest.approx((GBIT / 160,) * 2, rel=1e-6)
+
+
 def test_links_the_epochs_say_nothing_about_keep_their_launch_rate():
     one_host = Cluster(workers=2, workers_per_host=2, bandwidths=(GBIT,))
     epoch = measure(Cluster(workers=2, workers_per_host=2, bandwidths=(GBIT / 20,)), SMALL, "horovod")

@@ -179,3 +179,24 @@ def test_links_that_slow_later_change_the_compression_in_process():
     assert [(v.to, v.in_process) for v in verdicts if v.action == "switch"] == [("horovod_fp16", True)], [
         v.line for v in verdicts]
     assert len(verdicts) in (7, 8)  # one or two slow epochs: the median of three sees it after two
+
+
+def test_powersgd_unpredicted_at_launch_is_weighed_once_the_job_reports_its_matrices():
+    """A launch without --model knows no weight matrices, so it predicts no PowerSGD; the job's epoch
+    reports carry them (the MLP's kernels). On links that slowed to 50 Mbit/s, PowerSGD (a restart) beats
+    fp16 (in process): it was never weighed while the candidates were the launch's predictions."""
+    follow = lab_planner()
+    follow = Replanner(follow.cluster, follow.workload, "horovod",
+                       {name: p for name, p in follow.predictions.items() if name != "horovod_powersgd"},
+                       candidates=(*CANDIDATES, "horovod_powersgd"), in_process=frozenset({"compression"}))
+    assert "horovod_powersgd" not in follow.predictions
+    verdicts = []
+    for epoch in range(EPOCHS):
+        said = report(epoch, (5.4, 5.4), comm=440.0 if epoch >= 6 else 9.2)
+        said["matrices"] = [[784, 512], [512, 512], [512, 10]]
+        verdicts.append(follow.on_epoch(said))
+        if verdicts[-1].action == "switch":
+            break
+    assert [(v.to, v.in_process) for v in verdicts if v.action == "switch"] == [("horovod_powersgd", False)], [
+        v.line for v in verdicts]
+    assert "horovod_powersgd" not in follow.fixed_seconds  # not predicted from the start: not accounted
