@@ -130,7 +130,7 @@ def run_evaluate(model: Any, x: Any, y: Any, kwargs: dict) -> Any:
     _refuse_unknown(kwargs, EVALUATE_ARGUMENTS, "strategy.evaluate")
     data = x if y is None else (x, y)
     batches = evaluation_batches(data, kwargs.get("batch_size"), kwargs.get("steps"))
-    logs = Evaluation(model, batches).run(batches)
+    logs = Evaluation(model, batches).run()
     if kwargs.get("return_dict"):
         return logs
     values = list(logs.values())
@@ -156,7 +156,7 @@ def run_fit(strategy: Any, model: Any, dataset: Any, kwargs: dict) -> Any:
     if kwargs.get("validation_data") is not None:
         batches = evaluation_batches(kwargs["validation_data"], kwargs["batch_size"],  # unbatched, as x
                                      kwargs.get("validation_steps"))
-        validation = (Evaluation(model, batches), batches)
+        validation = Evaluation(model, batches, metrics)  # the training's metrics, built once
 
     @strategy.function
     def train_step(batch: Any) -> dict:
@@ -181,7 +181,7 @@ def run_fit(strategy: Any, model: Any, dataset: Any, kwargs: dict) -> Any:
         logs = {"loss": float(outputs.pop("loss")), **metrics.results(outputs, data.steps_per_epoch)}
         if validation is not None:  # the clocks of Throughput and its kind stop for it, as in Keras' fit
             listed.on_test_begin()
-            validated = validation[0].run(validation[1])
+            validated = validation.run()
             listed.on_test_end(validated)
             logs.update({f"val_{key}": value for key, value in validated.items()})
         listed.on_epoch_end(epoch, logs)
@@ -226,7 +226,7 @@ def _check_callbacks(callbacks: list) -> None:
 class StatelessMetrics:
     """The model's compiled metrics, computed without state on the workers: each step returns the
     metrics' state updated from zeros by its own batch; the epoch sums them and asks the metrics for
-    their result. The metrics are built on the coordinator from one local batch of ``dataset``."""
+    their result. The metrics are built on the coordinator from one local ``batch``."""
 
     def __init__(self, model: Any, batch: Any) -> None:
         import keras
@@ -284,13 +284,14 @@ def _as_state(total: np.ndarray, dtype: Any) -> np.ndarray:
 class Evaluation:
     """The loss and compiled metrics of ``model`` over finite ``batches``, computed on this process (the
     coordinator reads the variables from the ps): each batch in one traced function, the loss averaged
-    over the examples as Keras' evaluate does, the metrics' states summed."""
+    over the examples as Keras' evaluate does, the metrics' states summed. ``metrics``: the model's
+    :class:`StatelessMetrics` when already built (fit's), else built here from the first batch."""
 
-    def __init__(self, model: Any, batches: Any) -> None:
+    def __init__(self, model: Any, batches: Any, metrics: StatelessMetrics | None = None) -> None:
         import keras
 
-        self.model = model
-        self.metrics = StatelessMetrics(model, next(iter(batches)))
+        self.batches = batches
+        self.metrics = metrics if metrics is not None else StatelessMetrics(model, next(iter(batches)))
 
         @tf.function
         def test_step(batch: Any) -> dict:
@@ -303,9 +304,9 @@ class Evaluation:
 
         self.test_step = test_step
 
-    def run(self, batches: Any) -> dict[str, float]:
+    def run(self) -> dict[str, float]:
         totals: dict[str, Any] = {}
-        for batch in batches:
+        for batch in self.batches:
             for key, value in self.test_step(batch).items():
                 totals[key] = totals.get(key, 0.0) + np.asarray(value)
         if not totals:

@@ -456,7 +456,7 @@ class ParameterServerStrategy(DistributedStrategy):
             return keras3_parameter_server.run_evaluate(model, x, y, dict(evaluate_kwargs))
 
     def _run_fit(self, model: Any, x: Any, y: Any, kwargs: dict) -> Any:
-        if keras_compat.flavour_of(model) == keras_compat.KERAS_3:
+        if self._fitting_keras_3:
             return keras3_parameter_server.run_fit(self, model, x, kwargs)
         return super()._run_fit(model, x, y, kwargs)
 
