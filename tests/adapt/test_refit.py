@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
-from tfdist.adapt.refit import EVEN_SPEED
+from tfdist.adapt.refit import EVEN_SPEED, current_regime, stragglers
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -93,6 +93,26 @@ def test_the_median_of_the_last_epochs_ignores_one_outlier_and_older_epochs():
     later = [measure(straggling, SMALL, "horovod", epoch=e) for e in (6, 4, 5)]  # any order
     assert refit(LAUNCHED, SMALL, epochs + later)[0].speeds == pytest.approx((1.0, 0.25))
     assert refit(LAUNCHED, SMALL, epochs, last=1)[0].speeds == pytest.approx((1.0, 1.0))  # epoch 3 alone
+
+
+def test_a_change_of_who_straggles_is_refitted_on_from_its_first_epoch():
+    """Scenario B: w2 drops to a quarter of a core after two even epochs. The median of the last three
+    saw it only once two of them were slow; the new regime counts from its first epoch, and so does a
+    recovery. Within a regime the median still holds (the slow epochs' figures, not the even ones')."""
+    steady, straggling = LAUNCHED, dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25))
+    epochs = [measure(steady, SMALL, "horovod", epoch=e) for e in (1, 2)]
+    slow = measure(straggling, SMALL, "horovod", epoch=3)
+    assert current_regime([*epochs, slow]) == [slow]
+    assert refit(LAUNCHED, SMALL, [*epochs, slow])[0].speeds == pytest.approx((1.0, 0.25))
+    assert stragglers(slow) == {1} and stragglers(epochs[0]) == frozenset()
+    recovered = measure(steady, SMALL, "horovod", epoch=5)
+    slower = [slow, measure(straggling, SMALL, "horovod", epoch=4)]
+    assert current_regime([*slower, recovered]) == [recovered]
+    assert refit(LAUNCHED, SMALL, [*slower, recovered])[0].speeds == pytest.approx((1.0, 1.0))
+    assert current_regime([*epochs, *slower]) == slower
+    noisy = measure(dataclasses.replace(LAUNCHED, speeds=(1.0, 0.6)), SMALL, "horovod", epoch=3)
+    assert current_regime([*epochs, noisy]) == [*epochs, noisy]  # a loaded machine's noise: the median's
+    assert refit(LAUNCHED, SMALL, [*epochs, noisy])[0].speeds == pytest.approx((1.0, 1.0))
 
 
 def test_links_that_just_slowed_count_at_the_slower_of_two_epochs_not_their_mean():

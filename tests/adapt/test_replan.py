@@ -42,9 +42,11 @@ def test_even_workers_never_switch():
     assert all(": stay on horovod: " in v.line for v in verdicts[1:]), [v.line for v in verdicts]
 
 
-def test_a_straggler_switches_to_parameter_servers_once_the_median_sees_it():
-    """w2 at a quarter of a core from the third epoch (index 2): the median of the plan's last three
-    epochs shows it after two slow epochs, and the ring waits for w2 on every step."""
+def test_a_straggler_switches_to_parameter_servers_at_its_first_epoch():
+    """w2 at a quarter of a core from the third epoch (index 2): a change of who straggles starts a new
+    regime, so the first slow epoch is re-fitted on alone (a median of the last three epochs saw it only
+    after two slow epochs: the lab's scenario B switched three epochs after the change), and the ring
+    waits for w2 on every step."""
     follow = planner()
     computes = [(10.0, 10.0)] * 2 + [(10.0, 40.0)] * 18
     verdicts = []
@@ -53,7 +55,7 @@ def test_a_straggler_switches_to_parameter_servers_once_the_median_sees_it():
         if verdicts[-1].action == "switch":
             break
     assert [v.action for v in verdicts] == ["continue"] * (len(verdicts) - 1) + ["switch"]
-    assert verdicts[-1].to == "parameter_server" and len(verdicts) in (3, 4), [v.line for v in verdicts]
+    assert verdicts[-1].to == "parameter_server" and len(verdicts) == 3, [v.line for v in verdicts]
     assert "switch horovod -> parameter_server" in verdicts[-1].line
     assert "paid back after" in verdicts[-1].line
 
@@ -127,7 +129,7 @@ def ps_report(epoch: int, computes: tuple[float, ...], comm: float = 20.0) -> di
 
 def test_parameter_servers_switch_back_to_the_ring_once_the_straggler_recovers():
     """Scenario D: on parameter servers since epoch 4 (w2 straggling), the run stays while w2 is slow
-    and goes back to Horovod once the median of the plan's epochs sees w2 at full speed again."""
+    and goes back to Horovod at the first epoch with w2 at full speed again (a new regime)."""
     follow = planner()
     follow.switched("parameter_server", at_epoch=4, took_s=12.0)
     slow = [follow.on_epoch(ps_report(epoch, (10.0, 40.0))) for epoch in range(4, 8)]
@@ -139,7 +141,7 @@ def test_parameter_servers_switch_back_to_the_ring_once_the_straggler_recovers()
         if verdicts[-1].action == "switch":
             break
     assert [v.action for v in verdicts] == ["continue"] * (len(verdicts) - 1) + ["switch"], [v.line for v in verdicts]
-    assert verdicts[-1].to in ("horovod", "horovod_fp16") and len(verdicts) == 2, [v.line for v in verdicts]
+    assert verdicts[-1].to in ("horovod", "horovod_fp16") and len(verdicts) == 1, [v.line for v in verdicts]
     assert "switch parameter_server -> horovod" in verdicts[-1].line
 
 
@@ -200,3 +202,42 @@ def test_powersgd_unpredicted_at_launch_is_weighed_once_the_job_reports_its_matr
     assert [(v.to, v.in_process) for v in verdicts if v.action == "switch"] == [("horovod_powersgd", False)], [
         v.line for v in verdicts]
     assert "horovod_powersgd" not in follow.fixed_seconds  # not predicted from the start: not accounted
+
+
+def straggle_until_switch(follow: Replanner, first: int = 0) -> list:
+    """Even epochs, then w2 at a quarter of the speed from ``first + 2``, until a switch (or the end)."""
+    verdicts = []
+    for epoch in range(first, EPOCHS):
+        verdicts.append(follow.on_epoch(report(epoch, (10.0, 10.0) if epoch < first + 2 else (10.0, 40.0))))
+        if verdicts[-1].action == "switch":
+            break
+    return verdicts
+
+
+def test_a_plan_that_delivered_less_than_its_switch_promised_is_weighed_at_what_it_delivered():
+    """The lab's parameter servers, predicted from a ring's epochs at 6,354 examples/s, ran 3,300: the
+    ratio is kept, so the model's error for that plan is not paid for twice (no switch back to it that
+    only the raw prediction would make)."""
+    follow = planner()
+    verdicts = straggle_until_switch(follow)
+    assert verdicts[-1].to == "parameter_server"
+    promised = follow.predictions["parameter_server"].examples_per_second
+    follow.switched("parameter_server", at_epoch=3, took_s=12.0)
+    assert follow.promised == {"parameter_server": promised} and follow.delivered == {}
+    for epoch in (3, 4):  # the first epoch of a plan is start-up; the second is timed
+        half = ps_report(epoch, (10.0, 40.0))
+        half.update(examples_per_second=promised / 2, seconds=STEPS * 2 * 64 / (promised / 2))
+        follow.on_epoch(half)
+    assert follow.delivered["parameter_server"] == pytest.approx(0.5)
+    assert follow.expected_rate("parameter_server") == pytest.approx(
+        0.5 * follow.predictions["parameter_server"].examples_per_second)
+
+    raw, told = planner(), planner()
+    told.delivered["parameter_server"] = 0.5
+    assert straggle_until_switch(raw)[-1].to == "parameter_server"
+    scaled = straggle_until_switch(told)
+    assert all(v.action == "continue" for v in scaled), [v.line for v in scaled]
+    kept = planner()
+    kept.delivered["parameter_server"] = 0.9  # a plan that nearly kept its promise is still taken
+    found = straggle_until_switch(kept)
+    assert found[-1].to == "parameter_server" and "x 0.90 as it ran before" in found[-1].line, found[-1].line

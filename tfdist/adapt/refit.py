@@ -3,8 +3,9 @@
 The launch-time :class:`~tfdist.advise.model_inputs.Cluster` and
 :class:`~tfdist.advise.model_inputs.Workload` came from a probe or from defaults; the job measures
 what they stand for. From the last few epochs (the median of each figure over them, so that one
-noisy epoch, a checkpoint or a validation pass, moves nothing; for the links the lower median, so that
-of two epochs the slower counts) :func:`refit` takes:
+noisy epoch moves nothing; for the compute, only the epochs since who straggles last changed,
+:func:`current_regime`, so that a straggler counts from its first epoch; for the links the lower
+median, so that of two epochs the slower counts) :func:`refit` takes:
 
 * ``Workload.step_ms``: the fastest worker's compute time of a step;
 * ``Cluster.speeds``: each worker's speed relative to it (fastest 1.0; a worker at a quarter of a
@@ -43,14 +44,15 @@ from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
 
-#: Epochs a re-fit reads by default: the median of 3 follows a change one epoch after it shows.
+#: Epochs a re-fit reads by default, at most: the median of 3 within one regime (see current_regime).
 DEFAULT_LAST_EPOCHS = 3
 
 
 def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasurement], *,
           last: int = DEFAULT_LAST_EPOCHS) -> tuple[Cluster, Workload]:
     """``(cluster, workload)`` with speeds, worker-host links and ``step_ms`` re-fitted from the
-    ``last`` epochs (by index) of ``epochs``; each figure is the median over those epochs.
+    ``last`` epochs (by index) of ``epochs``; each figure is the median over those epochs, the compute
+    times over those of them that share the newest epoch's stragglers (:func:`current_regime`).
 
     Drop the first epoch of a plan from ``epochs`` (tracing and start-up inflate it). Raises
     :class:`~tfdist.adapt.errors.AdaptError` for no epochs or a worker count other than the cluster's,
@@ -58,7 +60,8 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     (a worker stalled a million times slower than the fastest).
     """
     recent = _recent(epochs, cluster.workers, last)
-    computes = [statistics.median(e.workers[i].compute_ms for e in recent) for i in range(cluster.workers)]
+    regime = current_regime(recent)
+    computes = [statistics.median(e.workers[i].compute_ms for e in regime) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
     per_epoch = [_link_rates(cluster, e, workload.allreduce_overhead_ms / 1000) for e in recent]
@@ -93,6 +96,38 @@ def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list
 
 #: A ring whose slowest worker computes below this share of the fastest's speed has a straggler.
 EVEN_SPEED = 0.75
+
+
+#: A worker below this share of the fastest's speed straggles clearly: a change of which workers do
+#: starts a new regime (:func:`current_regime`). Lower than EVEN_SPEED, so that the noise of a loaded
+#: machine (one rank 25-40 % slower for an epoch) is left to the median.
+CLEAR_STRAGGLER = 0.5
+
+
+def stragglers(epoch: EpochMeasurement) -> frozenset[int]:
+    """The workers (by index) that computed below ``CLEAR_STRAGGLER`` of the fastest worker's speed in ``epoch``."""
+    fastest = min(w.compute_ms for w in epoch.workers)
+    return frozenset(i for i, w in enumerate(epoch.workers) if fastest / w.compute_ms < CLEAR_STRAGGLER)
+
+
+def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]:
+    """The newest epochs of ``epochs`` (by index) that have the newest epoch's :func:`stragglers`: a
+    change of who straggles clearly (a worker slowed below ``CLEAR_STRAGGLER`` of the fastest, or caught
+    up) starts a new regime, believed from its first epoch. A median over epochs on both sides of the
+    change would see it only once most of them are after it: on the lab (scenario B) the median of
+    three switched at epoch 6 or 7, each straggling epoch costing about twice a parameter-server one
+    (benchmarks/README.md). The price: one epoch in which a worker was slow for a while counts in full;
+    the switch rule's margin and payback still stand between it and a switch."""
+    ordered = sorted(epochs, key=lambda e: e.epoch)
+    if not ordered:
+        return []
+    regime = stragglers(ordered[-1])
+    start = len(ordered) - 1
+    while start > 0 and stragglers(ordered[start - 1]) == regime:
+        start -= 1
+    return ordered[start:]
+
+
 def _speed_share(epoch: EpochMeasurement) -> float:
     """The slowest worker's speed over the fastest's in one epoch (compute time, inverted)."""
     computes = [w.compute_ms for w in epoch.workers]

@@ -9,7 +9,9 @@ measured once, on the first even ring epochs: :func:`tfdist.adapt.hindsight.ring
 among ``candidates`` (the variants whose backend can be switched to) that the advisor may recommend
 on the re-fitted predictions (:func:`tfdist.advise.recommend.allowed`: memory, fp16 only where the
 wire limits the ring): the plan running at the median
-of its measured epochs (the same epochs the re-fit reads), the others as the re-fitted model predicts.
+of its measured epochs (the same epochs the re-fit reads), the others as the re-fitted model predicts;
+a plan the run switched to before is weighed at that prediction times what it delivered against its
+promise then (:meth:`Replanner.expected_rate`), so a plan the model over-rates is not taken twice.
 
 It also keeps what each fixed plan would have taken: every epoch, its measured seconds for the plan that
 ran it, and for each other candidate the seconds it was predicted to need (the launch-time predictions
@@ -25,10 +27,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS
+from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS, current_regime
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
-from tfdist.adapt.hindsight import refitted, ring_overhead
+from tfdist.adapt.hindsight import measured_epochs, refitted, ring_overhead
 from tfdist.advise.cost import Prediction
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.memory import MemoryCheck
@@ -37,6 +39,9 @@ from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.run_channel import CONTINUE, SWITCH
 
 __all__ = ["Replanner", "Verdict"]
+
+#: Bounds on a plan's delivered-over-promised ratio (one odd epoch must not rule a plan out for good).
+MIN_DELIVERED, MAX_DELIVERED = 0.2, 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,13 +94,27 @@ class Replanner:
         self._told: set[str] = set()
         #: A ring step's fixed cost (ms) as the job measured it, once it did.
         self.ring_overhead_ms: float | None = None
+        #: Per variant switched to: the examples/s the re-fit predicted for it when the run switched.
+        self.promised: dict[str, float] = {}
+        #: Per variant that ran after a switch: its measured examples/s over what the switch promised
+        #: (its later predictions are scaled by it: see :meth:`expected_rate`).
+        self.delivered: dict[str, float] = {}
 
     def switched(self, variant: str, at_epoch: int, took_s: float | None = None) -> None:
         """The job now runs ``variant``, from the boundary after ``at_epoch`` epochs; ``took_s``: what the
         switch cost (the next decisions use it as the cost of a restart)."""
+        promised = self.predictions.get(variant)
+        if promised is not None and promised.examples_per_second > 0:
+            self.promised[variant] = promised.examples_per_second
         self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
         if took_s is not None:
             self.restart_s = took_s
+
+    def expected_rate(self, variant: str) -> float:
+        """``variant``'s predicted examples/s, scaled by what it delivered against its promise when the run
+        last switched to it (the model's own error for that plan on this cluster: on the lab, parameter
+        servers re-fitted from a ring's epochs were predicted at 6,354 examples/s and ran 3,300)."""
+        return self.predictions[variant].examples_per_second * self.delivered.get(variant, 1.0)
 
     def on_epoch(self, report: Mapping[str, Any]) -> Verdict:
         """The verdict on a chief's epoch report (never raises: a report the model cannot take keeps the plan)."""
@@ -131,7 +150,9 @@ class Replanner:
         if found is None:
             return Verdict(CONTINUE, None, f"{head}: the plan is kept")
         self.predictions = found[1]
-        recent = self.timed[-DEFAULT_LAST_EPOCHS:]  # the current plan as measured, over the re-fit's epochs
+        # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
+        regime = current_regime(measured_epochs(record, self.current)[-DEFAULT_LAST_EPOCHS:])
+        recent = self.timed[-max(1, len(regime)):]
         examples = statistics.median(e for _, e in recent)
         takeable = set(allowed(self.predictions, self.memory)) | {self.current}
         seconds_per_epoch = epoch_seconds({name: self.predictions[name] for name in self.candidates
@@ -140,6 +161,12 @@ class Replanner:
         if self.current not in seconds_per_epoch:
             return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
         seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)
+        if self.current in self.promised:
+            measured = examples / seconds_per_epoch[self.current]
+            self.delivered[self.current] = min(MAX_DELIVERED, max(MIN_DELIVERED, measured / self.promised[self.current]))
+        for name in seconds_per_epoch:
+            if name != self.current and name in self.delivered:
+                seconds_per_epoch[name] /= self.delivered[name]
         decision = decide(seconds_per_epoch, self.current, epoch=epoch + 1, planned_at=self.planned_at,
                           epochs_remaining=max(0, epochs - epoch - 1), restart_s=self.restart_s,
                           margin=self.margin, min_stay=self.min_stay, in_process=self.in_process)
@@ -150,8 +177,10 @@ class Replanner:
                               "model and compile it with a tf-keras or Keras 3 optimizer before strategy.fit, or "
                               "launch with --no-adapt")
         if decision.switch:
+            scaled = (f" x {self.delivered[decision.to]:.2f} as it ran before" if decision.to in self.delivered
+                      else "")
             return Verdict(SWITCH, decision.to, f"{head} ({fitted}, {decision.to} "
-                                                f"{self.predictions[decision.to].examples_per_second:,.0f}): "
+                                                f"{self.expected_rate(decision.to):,.0f}{scaled}): "
                                                 f"{decision.reason}",
                            in_process=not needs_restart(self.current, decision.to, self.in_process))
         return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
