@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -124,6 +125,11 @@ def test_a_straggler_switches_the_run_once_and_the_next_plan_resumes(decision, t
         ("horovod", "horovod"), ("parameter_server", "parameter_server")]
     switched = [line for line in lines if line.startswith("tfdist launch: re-planned at epoch ")]
     assert len(switched) == 1 and " horovod -> parameter_server (measured " in switched[0], lines
+    phases = re.search(r"switching took ([\d.]+) s: ([\d.]+) s until the old job ended, ([\d.]+) s until the new "
+                       r"one had started and restored\)$", switched[0])
+    # the old job ended once the launcher saw its chief leave: a stop phase of its own, inside the total
+    assert phases and 0 < float(phases[2]) <= float(phases[1]), switched[0]
+    assert abs(float(phases[2]) + float(phases[3]) - float(phases[1])) < 0.15, switched[0]
     assert adaptive.final.backend.name == "parameter_server" and adaptive.final.hosts == decision.requested_hosts
     epochs = [line for line in lines if line.startswith("tfdist launch: epoch ")]
     assert len(epochs) == EPOCHS  # every epoch answered once, across both plans

@@ -73,8 +73,11 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
     switches = [line for line in lines if line.startswith("tfdist launch: re-planned at epoch ")]
     assert len(switches) == 1, output[-5000:]
     found = re.match(r"tfdist launch: re-planned at epoch (\d+): (\S+) -> parameter_server \(measured [\d,]+ "
-                     r"examples/s, predicted [\d,]+ for parameter_server; switching took [\d.]+ s\)$", switches[0])
+                     r"examples/s, predicted [\d,]+ for parameter_server; switching took ([\d.]+) s: ([\d.]+) s until the old job "
+                     r"ended, ([\d.]+) s until the new one had started and restored\)$", switches[0])
     assert found and found.group(2).startswith("horovod"), switches[0]
+    took, stopping, starting = (float(found.group(g)) for g in (3, 4, 5))
+    assert 0 < stopping <= took and starting > 0, switches[0]  # the old job's end and the new one's start
     at = int(found.group(1))
     assert 3 <= at < EPOCHS, switches[0]
 

@@ -14,7 +14,8 @@ and restarts as for any switch, and the next decisions price every switch as a r
 prints one line per epoch, one line per switch::
 
     tfdist launch: re-planned at epoch 4: horovod -> parameter_server (measured 1,030 examples/s, predicted
-    3,950 for parameter_server; switching took 14.2 s)
+    3,950 for parameter_server; switching took 14.2 s: 2.1 s until the old job ended, 12.1 s until the
+    new one had started and restored)
     tfdist launch: re-planned at epoch 6: horovod -> horovod_fp16 in process (measured 262 examples/s,
     predicted 505 for horovod_fp16; switching took 0.1 s, the next epoch traces the step again)
 
@@ -110,6 +111,8 @@ class _Switch:
     asked_at: float
     took_s: float | None = None
     in_process: bool = False
+    #: Seconds from the verdict until the old job had ended (a restart only).
+    stopped_s: float | None = None
 
 
 @dataclass
@@ -152,11 +155,13 @@ class AdaptiveLaunch:
                 finally:
                     stop.set()
                     watcher.join()
+                ended = time.time()
                 state = run_channel.read_json(run_channel.state_path(self.folder))
                 if (code != 0 or not pending or state is None or state.get("status") != "saved"
                         or state.get("epoch") != pending[-1].epoch):
                     break  # done, failed or interrupted (130): the next plan starts only after a clean stop
                 switch = pending[-1]
+                switch.stopped_s = max(0.0, ended - switch.asked_at)
                 if switch.in_process:  # the job could not change in-process: every switch is a restart now
                     switch.in_process = False
                     self.planner.in_process = frozenset()
@@ -235,9 +240,12 @@ class AdaptiveLaunch:
             return
         last.took_s = max(0.0, resumed["time"] - last.asked_at)
         self.planner.restart_s = last.took_s
+        phases = "" if last.stopped_s is None else (
+            f": {last.stopped_s:.1f} s until the old job ended, {max(0.0, last.took_s - last.stopped_s):.1f} s "
+            f"until the new one had started and restored")
         self.log(f"tfdist launch: re-planned at epoch {last.epoch}: {last.source} -> {last.target} (measured "
                  f"{last.measured:,.0f} examples/s, predicted {last.predicted:,.0f} for {last.target}; switching "
-                 f"took {last.took_s:.1f} s)")
+                 f"took {last.took_s:.1f} s{phases})")
 
     def _said(self, verdict: Verdict) -> dict:
         """What the tasks read: the verdict, and for an in-process switch the plan they take."""
@@ -254,7 +262,7 @@ class AdaptiveLaunch:
             verdict = self.planner.on_epoch(report)
             if verdict.action == run_channel.SWITCH and verdict.to is not None:
                 measured = float(report.get("examples_per_second") or 0.0)
-                predicted = self.planner.predictions[verdict.to].examples_per_second
+                predicted = self.planner.expected_rate(verdict.to)
                 pending.append(_Switch(epoch + 1, self.planner.current, verdict.to, measured, predicted, time.time(),
                                        in_process=verdict.in_process))
             return verdict
