@@ -109,6 +109,8 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
         self.switched_to: str | None = None
         #: The epochs done when this task stopped for a switch (else None).
         self.switched_at: int | None = None
+        #: Whether the chief wrote ``left-<E>.json`` (:func:`tell_left`).
+        self.told_left = False
         self.resume_problem: str | None = None
         self.off = False
         self._started = self._ended = 0.0
@@ -119,6 +121,14 @@ class AdaptiveEpochs(tf_keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._started = time.monotonic()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        """After a switch, the chief tells the launcher it left (``strategy.fit`` puts this callback after
+        the ones you gave and its own, so their training has ended and event files are flushed). ``fit``
+        has not returned yet: freeing its tf.data iterator can stall in TensorFlow (docs/adaptive.md,
+        "Not covered yet"), and the launcher need not wait for that."""
+        if self.switched_to is not None:
+            tell_left(self)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._ended = time.monotonic()
@@ -216,6 +226,18 @@ def _resume_problem(model: Any, folder: str) -> str | None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
+
+
+def tell_left(callback: AdaptiveEpochs) -> None:
+    """The chief's last act for a switch, once: ``left-<E>.json``, after which the launcher ends the job."""
+    if not callback.is_chief or callback.switched_at is None or callback.told_left:
+        return
+    callback.told_left = True
+    try:
+        run_channel.write_json(run_channel.left_path(callback.folder, callback.switched_at),
+                               {"to": callback.switched_to, "time": time.time()})
+    except (OSError, ValueError) as exc:
+        log.warning("tfdist adapt: cannot tell the launcher this task ended (%s); it waits for the job", exc)
 
 
 def _scratch(folder: str, what: str) -> str:

@@ -66,8 +66,9 @@ def resumed_path(folder: str, epoch: int) -> str:
 
 
 def left_path(folder: str, epoch: int) -> str:
-    """Written by the chief that stopped for a switch after ``epoch`` epochs, as its last act (``fit``
-    and its callbacks done, files closed): the launcher may end the rest of that job at once."""
+    """Written by the chief that stopped for a switch after ``epoch`` epochs, as its last act (the
+    callbacks of ``fit`` ended, files closed; ``fit`` itself may still be freeing its data iterator):
+    the launcher may end the rest of that job at once."""
     return os.path.join(folder, f"left-{epoch}.json")
 
 

@@ -207,3 +207,26 @@ def test_the_output_check_stops_at_keras_placeholders(tmp_path):
     assert paths == [("ModelCheckpoint(filepath=...)", str(tmp_path / "ckpt"))]
     check_writable(paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and not list((tmp_path / "ckpt").iterdir())
+
+
+def test_a_switching_chief_tells_the_launcher_it_left_before_fit_returns(tmp_path):
+    """The launcher ends the old job once ``left-<E>.json`` is there. It is written when fit's callbacks
+    end (this one comes last), not after ``fit`` returns: freeing fit's tf.data iterator stalled 30 s
+    and more on the lab, and the switch waited for it. Written once; not by another task, nor without a switch."""
+    from tfdist import run_channel
+    from tfdist.callbacks.adaptive import AdaptiveEpochs, tell_left
+
+    chief = AdaptiveEpochs(str(tmp_path), is_chief=True, variant="horovod", epochs=6)
+    chief.on_train_end()
+    assert not list(tmp_path.glob("left-*.json"))  # no switch: nothing to tell
+    chief.switched_to, chief.switched_at = "parameter_server", 4
+    chief.on_train_end()
+    left = run_channel.read_json(run_channel.left_path(str(tmp_path), 4))
+    assert left is not None and left["to"] == "parameter_server"
+    (tmp_path / "left-4.json").unlink()
+    tell_left(chief)  # end_if_switched's call after fit: already told
+    assert not (tmp_path / "left-4.json").exists()
+    other = AdaptiveEpochs(str(tmp_path), is_chief=False, variant="horovod", epochs=6)
+    other.switched_to, other.switched_at = "parameter_server", 4
+    other.on_train_end()
+    assert not (tmp_path / "left-4.json").exists()

@@ -16,7 +16,8 @@ import time
 from typing import Any
 
 from tfdist import run_channel
-from tfdist.callbacks.adaptive import AdaptiveEpochs, ResumeError, restore, resumed_wall_time, saved_state
+from tfdist.callbacks.adaptive import (AdaptiveEpochs, ResumeError, restore, resumed_wall_time, saved_state,
+                                      tell_left)
 from tfdist.callbacks.epoch_clock import EpochClock
 from tfdist.plan import (IN_PROCESS_OPTIONS, Plan, PlanError, backend_of, changed_options, in_process_change,
                          parse_plan, variant_options)
@@ -159,17 +160,12 @@ def continue_clocks(callbacks: list, callback: AdaptiveEpochs | None) -> None:
 
 def end_if_switched(callback: AdaptiveEpochs | None) -> None:
     """End this process when the launcher switched plans: the script after ``fit`` (evaluation,
-    export) runs in the next plan's job, once training is done. The chief's last act tells the
-    launcher (``run_channel.left_path``), which then ends the rest of the job without waiting for a
-    slow host's tasks to wind down."""
+    export) runs in the next plan's job, once training is done. The chief told the launcher it left
+    (``run_channel.left_path``) at the end of ``fit``'s callbacks, so the launcher ends the rest of the
+    job without waiting for a slow host's tasks, or for ``fit`` to free its data iterator."""
     if callback is None or callback.switched_to is None:
         return
     log.warning("tfdist adapt: switching to %s; this task ends here and the launcher starts the next plan",
                 callback.switched_to)
-    if callback.is_chief and callback.switched_at is not None:
-        try:
-            run_channel.write_json(run_channel.left_path(callback.folder, callback.switched_at),
-                                   {"to": callback.switched_to, "time": time.time()})
-        except (OSError, ValueError) as exc:
-            log.warning("tfdist adapt: cannot tell the launcher this task ended (%s); it waits for the job", exc)
+    tell_left(callback)  # where fit's callbacks did not end (on_train_end tells it first)
     raise SystemExit(0)
