@@ -260,12 +260,14 @@ def describe(record: dict) -> str:
 def measure(args: argparse.Namespace, records: list[dict]) -> None:
     from tfdist.testing.netlab import Lab
 
-    with tempfile.TemporaryDirectory(prefix="tfdist-adaptive-", dir="/tmp") as workdir, Lab(HOSTS) as lab:
-        runner = Runner(lab, Path(workdir), args.timeout, args.slow_cores, args.data)
+    with tempfile.TemporaryDirectory(prefix="tfdist-adaptive-", dir="/tmp") as scratch, Lab(HOSTS) as lab:
+        workdir = Path(args.keep or scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        runner = Runner(lab, workdir, args.timeout, args.slow_cores, args.data)
         try:
             for scenario in args.scenarios:
                 for repeat in range(args.repeats):
-                    for job in rotated(JOBS, repeat):
+                    for job in rotated(args.jobs, repeat):
                         record = runner.run(scenario, job, repeat, args.steps, args.epochs)
                         records.append(record)
                         print(describe(record), flush=True)
@@ -284,6 +286,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-cores", type=float, default=0.25, help="w2's cores in B and D (default 0.25)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run before it is killed")
     parser.add_argument("--json", metavar="FILE", help="write every run and every row here")
+    parser.add_argument("--jobs", default=",".join(JOBS),
+                        help=f"comma-separated, from {','.join(JOBS)} (default all; the ratios need all three)")
+    parser.add_argument("--keep", metavar="DIR", help="keep each run's log and result in DIR (default: deleted)")
     parser.add_argument("--data", choices=("digits", "random"), default="digits",
                         help="what the jobs train on (default the shipped digits, with a held-out accuracy)")
     args = parser.parse_args(argv)
@@ -294,6 +299,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.repeats < 1 or args.epochs < 3 or args.steps < 1 or not 0 < args.slow_cores <= 2:
         parser.error("--repeats >= 1, --epochs >= 3, --steps >= 1 and 0 < --slow-cores <= 2")
     args.scenarios = [s for s in SCENARIOS if s.key in keys]
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    if not jobs or any(j not in JOBS for j in jobs):
+        parser.error(f"--jobs {args.jobs!r}: give jobs from {','.join(JOBS)}, comma-separated, e.g. adaptive")
+    args.jobs = [j for j in JOBS if j in jobs]
     return args
 
 

@@ -266,9 +266,11 @@ def advice_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().startswith(keep)]
 
 
-def launch_argv(job: str, steps: int, out: Path, ssh_port: int, identity: Path) -> list[str]:
+def launch_argv(job: str, steps: int, out: Path, ssh_port: int, identity: Path, with_model: bool = True) -> list[str]:
     """The `tfdist launch` command line of ``job`` (run on host c); auto saves its plan beside ``out``
-    (:func:`plan_path`), not in the working directory."""
+    (:func:`plan_path`), not in the working directory. ``with_model=False``: auto without ``--model``
+    and ``--batch-size`` (the links probed, the model a first guess) and with ``--no-adapt``, so that
+    what runs is its first plan."""
     ssh = ["--ssh-port", str(ssh_port), "--ssh-identity-file", str(identity), "--grace", "2"]
     timing = ["--steps", str(steps), "--epochs", str(TIMED_EPOCHS), "--warmup-epochs", "1",
               "--batch-size", str(BATCH)]
@@ -277,9 +279,9 @@ def launch_argv(job: str, steps: int, out: Path, ssh_port: int, identity: Path) 
                 "--network-interface", "eth0", *ssh, "--", PYTHON, str(HERE / "baseline_horovod.py"),
                 "--model", "small", *timing]
     if job == "auto":
+        model = ["--model", "auto_job:build_model", "--batch-size", str(BATCH)] if with_model else ["--no-adapt"]
         return [PYTHON, "-m", "tfdist", "launch", "--backend", "auto", "--hosts", "w1:1,w2:1,p1:1",
-                "--ps", "1", "--model", "auto_job:build_model", "--batch-size", str(BATCH),
-                "--save-plan", str(plan_path(out)), *ssh, "--",
+                "--ps", "1", *model, "--save-plan", str(plan_path(out)), *ssh, "--",
                 PYTHON, str(HERE / "auto_job.py"), *timing, "--out", str(out)]
     if job == "ps":
         return [PYTHON, "-m", "tfdist", "launch", "--hosts", "w1:1,w2:1,p1:1,c:1", "--chief-host", "c",
@@ -326,15 +328,15 @@ class Runner(LabRunner):
 
     hosts = HOSTS
 
-    def __init__(self, lab, workdir: Path, timeout: float) -> None:
+    def __init__(self, lab, workdir: Path, timeout: float, with_model: bool = True) -> None:
         super().__init__(lab)
-        self.workdir, self.timeout = workdir, timeout
+        self.workdir, self.timeout, self.with_model = workdir, timeout, with_model
 
     def run(self, regime: Regime, job: str, repeat: int, steps: int) -> dict:
         self.count += 1
         out = self.workdir / f"run{self.count}.json"
         log_path = self.workdir / f"run{self.count}-{job}.log"
-        argv = launch_argv(job, steps, out, self.lab.ssh_port, self.lab.identity_file)
+        argv = launch_argv(job, steps, out, self.lab.ssh_port, self.lab.identity_file, self.with_model)
         record: dict[str, Any] = {"regime": regime.key, "job": job, "repeat": repeat,
                                   "steps_per_epoch": steps}
         started = time.monotonic()
@@ -387,7 +389,7 @@ def measure(args: argparse.Namespace, records: list[dict]) -> None:
     from tfdist.testing.netlab import Lab
 
     with tempfile.TemporaryDirectory(prefix="tfdist-auto-plan-", dir="/tmp") as workdir, Lab(HOSTS) as lab:
-        runner = Runner(lab, Path(workdir), args.timeout)
+        runner = Runner(lab, Path(workdir), args.timeout, not args.without_model)
         try:
             for regime in args.regimes:
                 for host in HOSTS:
@@ -417,6 +419,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="steps per rank and epoch in every regime (default: each "
                         "regime's, sized for the plain ring; PowerSGD's 10 plain warm-up steps need longer epochs "
                         "to show its steady rate)")
+    parser.add_argument("--without-model", action="store_true",
+                        help="launch auto without --model and --batch-size (a link probe and a first guess of the "
+                        "model) and with --no-adapt: its first plan, as the job would start")
     parser.add_argument("--json", metavar="FILE", help="write every run and every row here")
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -440,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"auto_plan: {started:%Y-%m-%d %H:%M} UTC, commit {commit}, nproc {os.cpu_count()}, load average "
           f"(1, 5, 15 min) {', '.join(f'{x:.2f}' for x in load_before)}; repeats {args.repeats}, regimes "
           f"{'; '.join(r.name for r in args.regimes)}, steps per epoch "
-          f"{', '.join(str(steps_for(r, args.quick, args.steps)) for r in args.regimes)}", flush=True)
+          f"{', '.join(str(steps_for(r, args.quick, args.steps)) for r in args.regimes)}"
+          + ("; auto without --model, --no-adapt (its first plan)" if args.without_model else ""), flush=True)
     wall_start = time.monotonic()
     records: list[dict] = []
     interrupted = measure_interruptibly(measure, args, records)
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {"quick": args.quick, "repeats": args.repeats,
                          "regimes": [r.key for r in args.regimes],
                          "steps": {r.key: steps_for(r, args.quick, args.steps) for r in args.regimes},
-                         "timed_epochs": TIMED_EPOCHS, "batch_size": BATCH},
+                         "timed_epochs": TIMED_EPOCHS, "batch_size": BATCH, "without_model": args.without_model},
             "wall_seconds": wall, "nproc": os.cpu_count(), "load_before": load_before,
             "load_after": load_after,
             "rows": rows, "runs": records}, indent=1, default=str))

@@ -82,3 +82,12 @@ def test_every_command_line_is_one_tfdist_launch_takes(bench, job, tmp_path):
         assert ctx.params["save_plan"] == str(tmp_path / "out-plan.json")
     else:
         assert command[command.index("--backend") + 1] == {"horovod": "horovod", "ps": "parameter_server"}[job]
+
+
+def test_jobs_and_a_kept_folder_are_options_and_a_wrong_job_is_refused(bench, capsys):
+    args = bench.parse_args(["--scenarios", "b", "--jobs", "adaptive,horovod", "--keep", "/tmp/x"])
+    assert [s.key for s in args.scenarios] == ["B"] and args.jobs == ["horovod", "adaptive"]  # the usual order
+    assert args.keep == "/tmp/x" and bench.parse_args([]).jobs == list(bench.JOBS)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--jobs", "horovod,elastic"])
+    assert "--jobs 'horovod,elastic': give jobs from horovod,ps,adaptive" in capsys.readouterr().err

@@ -167,6 +167,20 @@ def test_every_command_line_is_one_tfdist_launch_parses(bench, job, tmp_path):
         assert command[1].endswith("baseline_horovod.py") and ctx.params["network_interface"] == "eth0"
 
 
+def test_auto_without_model_parses_and_runs_its_first_plan(bench, tmp_path):
+    """--without-model: no --model or --batch-size for the launcher (the link probe and a first guess),
+    and --no-adapt, so the job measures the first plan."""
+    from tfdist.cli.launch import launch
+
+    key = tmp_path / "id"
+    key.write_text("")
+    argv = bench.launch_argv("auto", 24, tmp_path / "out.json", 2222, key, with_model=False)
+    ctx = launch.make_context("launch", argv[4:])
+    assert ctx.params["backend"] == "auto" and ctx.params["no_adapt"] is True
+    assert ctx.params["model"] is None and ctx.params["batch_size"] is None
+    assert bench.parse_args(["--without-model"]).without_model is True
+
+
 def test_jobs_rotate_and_regimes_are_the_briefs(bench):
     assert [bench.rotated(bench.JOBS, r) for r in range(3)] == [
         ["hand-written", "auto", "ps"], ["auto", "ps", "hand-written"], ["ps", "hand-written", "auto"]]
