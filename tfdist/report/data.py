@@ -260,10 +260,10 @@ def segments(run: Run) -> tuple[Segment, ...]:
     return tuple(found)
 
 
-def predictions(run: Run) -> tuple[Prediction, ...]:
-    """The run's predicted-vs-measured rows: one per plan of an adaptive run (:func:`segments`), else
-    :func:`prediction`'s one (none without a prediction)."""
-    parts = segments(run)
+def predictions(run: Run, parts: tuple[Segment, ...] | None = None) -> tuple[Prediction, ...]:
+    """The run's predicted-vs-measured rows: one per plan of an adaptive run (``parts``, default
+    :func:`segments`), else :func:`prediction`'s one (none without a prediction)."""
+    parts = segments(run) if parts is None else parts
     if not parts:
         one = prediction(run)
         return () if one is None else (one,)
@@ -436,6 +436,7 @@ def report_data(runs: Sequence[Run]) -> ReportData:
     system = [c for run in runs for sub in run.subs(SYSTEM_PREFIX) for tag in SYSTEM_TAGS
               if (c := _system_curve(run, sub, tag))]
     columns, rows = hparam_table(runs)
+    parts = [(run, segments(run)) for run in runs]
     notes: list[str] = []
     targets = tuple(t for run in runs for t in time_to_target(run))
     result_columns, result_rows = result_table(runs, {t.run: t.examples_per_second for t in rates},
@@ -445,8 +446,8 @@ def report_data(runs: Sequence[Run]) -> ReportData:
         throughput=tuple(rates),
         scaling=scaling(runs, {t.run: t.examples_per_second for t in rates}, notes),
         time_to_target=targets, system=tuple(system), hparam_columns=columns, hparam_rows=rows,
-        predictions=tuple(p for run in runs for p in predictions(run)),
-        segments=tuple(part for run in runs for part in segments(run)), not_read=not_read,
+        predictions=tuple(p for run, found in parts for p in predictions(run, found)),
+        segments=tuple(part for _, found in parts for part in found), not_read=not_read,
         notes=tuple(notes), result_columns=result_columns, result_rows=result_rows)
 
 
