@@ -127,8 +127,8 @@ def test_a_straggler_switches_the_run_once_and_the_next_plan_resumes(decision, t
     assert len(switched) == 1 and " horovod -> parameter_server (measured " in switched[0], lines
     phases = re.search(r"switching took ([\d.]+) s: ([\d.]+) s until the old job ended, ([\d.]+) s until the new "
                        r"one had started and restored\)$", switched[0])
-    # the old job ended once the launcher saw its chief leave: a stop phase of its own, inside the total
-    assert phases and 0 < float(phases[2]) <= float(phases[1]), switched[0]
+    # the old job's stop is inside the total (here a fake job that stops at once: 0.0 s is allowed)
+    assert phases and 0 <= float(phases[2]) <= float(phases[1]), switched[0]
     assert abs(float(phases[2]) + float(phases[3]) - float(phases[1])) < 0.15, switched[0]
     assert adaptive.final.backend.name == "parameter_server" and adaptive.final.hosts == decision.requested_hosts
     epochs = [line for line in lines if line.startswith("tfdist launch: epoch ")]
