@@ -56,6 +56,62 @@ def test_horovod_refuses_datasets_whose_shards_could_differ_in_length():
     assert kwargs["steps_per_epoch"] == 3
 
 
+# --- tfdist's own array pipeline (Horovod) ---------------------------------------------------------
+def _epoch(dataset) -> list:
+    return [tuple(np.asarray(part) for part in element) for element in dataset]
+
+
+def test_a_horovod_rank_trains_on_its_arrays_through_a_pipeline_without_autotuning():
+    """Keras' own array pipeline autotunes, and freeing its iterator stalled ``fit`` up to a minute."""
+    x, y = _arrays(11)
+    weights = np.arange(11.0)
+    sx, sy, kwargs = inputs.horovod_fit_inputs(x, y, {"sample_weight": weights, "batch_size": 2}, 1, 2, shard=True)
+    pipeline, none, kwargs = inputs.array_fit_pipeline(sx, sy, kwargs)
+    assert none is None and not {"batch_size", "sample_weight", "shuffle"} & set(kwargs)
+    assert pipeline.options().autotune.enabled is False
+    first, second = _epoch(pipeline), _epoch(pipeline)
+    assert [len(batch[0]) for batch in first] == [2, 2, 1]  # Keras' cut: the last batch partial
+    for epoch in (first, second):  # this rank's shard, every example once, weights kept with it
+        seen = np.concatenate([batch[0] for batch in epoch])
+        np.testing.assert_array_equal(np.sort(seen[:, 0]), np.sort(x[1::2][:5, 0]))
+        for bx, by, bw in epoch:
+            np.testing.assert_array_equal(by[:, 0], bx[:, 0] * 10)
+            np.testing.assert_array_equal(bw, bx[:, 0] / 2)
+    orders = {tuple(np.concatenate([b[0] for b in _epoch(pipeline)])[:, 0]) for _ in range(8)}
+    assert len(orders) > 1  # a new order every epoch, as Keras' shuffle=True
+
+
+def test_the_array_pipeline_keeps_the_order_without_shuffle_and_batches_validation_alike():
+    x, y = _arrays(6)
+    pipeline, _, kwargs = inputs.array_fit_pipeline(
+        x, y, {"batch_size": 4, "shuffle": False, "validation_data": (x[:5], y[:5])})
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in _epoch(pipeline)]), x)
+    validation = kwargs["validation_data"]
+    assert validation.options().autotune.enabled is False
+    assert [len(b[0]) for b in _epoch(validation)] == [4, 1]
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in _epoch(validation)]), y[:5])
+    _, _, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 4, "validation_batch_size": 5,
+                                                    "validation_data": (x, y)})
+    assert [len(b[0]) for b in _epoch(kwargs["validation_data"])] == [5, 1]
+    features = {"a": x, "b": x[:, :1]}
+    pipeline, _, _ = inputs.array_fit_pipeline(features, y, {"batch_size": 6})
+    (batch_x, batch_y), = list(pipeline)
+    assert set(batch_x) == {"a", "b"} and batch_y.shape == (6, 1)
+
+
+def test_keras_keeps_what_only_its_array_path_takes():
+    x, y = _arrays(6)
+    for kwargs in ({"validation_split": 0.5}, {"steps_per_epoch": 2}):
+        same_x, _, same = inputs.array_fit_pipeline(x, y, dict(kwargs, batch_size=2))
+        assert same_x is x and same["batch_size"] == 2
+    listed, _, _ = inputs.array_fit_pipeline([x, x], y, {"batch_size": 2})  # inputs by position: Keras'
+    assert isinstance(listed, list)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
+    assert inputs.array_fit_pipeline(dataset, None, {})[0] is dataset
+    _, _, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 3, "validation_data": [x, y]})
+    assert kwargs["validation_batch_size"] == 3 and kwargs["validation_data"][0] is x  # not Keras' 32
+
+
 # --- tf.distribute global batches ------------------------------------------------------------
 def test_global_batches_multiply_the_per_replica_batch():
     x, y = _arrays(8)

@@ -270,7 +270,8 @@ class HorovodStrategy(DistributedStrategy):
 
     # --- data ---------------------------------------------------------------------------------
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        return inputs.horovod_fit_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data)
+        x, y, kwargs = inputs.horovod_fit_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data)
+        return inputs.array_fit_pipeline(x, y, kwargs)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.horovod_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data,

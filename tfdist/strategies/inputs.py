@@ -13,6 +13,8 @@ The rules, the same on every backend:
 
 Horovod: every rank must run the same number of steps, or the ranks that finish first leave the
 others waiting in an allreduce forever; the helpers therefore cut every shard to the smallest one.
+A rank's arrays then become tfdist's own pipeline, with tf.data's autotuning off
+(``array_fit_pipeline``): Keras' own can stall ``fit`` for up to a minute as it returns.
 """
 from __future__ import annotations
 
@@ -159,6 +161,63 @@ def horovod_fit_inputs(x: Any, y: Any, kwargs: dict, rank: int, size: int, *,
     vx, vy, weights = horovod_inputs(validation[0], validation[1] if len(validation) > 1 else None,
                                      weights, rank, size, shard=True, steps_key="validation_steps")
     kwargs["validation_data"] = (vx, vy, *([weights["sample_weight"]] if weights else []))
+    return x, y, kwargs
+
+
+# --- tfdist's own array pipeline ------------------------------------------------------------------
+def without_autotune(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """``dataset`` with tf.data's autotuning off, so its iterator starts no ``tf_data_model`` thread.
+
+    Freeing an autotuned iterator joins that thread, and the join can wait out the thread's sleep,
+    which doubles up to 60 s as a run goes on: the thread is woken by the cancellation, and can
+    check for it before the cancellation is marked done, then sleep again. Lab runs stalled 30-108 s
+    as ``fit`` returned, on every backend (``benchmarks/README.md``)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def _plain_arrays(value: Any) -> bool:
+    """An array or tensor, or a dict of them: what the array pipeline rebuilds (lists and tuples of
+    inputs stay Keras' own, which maps them to a model's inputs by position)."""
+    if isinstance(value, dict):
+        return bool(value) and all(isinstance(leaf, (np.ndarray, tf.Tensor)) for leaf in value.values())
+    return isinstance(value, (np.ndarray, tf.Tensor))
+
+
+def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool) -> tf.data.Dataset:
+    """Batches of ``arrays`` (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``) as Keras cuts them
+    from arrays: each epoch a new order when ``shuffle``, the last batch partial, the next batches
+    gathered ahead (two); autotuning off (``without_autotune``)."""
+    tensors = tf.nest.map_structure(tf.convert_to_tensor, arrays)
+    indices = tf.data.Dataset.range(num_examples(arrays))
+    if shuffle:
+        indices = indices.shuffle(num_examples(arrays), reshuffle_each_iteration=True)
+    batches = indices.batch(batch_size).map(
+        lambda batch: tf.nest.map_structure(lambda tensor: tf.gather(tensor, batch), tensors))
+    return without_autotune(batches.prefetch(2))
+
+
+def array_fit_pipeline(x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+    """``fit``'s arrays (and validation arrays) as tfdist's own pipeline (``array_batches``), in
+    place of the one Keras builds from them with autotuning on.
+
+    Left to Keras: anything but arrays and dicts of arrays, and ``fit`` calls that use what only
+    arrays take (``validation_split``) or that cut epochs by ``steps_per_epoch``."""
+    if (x is None or is_dataset(x) or kwargs.get("validation_split") or kwargs.get("steps_per_epoch")
+            or not all(_plain_arrays(value) for value in (x, y, kwargs.get("sample_weight")) if value is not None)):
+        return x, y, kwargs
+    kwargs = dict(kwargs)
+    batch_size = int(kwargs.pop("batch_size", None) or DEFAULT_BATCH_SIZE)
+    weights = kwargs.pop("sample_weight", None)
+    arrays = (x,) if y is None else (x, y) if weights is None else (x, y, weights)
+    x, y = array_batches(arrays, batch_size, shuffle=bool(kwargs.pop("shuffle", True))), None
+    validation = kwargs.get("validation_data")
+    validation_batch = int(kwargs.pop("validation_batch_size", None) or batch_size)
+    if isinstance(validation, tuple) and validation and all(_plain_arrays(value) for value in validation):
+        kwargs["validation_data"] = array_batches(validation, validation_batch, shuffle=False)
+    elif validation is not None and not is_dataset(validation):
+        kwargs["validation_batch_size"] = validation_batch  # Keras' default would be 32, not fit's batch
     return x, y, kwargs
 
 
