@@ -20,8 +20,10 @@ from tfdist.probe.driver import (
     aggregate,
     default_workers,
     measure_link,
+    measure_round,
     measured_hosts,
     ring,
+    rounds,
 )
 from tfdist.launch.hosts import parse_hosts, place_tasks
 
@@ -45,6 +47,16 @@ def test_ring_goes_round_both_ways_and_two_hosts_both_directions():
     assert ring(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a"), ("b", "a"), ("c", "b"), ("a", "c")]
     with pytest.raises(ProbeError, match="two hosts or more.*fix: "):
         ring(["a"])
+
+
+def test_the_ring_is_measured_in_rounds_where_no_host_sends_or_receives_twice():
+    assert rounds(ring(["a", "b"])) == [[("a", "b"), ("b", "a")]]
+    assert rounds(ring(["a", "b", "c"])) == [[("a", "b"), ("b", "c"), ("c", "a")],
+                                            [("b", "a"), ("c", "b"), ("a", "c")]]
+    assert rounds([("a", "b"), ("a", "c"), ("c", "b"), ("b", "a")]) == [[("a", "b"), ("b", "a")],
+                                                                        [("a", "c"), ("c", "b")]]
+    for group in rounds(ring(list("abcdef"))):
+        assert len({s for s, _ in group}) == len(group) == len({t for _, t in group})
 
 
 def test_a_slow_host_does_not_make_its_fast_neighbours_slow():
@@ -207,6 +219,21 @@ def test_a_link_measured_over_loopback_by_real_agents():
     measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
     assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
     assert measured.target_memory is not None and measured.target_memory.usable > 2**20  # the receiver's host
+
+
+def test_a_round_of_links_is_measured_at_once_by_real_agents():
+    """Two directions at once: every sender pings, waits for `go`, then all transfer together."""
+    started = []
+
+    def start(host, spec):
+        started.append(spec)
+        return Agent([sys.executable, "-m", "tfdist.probe.agent"], spec, host)
+
+    measured = measure_round([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.5, start)
+    assert [(m.source, m.target) for m in measured] == [("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")]
+    assert all(m.rate_bps > 10e6 and 0 < m.latency_s < 0.05 for m in measured)
+    assert [spec["role"] for spec in started] == ["receive", "receive", "send", "send"]
+    assert all(spec["gated"] is True for spec in started[2:])
 
 
 def test_an_agent_that_dies_is_named_with_its_host():

@@ -14,7 +14,9 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   The rate is taken between the first byte after ``skip`` seconds of the bulk and the last byte, so
   a token bucket's initial burst does not inflate it;
 * ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
-  (latency = median RTT / 2), then send for ``seconds`` and close;
+  (latency = median RTT / 2), then send for ``seconds`` and close; with ``"gated": true`` (a round
+  of links measured at once) it prints ``{"ready": true}`` after the pings and sends once a ``go``
+  line comes, so that no sender's pings queue behind another's transfer;
 * ``compute``: build ``model`` (``module:build_fn``), train warm-up steps at ``batch_size`` on random
   data shaped like ``model.input_shape``, print ``{"ready": true}`` and wait for a ``go`` line on stdin
   (the prober starts every host's agent at once and lets one host at a time time its steps); then
@@ -115,8 +117,11 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
             "memory": read_host_memory().as_dict()}  # every probed host receives once
 
 
-def send(peer: str, port: int, seconds: float, pings: int) -> dict[str, Any]:
-    """Time ``pings`` one-byte round trips to ``peer``, then send for ``seconds``; RTTs and bytes."""
+def send(peer: str, port: int, seconds: float, pings: int,
+         ready: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Time ``pings`` one-byte round trips to ``peer``, then send for ``seconds``; RTTs and bytes.
+    ``ready`` (a probe measuring several links at once): called between the pings and the transfer,
+    it returns when every sender has pinged, so no ping waits behind another link's transfer."""
     try:
         conn = socket.create_connection((peer, port), timeout=30)
     except OSError as exc:
@@ -133,6 +138,8 @@ def send(peer: str, port: int, seconds: float, pings: int) -> dict[str, Any]:
                 raise ProbeAgentError(with_fix(f"{peer} did not echo a ping", "use the same tfdist version "
                                                "on every host"))
             rtts.append(time.perf_counter() - start)
+        if ready is not None:
+            ready()
         conn.sendall(DATA)
         block = os.urandom(CHUNK)
         sent = 0
@@ -371,8 +378,9 @@ def _watch_stdin(read: Callable[[], bytes], pending: bytes, on_eof: Callable[[],
 
 
 def _gate(go: threading.Event, out: IO[str]) -> Callable[[], None]:
-    """What a compute agent calls when it is built and warm: say so, wait for ``go`` (the stdin
-    watcher and the hard timeout end the process meanwhile if the prober goes away)."""
+    """What a compute agent calls when it is built and warm (a gated sender: when it has pinged): say
+    so, wait for ``go`` (the stdin watcher and the hard timeout end the process meanwhile if the
+    prober goes away)."""
     def ready() -> None:
         answer({"ready": True}, out)
         while not go.wait(0.5):
@@ -389,7 +397,9 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     if role == "receive":
         return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out)
     if role == "send":
-        return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]))
+        gated = go is not None and spec.get("gated") is True
+        return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]),
+                    ready=_gate(go, out) if gated else None)
     _enter(spec)
     return compute(str(spec["model"]), int(spec["batch_size"]), int(spec["steps"]),
                    float(spec["min_seconds"]), ready=None if go is None else _gate(go, out))

@@ -5,11 +5,13 @@ hosts and the placement are exactly those of ``tfdist launch --hosts`` (``parse_
 ``place_tasks``: the chief takes no slot, ps tasks on the last hosts, workers in the other slots),
 so the advice describes the cluster launch would start. ``probe_hosts`` measures:
 
-1. **links**, one pair at a time, in ring order over the hosts that get a worker or ps task
-   (h1->h2, h2->h3, ..., hn->h1, then the ring backwards; two hosts: a->b and b->a): a receiver
-   agent on the destination, a sender agent on the source (one-byte ping-pongs for the latency,
-   then a transfer of ``seconds``). A host's rate is the smaller of the fastest it sent and the
-   fastest it received (see :func:`tfdist.probe.result.aggregate`);
+1. **links**, in ring order over the hosts that get a worker or ps task (h1->h2, h2->h3, ...,
+   hn->h1 at once, then the ring backwards at once; two hosts: a->b and b->a at once): per
+   direction a receiver agent on the destination, a sender agent on the source (one-byte
+   ping-pongs for the latency, then a transfer of ``seconds``). A round never has a host send or
+   receive twice (:func:`tfdist.probe.result.rounds`), so each transfer has its link to itself,
+   each way. A host's rate is the smaller of the fastest it sent and the fastest it received (see
+   :func:`tfdist.probe.result.aggregate`);
 2. **compute** (with ``model``): every worker host's agent starts at once (importing TensorFlow,
    building the model and its warm-up steps overlap), then one host at a time times its training
    step at ``batch_size`` (:func:`measure_compute`); also the parameter count and bytes per parameter.
@@ -47,7 +49,7 @@ from tfdist.launch.remote import SshOptions, describe_failure, forwarded_env, is
     ssh_command
 from tfdist.probe.host_memory import HostMemory
 from tfdist.probe.result import (HostMeasure, LinkMeasure, ProbeError, ProbeResult, aggregate, build_inputs,
-                                 default_workers, measured_hosts, render_measured, ring)
+                                 default_workers, measured_hosts, render_measured, ring, rounds)
 from tfdist.probe.wire import GO, encode_spec, parse_answer
 
 AGENT = "tfdist.probe.agent"
@@ -144,23 +146,40 @@ def agent_argv(host: str, local: bool, options: Any) -> list[str]:
 def measure_link(source: str, target: str, seconds: float,
                  start: Callable[[str, dict], Agent]) -> LinkMeasure:
     """One direction: a receiver on ``target``, a sender on ``source``; both stopped afterwards."""
+    return measure_round([(source, target)], seconds, start)[0]
+
+
+def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
+                  start: Callable[[str, dict], Agent]) -> list[LinkMeasure]:
+    """Every direction of ``pairs`` at once (a round of :func:`~tfdist.probe.result.rounds`: no host
+    sends or receives twice): the receivers start together, then the senders; each sender pings its
+    receiver, and once all have, all transfer at once (a ping behind another link's transfer would
+    time the queue). Every agent is stopped afterwards, on every path."""
     timeout = seconds + LINK_SLACK
-    agents = []
+    agents: list[Agent] = []
     try:
-        receiver = start(target, {"role": "receive", "host": target, "seconds": seconds, "skip": SKIP_SECONDS,
-                                  "timeout": timeout})
-        agents.append(receiver)
-        port = receiver.answer(timeout)["port"]
-        sender = start(source, {"role": "send", "peer": target, "port": port, "seconds": seconds,
-                                "pings": PINGS, "timeout": timeout})
-        agents.append(sender)
-        sent = sender.answer(timeout)
-        received = receiver.answer(timeout)
+        receivers = []
+        for _, target in pairs:
+            receivers.append(start(target, {"role": "receive", "host": target, "seconds": seconds,
+                                            "skip": SKIP_SECONDS, "timeout": timeout}))
+            agents.append(receivers[-1])
+        ports = [receiver.answer(timeout)["port"] for receiver in receivers]
+        senders = []
+        for (source, target), port in zip(pairs, ports):
+            senders.append(start(source, {"role": "send", "peer": target, "port": port, "seconds": seconds,
+                                          "pings": PINGS, "timeout": timeout, "gated": True}))
+            agents.append(senders[-1])
+        for sender in senders:  # every sender has pinged: no ping waits behind a transfer
+            sender.answer(timeout, "ping its peer")
+        for sender in senders:
+            sender.go()
+        sent = [sender.answer(timeout) for sender in senders]
+        received = [receiver.answer(timeout) for receiver in receivers]
     finally:
-        for agent in agents:
-            agent.close()
-    return LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]),
-                       HostMemory.from_dict(received.get("memory")))
+        _close_all(agents)
+    return [LinkMeasure(source, target, float(got["rate_bps"]), float(out["latency_s"]),
+                        HostMemory.from_dict(got.get("memory")))
+            for (source, target), out, got in zip(pairs, sent, received)]
 
 
 def _close_all(agents: Sequence[Agent]) -> None:
@@ -268,9 +287,10 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
         return Agent(agent_argv(host, host in local, options), spec, host)
 
     links = []
-    for source, target in pairs:
-        log(f"probing the link {source} -> {target} ({seconds:g} s)")
-        links.append(measure_link(source, target, seconds, start))
+    for group in rounds(pairs):
+        log(f"probing the link{'s' if len(group) > 1 else ''} "
+            f"{', '.join(f'{source} -> {target}' for source, target in group)} ({seconds:g} s)")
+        links.extend(measure_round(group, seconds, start))
     steps: dict[str, float] = {}
     params = dtype_bytes = variables = None
     embeddings: list = []
@@ -310,4 +330,5 @@ def time_step_here(model: str, batch_size: int, environ: Mapping[str, str] | Non
 
 __all__ = ["DEFAULT_SECONDS", "Agent", "HostMeasure", "HostMemory", "LinkMeasure", "ProbeError", "ProbeResult",
            "aggregate", "agent_argv", "build_inputs", "default_workers", "measure_compute", "measure_link",
-           "measured_hosts", "probe_hosts", "render_measured", "ring", "time_step_here"]
+           "measure_round", "measured_hosts", "probe_hosts", "render_measured", "ring", "rounds",
+           "time_step_here"]
