@@ -1,7 +1,9 @@
 """The task's half of an adaptive run (``tfdist launch --backend auto``): report each epoch, take the
 launcher's verdict, and on a switch leave a checkpoint the next plan resumes from.
 
-``strategy.fit`` adds :class:`AdaptiveEpochs` (last) when ``TFDIST_ADAPT`` names a run folder
+``strategy.fit`` adds :class:`AdaptiveEpochs` after the user's callbacks and tfdist's own plan check
+(Keras still runs its ``History`` and progress bar, and a tf-keras parameter-server chief its own
+checkpoint callbacks, after it) when ``TFDIST_ADAPT`` names a run folder
 (:mod:`tfdist.run_channel`) and the strategy was built from the launcher's plan. At each epoch end:
 
 * the chief writes the epoch's report: seconds, examples/s, each worker's compute and communication

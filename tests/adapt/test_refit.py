@@ -115,6 +115,19 @@ def test_a_change_of_who_straggles_is_refitted_on_from_its_first_epoch():
     assert refit(LAUNCHED, SMALL, [*epochs, noisy])[0].speeds == pytest.approx((1.0, 1.0))
 
 
+def test_a_worker_hovering_about_the_straggler_line_stays_one_regime():
+    """Below CLEAR_STRAGGLER a worker straggles; it is even again only above CAUGHT_UP. Without that
+    margin, 0.45, 0.55, 0.48 of the fastest made three regimes of one epoch each, and the re-fit read
+    the compute from the last epoch alone."""
+    hovering = [measure(dataclasses.replace(LAUNCHED, speeds=(1.0, share)), SMALL, "horovod", epoch=e)
+                for e, share in enumerate((0.45, 0.55, 0.48), start=1)]
+    assert current_regime(hovering) == hovering
+    assert stragglers(hovering[1]) == frozenset() and stragglers(hovering[1], frozenset({1})) == {1}
+    assert refit(LAUNCHED, SMALL, hovering)[0].speeds == pytest.approx((1.0, 0.48))  # the median
+    caught_up = measure(dataclasses.replace(LAUNCHED, speeds=(1.0, 0.7)), SMALL, "horovod", epoch=4)
+    assert current_regime([*hovering, caught_up]) == [caught_up]
+
+
 def test_links_that_just_slowed_count_at_the_slower_of_two_epochs_not_their_mean():
     """The lab's scenario C: links drop from unlimited to 50 Mbit/s; of the three epochs a re-fit reads, the
     last fast one and the first slow one say something about the links, and the one between looked like a

@@ -232,6 +232,11 @@ def test_a_plan_that_delivered_less_than_its_switch_promised_is_weighed_at_what_
     assert follow.expected_rate("parameter_server") == pytest.approx(
         0.5 * follow.predictions["parameter_server"].examples_per_second)
 
+    recovered = ps_report(5, (10.0, 10.0))  # w2 caught up: the promise was for a straggling cluster
+    recovered.update(examples_per_second=promised / 4, seconds=STEPS * 2 * 64 / (promised / 4))
+    follow.on_epoch(recovered)
+    assert follow.delivered["parameter_server"] == pytest.approx(0.5)  # kept, not 0.25 or a mix
+
     raw, told = planner(), planner()
     told.delivered["parameter_server"] = 0.5
     assert straggle_until_switch(raw)[-1].to == "parameter_server"

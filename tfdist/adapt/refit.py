@@ -60,7 +60,7 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     (a worker stalled a million times slower than the fastest).
     """
     recent = _recent(epochs, cluster.workers, last)
-    regime = current_regime(recent)
+    regime = regime_window(recent)
     computes = [statistics.median(e.workers[i].compute_ms for e in regime) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
@@ -103,29 +103,43 @@ EVEN_SPEED = 0.75
 #: machine (one rank 25-40 % slower for an epoch) is left to the median.
 CLEAR_STRAGGLER = 0.5
 
+#: A worker that straggled clearly is even again above this share, not at CLEAR_STRAGGLER: one that
+#: hovers about the line (0.45, 0.55, 0.48 of the fastest) stays one regime, not three of one epoch each.
+CAUGHT_UP = 0.6
 
-def stragglers(epoch: EpochMeasurement) -> frozenset[int]:
-    """The workers (by index) that computed below ``CLEAR_STRAGGLER`` of the fastest worker's speed in ``epoch``."""
+
+def stragglers(epoch: EpochMeasurement, before: frozenset[int] = frozenset()) -> frozenset[int]:
+    """The workers (by index) that straggle clearly in ``epoch``: below ``CLEAR_STRAGGLER`` of the
+    fastest worker's speed, or below ``CAUGHT_UP`` for those in ``before`` (the previous epoch's)."""
     fastest = min(w.compute_ms for w in epoch.workers)
-    return frozenset(i for i, w in enumerate(epoch.workers) if fastest / w.compute_ms < CLEAR_STRAGGLER)
+    return frozenset(i for i, w in enumerate(epoch.workers)
+                     if fastest / w.compute_ms < (CAUGHT_UP if i in before else CLEAR_STRAGGLER))
 
 
 def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]:
-    """The newest epochs of ``epochs`` (by index) that have the newest epoch's :func:`stragglers`: a
-    change of who straggles clearly (a worker slowed below ``CLEAR_STRAGGLER`` of the fastest, or caught
-    up) starts a new regime, believed from its first epoch. A median over epochs on both sides of the
-    change would see it only once most of them are after it: on the lab (scenario B) the median of
-    three switched at epoch 6 or 7, each straggling epoch costing about twice a parameter-server one
-    (benchmarks/README.md). The price: one epoch in which a worker was slow for a while counts in full;
-    the switch rule's margin and payback still stand between it and a switch."""
+    """The newest epochs of ``epochs`` (by index) that have the newest epoch's :func:`stragglers`
+    (each epoch's read after the one before it): a change of who straggles clearly (a worker slowed
+    below ``CLEAR_STRAGGLER`` of the fastest, or caught up above ``CAUGHT_UP``) starts a new regime,
+    believed from its first epoch. A median over epochs on both sides of the change would see it only
+    once most of them are after it: on the lab (scenario B) the median of three switched at epoch 6
+    or 7, each straggling epoch costing about twice a parameter-server one (benchmarks/README.md). The
+    price: one epoch in which a worker was slow for a while counts in full; the switch rule's margin
+    and payback still stand between it and a switch."""
     ordered = sorted(epochs, key=lambda e: e.epoch)
-    if not ordered:
-        return []
-    regime = stragglers(ordered[-1])
-    start = len(ordered) - 1
-    while start > 0 and stragglers(ordered[start - 1]) == regime:
+    regimes: list[frozenset[int]] = []
+    for epoch in ordered:
+        regimes.append(stragglers(epoch, regimes[-1] if regimes else frozenset()))
+    start = len(ordered)
+    while start > 0 and regimes[start - 1] == regimes[-1]:
         start -= 1
     return ordered[start:]
+
+
+def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_EPOCHS) -> list[EpochMeasurement]:
+    """The epochs a re-fit reads the compute from: of the ``last`` epochs (by index), those of the
+    :func:`current_regime`. What the run measured for the current plan is read over the same epochs
+    (:class:`tfdist.adapt.replan.Replanner`)."""
+    return current_regime(sorted(epochs, key=lambda e: e.epoch)[-last:])
 
 
 def _speed_share(epoch: EpochMeasurement) -> float:

@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.adapt.refit import DEFAULT_LAST_EPOCHS, current_regime
+from tfdist.adapt.refit import current_regime, regime_window
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import measured_epochs, refitted, ring_overhead
@@ -57,6 +57,13 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return {"action": self.action, "to": self.to, "reason": self.line, "in_process": self.in_process}
+
+
+def _one_regime(epochs: Sequence[Any]) -> bool:
+    """Whether who straggles stayed the same over all of ``epochs`` (a plan's re-fitted epochs): what a
+    plan delivered against its promise says something of the model only under the regime it was promised
+    for; after a worker slowed or caught up, the ratio is kept as it was."""
+    return bool(epochs) and len(current_regime(epochs)) == len(epochs)
 
 
 def _number(report: Mapping[str, Any], field: str) -> float | None:
@@ -97,7 +104,8 @@ class Replanner:
         #: Per variant switched to: the examples/s the re-fit predicted for it when the run switched.
         self.promised: dict[str, float] = {}
         #: Per variant that ran after a switch: its measured examples/s over what the switch promised
-        #: (its later predictions are scaled by it: see :meth:`expected_rate`).
+        #: (its later predictions are scaled by it: see :meth:`expected_rate`), while who straggles stays
+        #: as it was when the plan started.
         self.delivered: dict[str, float] = {}
 
     def switched(self, variant: str, at_epoch: int, took_s: float | None = None) -> None:
@@ -151,7 +159,8 @@ class Replanner:
             return Verdict(CONTINUE, None, f"{head}: the plan is kept")
         self.predictions = found[1]
         # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
-        regime = current_regime(measured_epochs(record, self.current)[-DEFAULT_LAST_EPOCHS:])
+        segment = measured_epochs(record, self.current)
+        regime = regime_window(segment)
         recent = self.timed[-max(1, len(regime)):]
         examples = statistics.median(e for _, e in recent)
         takeable = set(allowed(self.predictions, self.memory)) | {self.current}
@@ -161,7 +170,7 @@ class Replanner:
         if self.current not in seconds_per_epoch:
             return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
         seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)
-        if self.current in self.promised:
+        if self.current in self.promised and _one_regime(segment):  # the promise was for that regime
             measured = examples / seconds_per_epoch[self.current]
             self.delivered[self.current] = min(MAX_DELIVERED, max(MIN_DELIVERED, measured / self.promised[self.current]))
         for name in seconds_per_epoch:
