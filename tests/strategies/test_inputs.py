@@ -146,7 +146,9 @@ def test_parameter_server_workers_read_all_the_arrays_when_told_not_to_shard():
     creator, _, kwargs = inputs.parameter_server_fit_inputs(x, y, {"batch_size": 5, "shuffle": False}, shard=False,
                                                             workers=2)
     assert kwargs["steps_per_epoch"] == 2
-    first_epoch = creator.dataset_fn(tf.distribute.InputContext()).take(2)
+    worker_dataset = creator.dataset_fn(tf.distribute.InputContext())
+    assert worker_dataset.options().autotune.enabled is False
+    first_epoch = worker_dataset.take(2)
     seen = np.concatenate([batch[0].numpy()[:, 0] for batch in first_epoch])
     assert sorted(seen.tolist()) == sorted(x[:, 0].tolist())
 

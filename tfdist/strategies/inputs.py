@@ -280,14 +280,15 @@ def array_dataset_creator(arrays: tuple, batch_size: int, shuffle: bool, shard: 
     (``tf.distribute.coordinator.experimental_get_current_worker_index``, read where the coordinator
     builds the worker's dataset): the ``InputContext`` a parameter-server strategy hands the function
     says one pipeline on every worker (``parameter_server_strategy_v2.py``, ``num_input_pipelines_in_sync
-    = 1``), so sharding by it splits nothing."""
+    = 1``), so sharding by it splits nothing. Autotuning is off (``without_autotune``): each worker's
+    iterator is freed at the end of ``fit``, and freeing an autotuned one can take up to a minute."""
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices(arrays)
         if shard and workers > 1:
             dataset = dataset.shard(workers, tf.distribute.coordinator.experimental_get_current_worker_index())
         if shuffle:
             dataset = dataset.shuffle(4096)
-        return dataset.repeat().batch(batch_size).prefetch(2)
+        return without_autotune(dataset.repeat().batch(batch_size).prefetch(2))
 
     return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
 
