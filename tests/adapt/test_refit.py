@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
-from tfdist.adapt.refit import EVEN_SPEED, current_regime, stragglers
+from tfdist.adapt.refit import EVEN_SPEED, current_regime, regime_window, stragglers
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -126,6 +126,10 @@ def test_a_worker_hovering_about_the_straggler_line_stays_one_regime():
     assert refit(LAUNCHED, SMALL, hovering)[0].speeds == pytest.approx((1.0, 0.48))  # the median
     caught_up = measure(dataclasses.replace(LAUNCHED, speeds=(1.0, 0.7)), SMALL, "horovod", epoch=4)
     assert current_regime([*hovering, caught_up]) == [caught_up]
+    longer = [measure(dataclasses.replace(LAUNCHED, speeds=(1.0, share)), SMALL, "horovod", epoch=e)
+              for e, share in enumerate((0.45, 0.55, 0.55, 0.48), start=1)]  # the window of 3 starts at 0.55
+    assert regime_window(longer) == longer[1:]
+    assert refit(LAUNCHED, SMALL, longer)[0].speeds == pytest.approx((1.0, 0.55))
 
 
 def test_links_that_just_slowed_count_at_the_slower_of_two_epochs_not_their_mean():

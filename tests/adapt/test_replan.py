@@ -236,6 +236,14 @@ def test_a_plan_that_delivered_less_than_its_switch_promised_is_weighed_at_what_
     recovered.update(examples_per_second=promised / 4, seconds=STEPS * 2 * 64 / (promised / 4))
     follow.on_epoch(recovered)
     assert follow.delivered["parameter_server"] == pytest.approx(0.5)  # kept, not 0.25 or a mix
+    at_once = planner()  # w2 caught up just as the run switched: the new plan never ran the promised regime
+    straggle_until_switch(at_once)
+    at_once.switched("parameter_server", at_epoch=3, took_s=12.0)
+    for epoch in (3, 4, 5):
+        even = ps_report(epoch, (10.0, 10.0))
+        even.update(examples_per_second=promised / 4, seconds=STEPS * 2 * 64 / (promised / 4))
+        at_once.on_epoch(even)
+    assert at_once.promised_for == {"parameter_server": {1}} and at_once.delivered == {}
 
     raw, told = planner(), planner()
     told.delivered["parameter_server"] = 0.5

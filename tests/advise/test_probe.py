@@ -236,6 +236,16 @@ def test_a_round_of_links_is_measured_at_once_by_real_agents():
     assert all(spec["gated"] is True for spec in started[2:])
 
 
+def test_a_sender_that_does_not_wait_for_go_is_named_as_another_version():
+    """An agent of an older tfdist ignores ``gated`` and transfers at once: its result is not a ready."""
+    def start(host, spec):
+        return Agent([sys.executable, "-m", "tfdist.probe.agent"], {k: v for k, v in spec.items() if k != "gated"},
+                     host)
+
+    with pytest.raises(ProbeError, match="127.0.0.1 sent before it was told to.*same tfdist version"):
+        measure_round([("127.0.0.1", "127.0.0.1")], 0.3, start)
+
+
 def test_an_agent_that_dies_is_named_with_its_host():
     probe = Agent([sys.executable, "-c", "import sys; sys.exit(7)"], {"role": "send"}, "hostx")
     with pytest.raises(ProbeError, match="checking hostx failed with exit code 7"):

@@ -99,6 +99,16 @@ def test_the_array_pipeline_keeps_the_order_without_shuffle_and_batches_validati
     assert set(batch_x) == {"a", "b"} and batch_y.shape == (6, 1)
 
 
+def test_the_array_pipeline_casts_floating_arrays_to_the_models_floatx_as_keras_does():
+    x64, labels = np.arange(12.0).reshape(6, 2), np.arange(6)
+    assert x64.dtype == np.float64
+    pipeline, _, _ = inputs.array_fit_pipeline(x64, labels, {"batch_size": 6})
+    (batch_x, batch_y), = list(pipeline)
+    assert batch_x.dtype == tf.float32 and batch_y.dtype == tf.int64
+    half, _, _ = inputs.array_fit_pipeline(x64, labels, {"batch_size": 6}, floatx="float16")
+    assert next(iter(half))[0].dtype == tf.float16
+
+
 def test_keras_keeps_what_only_its_array_path_takes():
     x, y = _arrays(6)
     for kwargs in ({"validation_split": 0.5}, {"steps_per_epoch": 2}):
@@ -106,6 +116,9 @@ def test_keras_keeps_what_only_its_array_path_takes():
         assert same_x is x and same["batch_size"] == 2
     listed, _, _ = inputs.array_fit_pipeline([x, x], y, {"batch_size": 2})  # inputs by position: Keras'
     assert isinstance(listed, list)
+    for kwargs in ({"shuffle": "batch"}, {"sample_weight": np.ones(6)}):  # the latter without labels
+        same_x, _, same = inputs.array_fit_pipeline(x, None, dict(kwargs, batch_size=2))
+        assert same_x is x and same == dict(kwargs, batch_size=2)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
     assert inputs.array_fit_pipeline(dataset, None, {})[0] is dataset
     _, _, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 3, "validation_data": [x, y]})

@@ -52,15 +52,15 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
           last: int = DEFAULT_LAST_EPOCHS) -> tuple[Cluster, Workload]:
     """``(cluster, workload)`` with speeds, worker-host links and ``step_ms`` re-fitted from the
     ``last`` epochs (by index) of ``epochs``; each figure is the median over those epochs, the compute
-    times over those of them that share the newest epoch's stragglers (:func:`current_regime`).
+    times over the last ``last`` of the newest epoch's regime (:func:`regime_window`).
 
     Drop the first epoch of a plan from ``epochs`` (tracing and start-up inflate it). Raises
     :class:`~tfdist.adapt.errors.AdaptError` for no epochs or a worker count other than the cluster's,
     and :class:`~tfdist.advise.errors.AdviseError` when the re-fitted values leave the model's range
     (a worker stalled a million times slower than the fastest).
     """
-    recent = _recent(epochs, cluster.workers, last)
-    regime = regime_window(recent)
+    checked = _checked(epochs, cluster.workers, last)
+    recent, regime = checked[-last:], regime_window(checked, last)
     computes = [statistics.median(e.workers[i].compute_ms for e in regime) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
@@ -76,7 +76,12 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
 
 
 def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list[EpochMeasurement]:
-    """The ``last`` epochs by index, each checked to have one measurement per worker."""
+    """The ``last`` epochs by index, each checked (:func:`_checked`)."""
+    return _checked(epochs, workers, last)[-last:]
+
+
+def _checked(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list[EpochMeasurement]:
+    """Every epoch by index, each checked to have one measurement per worker."""
     check_whole(last, "last", "read at least 1 epoch, e.g. 3", minimum=1)
     if isinstance(epochs, (str, bytes)) or not isinstance(epochs, Sequence) or not epochs:
         raise AdaptError(with_fix(f"`epochs` must be a non-empty sequence of EpochMeasurement, got "
@@ -91,7 +96,7 @@ def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list
             raise AdaptError(with_fix(f"epoch {epoch.epoch} measured {len(epoch.workers)} worker(s), the "
                                       f"cluster has {workers}", "re-fit a cluster with the job's workers"),
                              "workers")
-    return sorted(epochs, key=lambda e: e.epoch)[-last:]
+    return sorted(epochs, key=lambda e: e.epoch)
 
 
 #: A ring whose slowest worker computes below this share of the fastest's speed has a straggler.
@@ -126,20 +131,34 @@ def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]
     price: one epoch in which a worker was slow for a while counts in full; the switch rule's margin
     and payback still stand between it and a switch."""
     ordered = sorted(epochs, key=lambda e: e.epoch)
-    regimes: list[frozenset[int]] = []
-    for epoch in ordered:
-        regimes.append(stragglers(epoch, regimes[-1] if regimes else frozenset()))
+    regimes = _regimes(ordered)
     start = len(ordered)
     while start > 0 and regimes[start - 1] == regimes[-1]:
         start -= 1
     return ordered[start:]
 
 
+def _regimes(ordered: Sequence[EpochMeasurement]) -> list[frozenset[int]]:
+    """Each epoch's :func:`stragglers`, read after the epoch before it."""
+    regimes: list[frozenset[int]] = []
+    for epoch in ordered:
+        regimes.append(stragglers(epoch, regimes[-1] if regimes else frozenset()))
+    return regimes
+
+
+def who_straggles(epochs: Sequence[EpochMeasurement]) -> frozenset[int]:
+    """The workers that straggle clearly in the newest of ``epochs`` (read epoch after epoch, as
+    :func:`current_regime` reads them); none for no epochs."""
+    regimes = _regimes(sorted(epochs, key=lambda e: e.epoch))
+    return regimes[-1] if regimes else frozenset()
+
+
 def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_EPOCHS) -> list[EpochMeasurement]:
-    """The epochs a re-fit reads the compute from: of the ``last`` epochs (by index), those of the
-    :func:`current_regime`. What the run measured for the current plan is read over the same epochs
-    (:class:`tfdist.adapt.replan.Replanner`)."""
-    return current_regime(sorted(epochs, key=lambda e: e.epoch)[-last:])
+    """The epochs a re-fit reads the compute from: the last ``last`` (by index) of the
+    :func:`current_regime` over all of ``epochs`` (so that a worker straggling before the window
+    still counts as one, :data:`CAUGHT_UP`). What the run measured for the current plan is read over
+    the same epochs (:class:`tfdist.adapt.replan.Replanner`)."""
+    return current_regime(epochs)[-last:]
 
 
 def _speed_share(epoch: EpochMeasurement) -> float:

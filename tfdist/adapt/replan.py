@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.adapt.refit import current_regime, regime_window
+from tfdist.adapt.refit import current_regime, regime_window, who_straggles
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import measured_epochs, refitted, ring_overhead
@@ -59,11 +59,12 @@ class Verdict:
         return {"action": self.action, "to": self.to, "reason": self.line, "in_process": self.in_process}
 
 
-def _one_regime(epochs: Sequence[Any]) -> bool:
-    """Whether who straggles stayed the same over all of ``epochs`` (a plan's re-fitted epochs): what a
-    plan delivered against its promise says something of the model only under the regime it was promised
-    for; after a worker slowed or caught up, the ratio is kept as it was."""
-    return bool(epochs) and len(current_regime(epochs)) == len(epochs)
+def _one_regime(epochs: Sequence[Any], promised_for: frozenset[int] | None) -> bool:
+    """Whether ``epochs`` (a plan's re-fitted epochs) all ran under the regime its promise was made for
+    (``promised_for``: who straggled then): what a plan delivered against its promise says something of
+    the model only there; after a worker slowed or caught up, the ratio is kept as it was."""
+    return (bool(epochs) and promised_for is not None and len(current_regime(epochs)) == len(epochs)
+            and who_straggles(epochs) == promised_for)
 
 
 def _number(report: Mapping[str, Any], field: str) -> float | None:
@@ -107,6 +108,10 @@ class Replanner:
         #: (its later predictions are scaled by it: see :meth:`expected_rate`), while who straggles stays
         #: as it was when the plan started.
         self.delivered: dict[str, float] = {}
+        #: Who straggled (worker indices) in the newest epoch re-fitted on, and per variant switched to,
+        #: who straggled when the switch promised its rate.
+        self.straggling: frozenset[int] | None = None
+        self.promised_for: dict[str, frozenset[int] | None] = {}
 
     def switched(self, variant: str, at_epoch: int, took_s: float | None = None) -> None:
         """The job now runs ``variant``, from the boundary after ``at_epoch`` epochs; ``took_s``: what the
@@ -114,6 +119,7 @@ class Replanner:
         promised = self.predictions.get(variant)
         if promised is not None and promised.examples_per_second > 0:
             self.promised[variant] = promised.examples_per_second
+            self.promised_for[variant] = self.straggling
         self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
         if took_s is not None:
             self.restart_s = took_s
@@ -161,6 +167,7 @@ class Replanner:
         # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
         segment = measured_epochs(record, self.current)
         regime = regime_window(segment)
+        self.straggling = who_straggles(segment)
         recent = self.timed[-max(1, len(regime)):]
         examples = statistics.median(e for _, e in recent)
         takeable = set(allowed(self.predictions, self.memory)) | {self.current}
@@ -170,7 +177,7 @@ class Replanner:
         if self.current not in seconds_per_epoch:
             return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
         seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)
-        if self.current in self.promised and _one_regime(segment):  # the promise was for that regime
+        if self.current in self.promised and _one_regime(segment, self.promised_for.get(self.current)):
             measured = examples / seconds_per_epoch[self.current]
             self.delivered[self.current] = min(MAX_DELIVERED, max(MIN_DELIVERED, measured / self.promised[self.current]))
         for name in seconds_per_epoch:

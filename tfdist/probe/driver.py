@@ -152,8 +152,8 @@ def measure_link(source: str, target: str, seconds: float,
 def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
                   start: Callable[[str, dict], Agent]) -> list[LinkMeasure]:
     """Every direction of ``pairs`` at once (a round of :func:`~tfdist.probe.result.rounds`: no host
-    sends or receives twice): the receivers start together, then the senders; each sender pings its
-    receiver, and once all have, all transfer at once (a ping behind another link's transfer would
+    sends or receives twice): the receivers start together, each sender as soon as its receiver
+    listens; each sender pings its receiver, and once all have, all transfer at once (a ping behind another link's transfer would
     time the queue). Every agent is stopped afterwards, on every path."""
     timeout = seconds + LINK_SLACK
     agents: list[Agent] = []
@@ -163,14 +163,16 @@ def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
             receivers.append(start(target, {"role": "receive", "host": target, "seconds": seconds,
                                             "skip": SKIP_SECONDS, "timeout": timeout}))
             agents.append(receivers[-1])
-        ports = [receiver.answer(timeout)["port"] for receiver in receivers]
         senders = []
-        for (source, target), port in zip(pairs, ports):
+        for (source, target), receiver in zip(pairs, receivers):  # each sender once its receiver listens
+            port = receiver.answer(timeout)["port"]
             senders.append(start(source, {"role": "send", "peer": target, "port": port, "seconds": seconds,
                                           "pings": PINGS, "timeout": timeout, "gated": True}))
             agents.append(senders[-1])
         for sender in senders:  # every sender has pinged: no ping waits behind a transfer
-            sender.answer(timeout, "ping its peer")
+            if sender.answer(timeout, "ping its peer").get("ready") is not True:
+                raise ProbeError(with_fix(f"{sender.host} sent before it was told to",
+                                          "use the same tfdist version on every host"))
         for sender in senders:
             sender.go()
         sent = [sender.answer(timeout) for sender in senders]

@@ -158,6 +158,7 @@ class DistributedStrategy:
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
+        x, y, kwargs = self._input_pipeline(model, x, y, kwargs)
         self._before_fit(model, x)
         kwargs["callbacks"] = [self._safe_backup(cb) for cb in self._fit_callbacks(callbacks, kwargs)]
         if not self.is_chief:
@@ -476,6 +477,10 @@ class DistributedStrategy:
         if getattr(model, "optimizer", None) is None:
             raise ArgumentValueError("the model is not compiled; fix: call model.compile(optimizer="
                                      "strategy.optimizer(...), loss=...) inside strategy.scope() first")
+
+    def _input_pipeline(self, model: Any, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        """The prepared ``fit`` inputs as the backend hands them to Keras (as they are, by default)."""
+        return x, y, kwargs
 
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return self._global_batching(x, y, kwargs)

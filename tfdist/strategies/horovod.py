@@ -251,9 +251,11 @@ class HorovodStrategy(DistributedStrategy):
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
 
-    def fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        """This rank's share of the training data, as ``fit`` prepares it for the current size."""
-        return self._prepare_fit_inputs(x, y, kwargs)
+    def fit_inputs(self, x: Any, y: Any, kwargs: dict, model: Any = None) -> tuple[Any, Any, dict]:
+        """This rank's share of the training data, as ``fit`` prepares it for the current size; with
+        ``model``, as ``fit`` hands it to Keras (arrays as tfdist's own pipeline)."""
+        x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
+        return (x, y, kwargs) if model is None else self._input_pipeline(model, x, y, kwargs)
 
     def fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
         """``callbacks`` with the backend's own (broadcast, metric averaging, warm-up, ...)."""
@@ -270,8 +272,13 @@ class HorovodStrategy(DistributedStrategy):
 
     # --- data ---------------------------------------------------------------------------------
     def _prepare_fit_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-        x, y, kwargs = inputs.horovod_fit_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data)
-        return inputs.array_fit_pipeline(x, y, kwargs)
+        return inputs.horovod_fit_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data)
+
+    def _input_pipeline(self, model: Any, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        """A rank's arrays as tfdist's own pipeline, autotuning off (``inputs.array_fit_pipeline``):
+        freeing Keras' own autotuned iterator stalled ``fit`` up to a minute as it returned."""
+        floatx = keras_compat.keras_of(model, "model").backend.floatx()
+        return inputs.array_fit_pipeline(x, y, kwargs, floatx=floatx)
 
     def _prepare_evaluate_inputs(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.horovod_inputs(x, y, kwargs, self.rank, self.size, shard=self.options.shard_data,

@@ -195,7 +195,7 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
                  state.epoch, state.batch)
         if state.lr_per_replica is not None:
             optimizer.learning_rate = state.lr_per_replica * size
-        run_x, run_y, run_kwargs = strategy.fit_inputs(x, y, dict(kwargs))
+        run_x, run_y, run_kwargs = strategy.fit_inputs(x, y, dict(kwargs), model)
         steps = steps_per_epoch(run_x, run_kwargs) if every else 0
         ours = strategy.fit_callbacks(list(callbacks), run_kwargs)
         warmups = [cb for cb in ours if isinstance(cb, LearningRateWarmup)]

@@ -185,11 +185,18 @@ def _plain_arrays(value: Any) -> bool:
     return isinstance(value, (np.ndarray, tf.Tensor))
 
 
-def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool) -> tf.data.Dataset:
+def _as_tensor(leaf: Any, floatx: str) -> tf.Tensor:
+    """A numpy array as a tensor, floating ones in ``floatx`` as Keras casts them (tensors as given)."""
+    if isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating):
+        return tf.convert_to_tensor(leaf, dtype=floatx)
+    return tf.convert_to_tensor(leaf)
+
+
+def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool, floatx: str = "float32") -> tf.data.Dataset:
     """Batches of ``arrays`` (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``) as Keras cuts them
-    from arrays: each epoch a new order when ``shuffle``, the last batch partial, the next batches
-    gathered ahead (two); autotuning off (``without_autotune``)."""
-    tensors = tf.nest.map_structure(tf.convert_to_tensor, arrays)
+    from arrays: floating numpy arrays in ``floatx``, each epoch a new order when ``shuffle``, the
+    last batch partial, the next batches gathered ahead (two); autotuning off (``without_autotune``)."""
+    tensors = tf.nest.map_structure(lambda leaf: _as_tensor(leaf, floatx), arrays)
     indices = tf.data.Dataset.range(num_examples(arrays))
     if shuffle:
         indices = indices.shuffle(num_examples(arrays), reshuffle_each_iteration=True)
@@ -198,24 +205,27 @@ def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool) -> tf.data.D
     return without_autotune(batches.prefetch(2))
 
 
-def array_fit_pipeline(x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
-    """``fit``'s arrays (and validation arrays) as tfdist's own pipeline (``array_batches``), in
-    place of the one Keras builds from them with autotuning on.
+def array_fit_pipeline(x: Any, y: Any, kwargs: dict, *, floatx: str = "float32") -> tuple[Any, Any, dict]:
+    """``fit``'s arrays (and validation arrays) as tfdist's own pipeline (``array_batches``, floating
+    arrays in the model's ``floatx``), in place of the one Keras builds from them with autotuning on.
 
-    Left to Keras: anything but arrays and dicts of arrays, and ``fit`` calls that use what only
-    arrays take (``validation_split``) or that cut epochs by ``steps_per_epoch``."""
+    Left to Keras: anything but arrays and dicts of arrays, weights without labels, ``shuffle="batch"``,
+    and ``fit`` calls that use what only arrays take (``validation_split``) or that cut epochs by
+    ``steps_per_epoch``."""
+    weights = kwargs.get("sample_weight")
     if (x is None or is_dataset(x) or kwargs.get("validation_split") or kwargs.get("steps_per_epoch")
-            or not all(_plain_arrays(value) for value in (x, y, kwargs.get("sample_weight")) if value is not None)):
+            or not isinstance(kwargs.get("shuffle", True), bool) or (y is None and weights is not None)
+            or not all(_plain_arrays(value) for value in (x, y, weights) if value is not None)):
         return x, y, kwargs
     kwargs = dict(kwargs)
     batch_size = int(kwargs.pop("batch_size", None) or DEFAULT_BATCH_SIZE)
-    weights = kwargs.pop("sample_weight", None)
+    kwargs.pop("sample_weight", None)
     arrays = (x,) if y is None else (x, y) if weights is None else (x, y, weights)
-    x, y = array_batches(arrays, batch_size, shuffle=bool(kwargs.pop("shuffle", True))), None
+    x, y = array_batches(arrays, batch_size, shuffle=kwargs.pop("shuffle", True), floatx=floatx), None
     validation = kwargs.get("validation_data")
     validation_batch = int(kwargs.pop("validation_batch_size", None) or batch_size)
     if isinstance(validation, tuple) and validation and all(_plain_arrays(value) for value in validation):
-        kwargs["validation_data"] = array_batches(validation, validation_batch, shuffle=False)
+        kwargs["validation_data"] = array_batches(validation, validation_batch, shuffle=False, floatx=floatx)
     elif validation is not None and not is_dataset(validation):
         kwargs["validation_batch_size"] = validation_batch  # Keras' default would be 32, not fit's batch
     return x, y, kwargs
