@@ -46,6 +46,24 @@ def pytest_xdist_make_scheduler(config, log):
     return scheduling.make_scheduler(config, log)
 
 
+_UNIT_CLOCK = scheduling.UnitClock()
+
+
+def pytest_runtest_logreport(report):
+    """On the xdist controller: each test phase's time, by unit and worker (``scheduling.UnitClock``)."""
+    node = getattr(report, "node", None)  # set on reports a worker sent to the controller
+    if node is not None:
+        _UNIT_CLOCK.add(report.nodeid, node.gateway.id, report.duration)
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = _UNIT_CLOCK.lines()
+    if lines:
+        terminalreporter.write_sep("=", "time per worker and the longest units (tests/scheduling.py)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def _snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own
 

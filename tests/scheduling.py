@@ -11,6 +11,9 @@
   benchmarks run alone (`make bench`, `make bench-network`), not here.
 
 Without xdist (``pytest`` alone, `make test-fast`) only the collection order above applies.
+
+* **Where the time went.** At the end, `make test` prints each worker's busy time and the longest
+  units (:class:`UnitClock`): the suite's wall time is the busier worker's, so that is where a cut pays.
 """
 from __future__ import annotations
 
@@ -44,3 +47,27 @@ def make_scheduler(config: pytest.Config, log: object) -> object:
             return unit_of(nodeid)
 
     return UnitScheduling(config, log)
+
+
+class UnitClock:
+    """Seconds per unit of work and per worker, from the test reports the xdist controller receives."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, float] = {}
+        self.worker_of: dict[str, str] = {}
+        self.workers: dict[str, float] = {}
+
+    def add(self, nodeid: str, worker: str, seconds: float) -> None:
+        unit = unit_of(nodeid)
+        self.units[unit] = self.units.get(unit, 0.0) + seconds
+        self.worker_of[unit] = worker
+        self.workers[worker] = self.workers.get(worker, 0.0) + seconds
+
+    def lines(self, top: int = 8) -> list[str]:
+        """Each worker's busy time, then the ``top`` longest units with their worker."""
+        if not self.workers:
+            return []
+        busy = ", ".join(f"{worker} {seconds / 60:.1f} min" for worker, seconds in sorted(self.workers.items()))
+        longest = sorted(self.units.items(), key=lambda item: -item[1])[:top]
+        return [f"busy: {busy}",
+                *(f"{seconds:7.1f} s  {self.worker_of[unit]}  {unit}" for unit, seconds in longest)]

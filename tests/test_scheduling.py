@@ -27,3 +27,14 @@ def test_the_lab_comes_first_then_files_with_more_slow_tests_and_each_file_stays
     assert [item.nodeid for item in items] == [
         "tests/multihost/test_lab.py::t", "tests/multihost/test_zz_nothing_left.py::t",
         "tests/b.py::t1", "tests/b.py::t2", "tests/c.py::t1", "tests/a.py::t1"]
+
+
+def test_the_unit_clock_adds_each_units_phases_and_each_workers_time():
+    clock = scheduling.UnitClock()
+    for nodeid, worker, seconds in [("tests/multihost/test_a.py::t", "gw0", 60.0),
+                                    ("tests/multihost/test_b.py::t", "gw0", 30.0),
+                                    ("tests/b.py::t1", "gw1", 20.0), ("tests/b.py::t1", "gw1", 1.0),
+                                    ("tests/c.py::t", "gw1", 5.0)]:
+        clock.add(nodeid, worker, seconds)
+    assert clock.lines(top=2) == ["busy: gw0 1.5 min, gw1 0.4 min", "   90.0 s  gw0  lab", "   21.0 s  gw1  tests/b.py"]
+    assert scheduling.UnitClock().lines() == []
