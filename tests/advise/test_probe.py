@@ -7,6 +7,7 @@ import json
 import socket
 import sys
 import threading
+import time
 
 import pytest
 from support import invoke, usage_error
@@ -20,10 +21,9 @@ from tfdist.probe.driver import (
     aggregate,
     default_workers,
     measure_link,
-    measure_round,
+    measure_links,
     measured_hosts,
     ring,
-    rounds,
 )
 from tfdist.launch.hosts import parse_hosts, place_tasks
 
@@ -47,16 +47,6 @@ def test_ring_goes_round_both_ways_and_two_hosts_both_directions():
     assert ring(["a", "b", "c"]) == [("a", "b"), ("b", "c"), ("c", "a"), ("b", "a"), ("c", "b"), ("a", "c")]
     with pytest.raises(ProbeError, match="two hosts or more.*fix: "):
         ring(["a"])
-
-
-def test_the_ring_is_measured_in_rounds_where_no_host_sends_or_receives_twice():
-    assert rounds(ring(["a", "b"])) == [[("a", "b"), ("b", "a")]]
-    assert rounds(ring(["a", "b", "c"])) == [[("a", "b"), ("b", "c"), ("c", "a")],
-                                            [("b", "a"), ("c", "b"), ("a", "c")]]
-    assert rounds([("a", "b"), ("a", "c"), ("c", "b"), ("b", "a")]) == [[("a", "b"), ("b", "a")],
-                                                                        [("a", "c"), ("c", "b")]]
-    for group in rounds(ring(list("abcdef"))):
-        assert len({s for s, _ in group}) == len(group) == len({t for _, t in group})
 
 
 def test_a_slow_host_does_not_make_its_fast_neighbours_slow():
@@ -221,19 +211,40 @@ def test_a_link_measured_over_loopback_by_real_agents():
     assert measured.target_memory is not None and measured.target_memory.usable > 2**20  # the receiver's host
 
 
-def test_a_round_of_links_is_measured_at_once_by_real_agents():
-    """Two directions at once: every sender pings, waits for `go`, then all transfer together."""
+def test_links_are_set_up_at_once_and_transfer_one_at_a_time_by_real_agents():
+    """Every agent starts and pings at once; each sender transfers only once the one before it ended."""
     started = []
 
     def start(host, spec):
         started.append(spec)
         return Agent([sys.executable, "-m", "tfdist.probe.agent"], spec, host)
 
-    measured = measure_round([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.5, start)
+    measured = measure_links([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.5, start)
     assert [(m.source, m.target) for m in measured] == [("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")]
     assert all(m.rate_bps > 10e6 and 0 < m.latency_s < 0.05 for m in measured)
     assert [spec["role"] for spec in started] == ["receive", "receive", "send", "send"]
     assert all(spec["gated"] is True for spec in started[2:])
+    assert all(spec["timeout"] == 2 * 0.5 + 60 for spec in started)  # a receiver waits for the links before
+
+
+def test_one_transfer_at_a_time_the_agents_report_when_they_sent():
+    """The second sender's transfer starts after the first's has ended: the receivers' timed windows
+    do not overlap."""
+    windows = []
+
+    class Timed(Agent):
+        def answer(self, timeout, waiting="answer"):
+            found = super().answer(timeout, waiting)
+            if "rate_bps" in found:
+                windows.append(time.monotonic())
+            return found
+
+    def start(host, spec):
+        return Timed([sys.executable, "-m", "tfdist.probe.agent"], spec, host)
+
+    begun = time.monotonic()
+    measure_links([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.6, start)
+    assert len(windows) == 2 and windows[1] - windows[0] >= 0.6, (windows, begun)
 
 
 def test_a_sender_that_does_not_wait_for_go_is_named_as_another_version():
@@ -243,7 +254,7 @@ def test_a_sender_that_does_not_wait_for_go_is_named_as_another_version():
                      host)
 
     with pytest.raises(ProbeError, match="127.0.0.1 sent before it was told to.*same tfdist version"):
-        measure_round([("127.0.0.1", "127.0.0.1")], 0.3, start)
+        measure_links([("127.0.0.1", "127.0.0.1")], 0.3, start)
 
 
 def test_an_agent_that_dies_is_named_with_its_host():

@@ -14,9 +14,9 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   The rate is taken between the first byte after ``skip`` seconds of the bulk and the last byte, so
   a token bucket's initial burst does not inflate it;
 * ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
-  (latency = median RTT / 2), then send for ``seconds`` and close; with ``"gated": true`` (a round
-  of links measured at once) it prints ``{"ready": true}`` after the pings and sends once a ``go``
-  line comes, so that no sender's pings queue behind another's transfer;
+  (latency = median RTT / 2), then send for ``seconds`` and close; with ``"gated": true`` (the
+  prober starts every link's agents at once) it prints ``{"ready": true}`` after the pings and sends
+  once a ``go`` line comes, so that the transfers run one at a time and no ping queues behind one;
 * ``compute``: build ``model`` (``module:build_fn``), train warm-up steps at ``batch_size`` on random
   data shaped like ``model.input_shape``, print ``{"ready": true}`` and wait for a ``go`` line on stdin
   (the prober starts every host's agent at once and lets one host at a time time its steps); then
@@ -74,8 +74,10 @@ def rate_after_skip(samples: list[tuple[float, int]], skip: float) -> tuple[floa
 
 
 def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
-            resolve: Callable[[str], str] | None = None) -> dict[str, Any]:
-    """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer."""
+            resolve: Callable[[str], str] | None = None, wait: float | None = None) -> dict[str, Any]:
+    """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer. ``wait``:
+    how long the sender may go quiet (default ``seconds`` + 60; a probe that transfers one link at a
+    time gives its whole timeout, since the other links' transfers come first)."""
     from tfdist.launch.remote_task import bind_address
 
     address = bind_address(host) if resolve is None else bind_address(host, resolve)
@@ -91,7 +93,7 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
                                            "can reach each other on any TCP port (a firewall?)")) from None
     with conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.settimeout(seconds + 60)
+        conn.settimeout(seconds + 60 if wait is None else max(wait, seconds + 60))
         while True:  # the ping phase: echo until the sender says DATA
             byte = conn.recv(1)
             if byte == PING:
@@ -120,8 +122,8 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
 def send(peer: str, port: int, seconds: float, pings: int,
          ready: Callable[[], None] | None = None) -> dict[str, Any]:
     """Time ``pings`` one-byte round trips to ``peer``, then send for ``seconds``; RTTs and bytes.
-    ``ready`` (a probe measuring several links at once): called between the pings and the transfer,
-    it returns when every sender has pinged, so no ping waits behind another link's transfer."""
+    ``ready`` (a probe that starts every link's agents at once): called between the pings and the
+    transfer, it returns when this link's turn comes, so no ping waits behind another link's transfer."""
     try:
         conn = socket.create_connection((peer, port), timeout=30)
     except OSError as exc:
@@ -395,7 +397,8 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     after its warm-up and times its steps once ``go`` is set; without it, at once."""
     role = spec["role"]
     if role == "receive":
-        return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out)
+        return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out,
+                       wait=float(spec["timeout"]))
     if role == "send":
         gated = go is not None and spec.get("gated") is True
         return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]),

@@ -6,12 +6,11 @@ hosts and the placement are exactly those of ``tfdist launch --hosts`` (``parse_
 so the advice describes the cluster launch would start. ``probe_hosts`` measures:
 
 1. **links**, in ring order over the hosts that get a worker or ps task (h1->h2, h2->h3, ...,
-   hn->h1 at once, then the ring backwards at once; two hosts: a->b and b->a at once): per
-   direction a receiver agent on the destination, a sender agent on the source (one-byte
-   ping-pongs for the latency, then a transfer of ``seconds``). A round never has a host send or
-   receive twice (:func:`tfdist.probe.result.rounds`), so each transfer has its link to itself,
-   each way. A host's rate is the smaller of the fastest it sent and the fastest it received (see
-   :func:`tfdist.probe.result.aggregate`);
+   hn->h1, then the ring backwards; two hosts: a->b and b->a): per direction a receiver agent on
+   the destination and a sender agent on the source, every agent started at once; each sender
+   times one-byte ping-pongs for the latency, then the transfers of ``seconds`` run one direction
+   at a time (:func:`measure_links`). A host's rate is the smaller of the fastest it sent and the
+   fastest it received (see :func:`tfdist.probe.result.aggregate`);
 2. **compute** (with ``model``): every worker host's agent starts at once (importing TensorFlow,
    building the model and its warm-up steps overlap), then one host at a time times its training
    step at ``batch_size`` (:func:`measure_compute`); also the parameter count and bytes per parameter.
@@ -49,7 +48,7 @@ from tfdist.launch.remote import SshOptions, describe_failure, forwarded_env, is
     ssh_command
 from tfdist.probe.host_memory import HostMemory
 from tfdist.probe.result import (HostMeasure, LinkMeasure, ProbeError, ProbeResult, aggregate, build_inputs,
-                                 default_workers, measured_hosts, render_measured, ring, rounds)
+                                 default_workers, measured_hosts, render_measured, ring)
 from tfdist.probe.wire import GO, encode_spec, parse_answer
 
 AGENT = "tfdist.probe.agent"
@@ -146,16 +145,17 @@ def agent_argv(host: str, local: bool, options: Any) -> list[str]:
 def measure_link(source: str, target: str, seconds: float,
                  start: Callable[[str, dict], Agent]) -> LinkMeasure:
     """One direction: a receiver on ``target``, a sender on ``source``; both stopped afterwards."""
-    return measure_round([(source, target)], seconds, start)[0]
+    return measure_links([(source, target)], seconds, start)[0]
 
 
-def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
+def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
                   start: Callable[[str, dict], Agent]) -> list[LinkMeasure]:
-    """Every direction of ``pairs`` at once (a round of :func:`~tfdist.probe.result.rounds`: no host
-    sends or receives twice): the receivers start together, each sender as soon as its receiver
-    listens; each sender pings its receiver, and once all have, all transfer at once (a ping behind another link's transfer would
-    time the queue). Every agent is stopped afterwards, on every path."""
-    timeout = seconds + LINK_SLACK
+    """Every direction of ``pairs``: all agents start at once (each sender as soon as its receiver
+    listens) and ping at once, then the transfers run one at a time, each sender told ``go`` once the
+    one before has ended. Starting the agents is most of a probe's time; a transfer has the hosts'
+    links and CPUs to itself (three at once on the lab's two cores read unlimited links 3-10x slower,
+    and the parameter servers' predictions with them). Every agent is stopped afterwards, on every path."""
+    timeout = len(pairs) * seconds + LINK_SLACK  # a receiver waits for every transfer before its own
     agents: list[Agent] = []
     try:
         receivers = []
@@ -164,7 +164,7 @@ def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
                                             "skip": SKIP_SECONDS, "timeout": timeout}))
             agents.append(receivers[-1])
         senders = []
-        for (source, target), receiver in zip(pairs, receivers):  # each sender once its receiver listens
+        for (source, target), receiver in zip(pairs, receivers):
             port = receiver.answer(timeout)["port"]
             senders.append(start(source, {"role": "send", "peer": target, "port": port, "seconds": seconds,
                                           "pings": PINGS, "timeout": timeout, "gated": True}))
@@ -173,15 +173,15 @@ def measure_round(pairs: Sequence[tuple[str, str]], seconds: float,
             if sender.answer(timeout, "ping its peer").get("ready") is not True:
                 raise ProbeError(with_fix(f"{sender.host} sent before it was told to",
                                           "use the same tfdist version on every host"))
-        for sender in senders:
+        measured = []
+        for (source, target), sender, receiver in zip(pairs, senders, receivers):
             sender.go()
-        sent = [sender.answer(timeout) for sender in senders]
-        received = [receiver.answer(timeout) for receiver in receivers]
+            sent, received = sender.answer(timeout), receiver.answer(timeout)
+            measured.append(LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]),
+                                        HostMemory.from_dict(received.get("memory"))))
     finally:
         _close_all(agents)
-    return [LinkMeasure(source, target, float(got["rate_bps"]), float(out["latency_s"]),
-                        HostMemory.from_dict(got.get("memory")))
-            for (source, target), out, got in zip(pairs, sent, received)]
+    return measured
 
 
 def _close_all(agents: Sequence[Agent]) -> None:
@@ -288,11 +288,9 @@ def probe_hosts(hosts: str, workers: int | None = None, ps: int = 0, model: str 
     def start(host: str, spec: dict) -> Agent:
         return Agent(agent_argv(host, host in local, options), spec, host)
 
-    links = []
-    for group in rounds(pairs):
-        log(f"probing the link{'s' if len(group) > 1 else ''} "
-            f"{', '.join(f'{source} -> {target}' for source, target in group)} ({seconds:g} s)")
-        links.extend(measure_round(group, seconds, start))
+    log(f"probing the links {', '.join(f'{source} -> {target}' for source, target in pairs)} "
+        f"({seconds:g} s each, one at a time)")
+    links = measure_links(pairs, seconds, start)
     steps: dict[str, float] = {}
     params = dtype_bytes = variables = None
     embeddings: list = []
@@ -332,5 +330,4 @@ def time_step_here(model: str, batch_size: int, environ: Mapping[str, str] | Non
 
 __all__ = ["DEFAULT_SECONDS", "Agent", "HostMeasure", "HostMemory", "LinkMeasure", "ProbeError", "ProbeResult",
            "aggregate", "agent_argv", "build_inputs", "default_workers", "measure_compute", "measure_link",
-           "measure_round", "measured_hosts", "probe_hosts", "render_measured", "ring", "rounds",
-           "time_step_here"]
+           "measure_links", "measured_hosts", "probe_hosts", "render_measured", "ring", "time_step_here"]

@@ -33,7 +33,7 @@ from tfdist.probe.host_memory import HostMemory
 from tfdist.runtime.lowrank import matrix_shape
 
 __all__ = ["HostMeasure", "LinkMeasure", "ProbeError", "ProbeResult", "aggregate", "build_inputs",
-           "default_workers", "measured_hosts", "render_measured", "ring", "rounds"]
+           "default_workers", "measured_hosts", "render_measured", "ring"]
 
 
 class ProbeError(AdviseError):
@@ -185,7 +185,7 @@ class ProbeResult:
 
 
 def ring(hosts: Sequence[str]) -> list[tuple[str, str]]:
-    """The directions to measure (in :func:`rounds`): each host to the next and the last to the first,
+    """The directions to measure, one at a time: each host to the next and the last to the first,
     then (three hosts or more) the same ring backwards; two hosts: a->b and b->a. So every host
     sends to and receives from each of its two ring neighbours."""
     if len(hosts) < 2:
@@ -196,21 +196,6 @@ def ring(hosts: Sequence[str]) -> list[tuple[str, str]]:
     if len(hosts) == 2:
         return forward
     return forward + [(target, source) for source, target in forward]
-
-
-def rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
-    """``pairs`` (directions, in order) grouped into rounds measured at once: in a round no host sends
-    twice or receives twice, so each transfer has its host's link to itself, each way (a link carries
-    both ways at once). The ring's forward directions are one round, the backward ones another."""
-    grouped: list[list[tuple[str, str]]] = []
-    for source, target in pairs:
-        for group in grouped:
-            if all(source != s and target != t for s, t in group):
-                group.append((source, target))
-                break
-        else:
-            grouped.append([(source, target)])
-    return grouped
 
 
 def measured_hosts(slots: Sequence[HostSlots], workers: int, ps: int) -> tuple[list[str], list[str]]:
