@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -169,6 +170,79 @@ def test_the_rate_skips_the_burst():
         agent.rate_after_skip([(0.0, 5)], skip=0.2)
 
 
+def test_a_transfer_is_steady_once_its_rate_so_far_has_settled():
+    burst = [(0.0, 0), (0.05, 10_000_000)]
+    steady = [(0.2 + i * 0.01, 10_000_000 + i * 62_500) for i in range(40)]  # 50 Mbit/s in 10 ms reads
+    assert agent.steady(burst + steady, skip=0.2)  # 0.59 s in: the rate up to now, 0.1 and 0.2 s ago agree
+    assert not agent.steady(burst + steady[:25], skip=0.2)  # 0.44 s in: too short after the skip
+    assert not agent.steady(burst + steady, skip=0.0)  # the burst counted: the rate is still falling
+    lumpy = [(0.2 + i * 0.05, 10_000_000 + i * 312_500) for i in range(9)]  # 50 Mbit/s in 50 ms reads
+    assert agent.steady(burst + lumpy, skip=0.2)  # windows that split a read are interpolated
+    ramp = [(0.2 + i * 0.01, 10_000_000 + 1000 * i * i) for i in range(60)]  # still speeding up
+    assert not agent.steady(burst + ramp, skip=0.2)
+    spurt = [(t, b + (312_500 if t > 0.49 else 0)) for t, b in steady]  # 50 % more in the last window
+    assert not agent.steady(burst + spurt, skip=0.2)
+    assert not agent.steady([(0.0, 0), (1.0, 0), (2.0, 0)], skip=0.2)  # nothing moved
+    assert not agent.steady([(0.0, 0)], skip=0.2)
+
+
+def _paced_sender(port: int, bytes_per_s: float, seconds: float, seen: dict) -> None:
+    """A sender of ``bytes_per_s`` (no agent) that pings once, then sends until reset or ``seconds``."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(wire.PING)
+        assert conn.recv(1) == wire.PING
+        conn.sendall(wire.DATA)
+        begun, sent, chunk = time.monotonic(), 0, b"x" * 16384
+        try:
+            while time.monotonic() - begun < seconds:
+                if sent < bytes_per_s * (time.monotonic() - begun):
+                    conn.sendall(chunk)
+                    sent += len(chunk)
+                else:
+                    time.sleep(0.001)
+            conn.shutdown(socket.SHUT_WR)
+        except (ConnectionResetError, BrokenPipeError):
+            seen["reset_after"] = time.monotonic() - begun
+
+
+def test_the_receiver_ends_a_steady_transfer_by_a_reset_and_times_what_came():
+    out, result, seen = io.StringIO(), {}, {}
+    server = threading.Thread(target=lambda: result.update(agent.receive("127.0.0.1", 20, 0.2, out,
+                                                                          stop_when_steady=True)))
+    server.start()
+    for _ in range(200):
+        if agent.parse_answer(out.getvalue()):
+            break
+        time.sleep(0.05)
+    _paced_sender(agent.parse_answer(out.getvalue())["port"], 4e6, 20, seen)  # 32 Mbit/s for 20 s at most
+    server.join(30)
+    assert result["steady_stop"] is True and "reset_after" in seen
+    assert seen["reset_after"] < 15 and result["timed_seconds"] < 15  # not the 20 s it was given
+    assert result["rate_bps"] == pytest.approx(32e6, rel=0.15)
+
+
+def test_a_sender_reset_by_its_receiver_ends_its_transfer_without_an_error():
+    """The real sender against a receiver that resets after 1 MB (as a steady receiver does)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        done = {}
+        sender = threading.Thread(target=lambda: done.update(agent.send("127.0.0.1", port, 30, 3)))
+        sender.start()
+        conn, _ = server.accept()
+        with conn:
+            while (byte := conn.recv(1)) == wire.PING:
+                conn.sendall(wire.PING)
+            assert byte == wire.DATA
+            got = 0
+            while got < 2**20:
+                got += len(conn.recv(65536))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sender.join(20)
+    assert not sender.is_alive() and done["stopped"] is True and done["sent_bytes"] >= 2**20
+
+
 def test_a_model_without_input_shape_names_model_and_the_fix():
     class NoInput:
         @property
@@ -230,21 +304,23 @@ def test_links_are_set_up_at_once_and_transfer_one_at_a_time_by_real_agents():
 def test_one_transfer_at_a_time_the_agents_report_when_they_sent():
     """The second sender's transfer starts after the first's has ended: the receivers' timed windows
     do not overlap."""
-    windows = []
+    windows, timed = [], []
 
     class Timed(Agent):
         def answer(self, timeout, waiting="answer"):
             found = super().answer(timeout, waiting)
             if "rate_bps" in found:
                 windows.append(time.monotonic())
+                timed.append(found["timed_seconds"])
             return found
 
     def start(host, spec):
         return Timed([sys.executable, "-m", "tfdist.probe.agent"], spec, host)
 
     begun = time.monotonic()
-    measure_links([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.6, start)
-    assert len(windows) == 2 and windows[1] - windows[0] >= 0.6, (windows, begun)
+    measured = measure_links([("127.0.0.1", "127.0.0.1"), ("localhost", "localhost")], 0.6, start)
+    second = timed[1]  # a steady transfer may end before 0.6 s: the second took at least its own timed span
+    assert len(windows) == 2 and windows[1] - windows[0] >= second > 0, (windows, timed, begun, measured)
 
 
 def test_a_sender_that_does_not_wait_for_go_is_named_as_another_version():

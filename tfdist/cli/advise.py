@@ -128,7 +128,7 @@ def _bad(exc: AdviseError) -> click.BadParameter:
 @click.option("--ssh-identity-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="--probe: the private key ssh uses.")
 @click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=driver.DEFAULT_SECONDS,
-              show_default=True, metavar="S", help="--probe: seconds per link.")
+              show_default=True, metavar="S", help="--probe: most seconds per link (a steady rate ends sooner).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--save", "save_path", metavar="PLAN.json", callback=writable_plan_path,
               help="Also write the plan (TFDIST_PLAN).")

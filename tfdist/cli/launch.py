@@ -80,7 +80,7 @@ _MODEL = Parsed("MODULE:FUNCTION", lambda text: parse_model_ref(text, field=""))
 @click.option("--embedding", "embeddings", type=EMBEDDING, multiple=True, metavar="ROWSxDIM[:N]",
               help="auto: an embedding table; repeatable.")
 @click.option("--probe-seconds", cls=BriefOption, type=FiniteFloat(0.5, 60), default=AUTO_PROBE_SECONDS,
-              show_default=True, metavar="S", help="auto: seconds per link.")
+              show_default=True, metavar="S", help="auto: most seconds per link (a steady rate ends sooner).")
 @click.option("--save-plan", metavar="PLAN.json", callback=writable_launch_plan_path,
               help="auto: where to save the plan.")
 @click.option("--no-adapt", is_flag=True, help="auto: keep the first plan to the end.")

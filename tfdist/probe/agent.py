@@ -12,7 +12,8 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
 * ``receive``: bind the address the spec's ``host`` resolves to here (port 0), print ``{"port": P}``,
   accept one sender, echo its one-byte pings, then count the bulk bytes until the sender closes.
   The rate is taken between the first byte after ``skip`` seconds of the bulk and the last byte, so
-  a token bucket's initial burst does not inflate it;
+  a token bucket's initial burst does not inflate it. With ``"steady": true`` the receiver ends the
+  transfer (a reset) as soon as the rate is steady (:func:`steady`), ``seconds`` being the most it runs;
 * ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
   (latency = median RTT / 2), then send for ``seconds`` and close; with ``"gated": true`` (the
   prober starts every link's agents at once) it prints ``{"ready": true}`` after the pings and sends
@@ -35,10 +36,12 @@ Only the ``compute`` role imports TensorFlow.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import signal
 import socket
 import statistics
+import struct
 import sys
 import threading
 import time
@@ -50,9 +53,14 @@ from tfdist.probe.wire import (DATA, EXIT_ABANDONED, EXIT_FAILED, GO, PING, Prob
                                decode_spec, parse_answer)
 
 __all__ = ["ProbeAgentError", "answer", "compute", "decode_spec", "embeddings_of", "load_build_fn", "main",
-           "parse_answer", "rate_after_skip", "receive", "run", "send", "shapes_of", "time_powersgd", "variables_of"]
+           "parse_answer", "rate_after_skip", "receive", "run", "send", "shapes_of", "steady", "time_powersgd",
+           "variables_of"]
 
 CHUNK = 256 * 1024  # bytes per read and per write of the bulk transfer
+STEADY_WINDOW = 0.1  # s: a transfer is steady once its rate measured up to now and up to ...
+STEADY_WINDOWS = 3  # ... each of the moments this many windows back (now included) ...
+STEADY_TOLERANCE = 0.05  # ... agree within this fraction of the largest
+STEADY_EVERY = 0.05  # s between two checks of a running transfer
 
 # --- links ------------------------------------------------------------------------------------------
 def rate_after_skip(samples: list[tuple[float, int]], skip: float) -> tuple[float, int, float]:
@@ -73,11 +81,40 @@ def rate_after_skip(samples: list[tuple[float, int]], skip: float) -> tuple[floa
     return moved * 8 / seconds, moved, seconds
 
 
+def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY_WINDOW,
+           windows: int = STEADY_WINDOWS, tolerance: float = STEADY_TOLERANCE) -> bool:
+    """Whether a transfer's rate has settled, from its ``(time, bytes so far)`` samples: the rate from
+    ``skip`` s after the first byte up to now, and up to each of the ``windows - 1`` moments ``window``
+    s apart before now, agree within ``tolerance`` of the largest. The bytes between two samples are
+    interpolated, so the reads' sizes do not count. A token bucket's link settles once its burst is
+    spent (``skip``); a rate still climbing or jumping does not, and its transfer runs its full time. Pure."""
+    if len(samples) < 2:
+        return False
+    first, now = samples[0][0] + skip, samples[-1][0]
+    if now - first < windows * window:
+        return False
+    times = [moment for moment, _ in samples]
+
+    def moved_by(moment: float) -> float:  # bytes received by ``moment``, interpolated between two reads
+        after = bisect.bisect_left(times, moment)
+        if after == 0:
+            return float(samples[0][1])
+        (t0, b0), (t1, b1) = samples[after - 1], samples[min(after, len(samples) - 1)]
+        return b1 if t1 <= t0 else b0 + (b1 - b0) * (moment - t0) / (t1 - t0)
+
+    base = moved_by(first)
+    rates = [(moved_by(now - k * window) - base) / (now - k * window - first) for k in range(windows)]
+    return min(rates) > 0 and max(rates) - min(rates) <= tolerance * max(rates)
+
+
 def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
-            resolve: Callable[[str], str] | None = None, wait: float | None = None) -> dict[str, Any]:
+            resolve: Callable[[str], str] | None = None, wait: float | None = None,
+            stop_when_steady: bool = False) -> dict[str, Any]:
     """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer. ``wait``:
     how long the sender may go quiet (default ``seconds`` + 60; a probe that transfers one link at a
-    time gives its whole timeout, since the other links' transfers come first)."""
+    time gives its whole timeout, since the other links' transfers come first). ``stop_when_steady``:
+    once the rate is :func:`steady`, reset the connection (the sender stops at once, its queued bytes
+    dropped) and time what came so far; otherwise the transfer runs until the sender closes."""
     from tfdist.launch.remote_task import bind_address
 
     address = bind_address(host) if resolve is None else bind_address(host, resolve)
@@ -106,16 +143,25 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
         samples: list[tuple[float, int]] = []
         total = 0
         buffer = bytearray(CHUNK)
+        check = 0.0
+        stopped = False
         while True:
             count = conn.recv_into(buffer)
             if not count:
                 break
             total += count
-            samples.append((time.monotonic(), total))
+            now = time.monotonic()
+            samples.append((now, total))
+            if stop_when_steady and now >= check:
+                check = now + STEADY_EVERY
+                if steady(samples, skip):
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    stopped = True
+                    break  # closing with a zero linger resets the connection
     bits, moved, timed = rate_after_skip(samples, skip)
     from tfdist.probe.host_memory import read_host_memory
 
-    return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed,
+    return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed, "steady_stop": stopped,
             "memory": read_host_memory().as_dict()}  # every probed host receives once
 
 
@@ -123,7 +169,9 @@ def send(peer: str, port: int, seconds: float, pings: int,
          ready: Callable[[], None] | None = None) -> dict[str, Any]:
     """Time ``pings`` one-byte round trips to ``peer``, then send for ``seconds``; RTTs and bytes.
     ``ready`` (a probe that starts every link's agents at once): called between the pings and the
-    transfer, it returns when this link's turn comes, so no ping waits behind another link's transfer."""
+    transfer, it returns when this link's turn comes, so no ping waits behind another link's transfer.
+    A receiver that found the rate steady resets the connection: the transfer ends there
+    (``"stopped": true``); whether the receiver failed instead is the receiver's answer."""
     try:
         conn = socket.create_connection((peer, port), timeout=30)
     except OSError as exc:
@@ -146,12 +194,16 @@ def send(peer: str, port: int, seconds: float, pings: int,
         block = os.urandom(CHUNK)
         sent = 0
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            conn.sendall(block)
-            sent += len(block)
-        conn.shutdown(socket.SHUT_WR)
+        stopped = False
+        try:
+            while time.monotonic() < deadline:
+                conn.sendall(block)
+                sent += len(block)
+            conn.shutdown(socket.SHUT_WR)
+        except (ConnectionResetError, BrokenPipeError):
+            stopped = True
     median = statistics.median(rtts) if rtts else 0.0
-    return {"rtt_s": median, "latency_s": median / 2, "sent_bytes": sent}
+    return {"rtt_s": median, "latency_s": median / 2, "sent_bytes": sent, "stopped": stopped}
 
 
 # --- compute ----------------------------------------------------------------------------------------
@@ -398,7 +450,7 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     role = spec["role"]
     if role == "receive":
         return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out,
-                       wait=float(spec["timeout"]))
+                       wait=float(spec["timeout"]), stop_when_steady=spec.get("steady") is True)
     if role == "send":
         gated = go is not None and spec.get("gated") is True
         return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]),

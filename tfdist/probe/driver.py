@@ -8,8 +8,8 @@ so the advice describes the cluster launch would start. ``probe_hosts`` measures
 1. **links**, in ring order over the hosts that get a worker or ps task (h1->h2, h2->h3, ...,
    hn->h1, then the ring backwards; two hosts: a->b and b->a): per direction a receiver agent on
    the destination and a sender agent on the source, every agent started at once; each sender
-   times one-byte ping-pongs for the latency, then the transfers of ``seconds`` run one direction
-   at a time (:func:`measure_links`). A host's rate is the smaller of the fastest it sent and the
+   times one-byte ping-pongs for the latency, then the transfers run one direction at a time, each
+   until its rate is steady and ``seconds`` at most (:func:`measure_links`). A host's rate is the smaller of the fastest it sent and the
    fastest it received (see :func:`tfdist.probe.result.aggregate`);
 2. **compute** (with ``model``): every worker host's agent starts at once (importing TensorFlow,
    building the model and its warm-up steps overlap), then one host at a time times its training
@@ -52,7 +52,7 @@ from tfdist.probe.result import (HostMeasure, LinkMeasure, ProbeError, ProbeResu
 from tfdist.probe.wire import GO, encode_spec, parse_answer
 
 AGENT = "tfdist.probe.agent"
-DEFAULT_SECONDS = 1.5  # s of bulk transfer per link
+DEFAULT_SECONDS = 1.5  # s of bulk transfer per link at most (a steady rate ends it sooner)
 SKIP_SECONDS = 0.2  # s of each transfer left out of the rate (a token bucket's burst)
 PINGS = 20
 COMPUTE_STEPS = 3  # per timed window (three windows)
@@ -152,7 +152,8 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
                   start: Callable[[str, dict], Agent]) -> list[LinkMeasure]:
     """Every direction of ``pairs``: all agents start at once (each sender as soon as its receiver
     listens) and ping at once, then the transfers run one at a time, each sender told ``go`` once the
-    one before has ended. Starting the agents is most of a probe's time; a transfer has the hosts'
+    one before has ended. A transfer runs ``seconds`` at most: its receiver ends it once the rate is
+    steady (:func:`tfdist.probe.agent.steady`). Starting the agents is most of a probe's time; a transfer has the hosts'
     links and CPUs to itself (three at once on the lab's two cores read unlimited links 3-10x slower,
     and the parameter servers' predictions with them). Every agent is stopped afterwards, on every path."""
     timeout = len(pairs) * seconds + LINK_SLACK  # a receiver waits for every transfer before its own
@@ -161,7 +162,7 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
         receivers = []
         for _, target in pairs:
             receivers.append(start(target, {"role": "receive", "host": target, "seconds": seconds,
-                                            "skip": SKIP_SECONDS, "timeout": timeout}))
+                                            "skip": SKIP_SECONDS, "timeout": timeout, "steady": True}))
             agents.append(receivers[-1])
         senders = []
         for (source, target), receiver in zip(pairs, receivers):
