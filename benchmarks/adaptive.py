@@ -57,6 +57,7 @@ PYTHON = sys.executable
 HOSTS = ["c", "w1", "w2", "p1"]
 JOBS = ("horovod", "ps", "adaptive")
 EPOCH_LINE = re.compile(r"AUTOJOB_EPOCH (\d+)")
+TIMED_LINE = re.compile(r"AUTOJOB_(?:STAGE (\w+)|EPOCH (\d+)) (\d+\.\d+)\s*$", re.M)
 SWITCH_LINE = "tfdist launch: re-planned at epoch "
 LAUNCHED = re.compile(r"tfdist launch --backend auto: launching (\w+) \((\w+)\)")
 TARGET_CHANGED = 0.85  # B, C: adaptive / the launch plan
@@ -224,7 +225,7 @@ class Runner(LabRunner):
         stop, applied = threading.Event(), []
         follower = threading.Thread(target=self.follow, args=(log_path, changes(scenario, epochs), stop, applied),
                                     daemon=True)
-        started = time.monotonic()
+        started, wall_start = time.monotonic(), time.time()
         follower.start()
         try:
             code = self.run_job("c", argv, log_path, job_env(), REPO, self.timeout)
@@ -245,7 +246,30 @@ class Runner(LabRunner):
                 "switch_lines": [line for line in text.splitlines() if line.startswith(SWITCH_LINE)
                                  or line.startswith("tfdist launch: adaptive run:")],
                 "final_loss": result.get("final_loss"), "val_accuracy": result.get("val_accuracy"),
-                "kind": result.get("kind")}
+                "kind": result.get("kind"), "timeline": timeline(text, wall_start)}
+
+
+def timeline(text: str, wall_start: float) -> list[tuple[str, float]]:
+    """The chief's stages and epoch ends in a job's log (auto_job.py's ``--progress`` lines with the
+    wall clock), as seconds since the launch: ``[("strategy", 7.9), ("epoch 0", 15.2), ...]``."""
+    found = []
+    for stage, epoch, moment in TIMED_LINE.findall(text):
+        found.append((stage or f"epoch {epoch}", round(float(moment) - wall_start, 1)))
+    return found
+
+
+def beyond_epochs(record: dict) -> str:
+    """Where a run's time outside its epochs went, from its timeline: to the first ``strategy`` (start-up),
+    from the last epoch's end to ``fitted`` (the end of fit), from ``written`` to the exit."""
+    moments = record.get("timeline") or []
+    firsts = [t for name, t in moments if name == "strategy"]
+    epochs = [t for name, t in moments if name.startswith("epoch")]
+    fitted = [t for name, t in moments if name == "fitted"]
+    written = [t for name, t in moments if name == "written"]
+    if not (firsts and epochs and fitted and written):
+        return ""
+    return (f"; start-up {firsts[0]:.1f} s, last epoch to fitted {fitted[-1] - epochs[-1]:.1f} s, written to "
+            f"exit {record['seconds'] - written[-1]:.1f} s")
 
 
 def describe(record: dict) -> str:
@@ -254,7 +278,7 @@ def describe(record: dict) -> str:
             f"{record['exit_code']}, epochs {len(record['epochs_seen'])}, ended on {record.get('kind')}, "
             f"switches {record['switches']}, final loss {'-' if loss is None else f'{loss:.4f}'}, held-out "
             f"accuracy {'-' if accuracy is None else f'{100 * accuracy:.1f} %'}"
-            + (f", LEFT {record['left_on_hosts']}" if record["left_on_hosts"] else ""))
+            + beyond_epochs(record) + (f", LEFT {record['left_on_hosts']}" if record["left_on_hosts"] else ""))
 
 
 def measure(args: argparse.Namespace, records: list[dict]) -> None:

@@ -19,6 +19,10 @@ examples/s of all workers together, and ``kind``, ``variant`` (the plan's, or No
 ``hierarchical_allreduce`` and ``shards`` as the strategy object holds them. With ``--logdir`` the
 chief also records the run for TensorBoard and ``tfdist report`` (``TensorBoardRun``); with ``--data
 digits`` the job trains on the shipped digits and the result has the held-out digits' accuracy.
+With ``--progress`` the chief prints, each with the wall clock (``time.time()``), ``AUTOJOB_STAGE
+strategy T`` once ``make_strategy`` returned (parameter servers: the cluster answered),
+``AUTOJOB_EPOCH E T`` at each epoch's end, and ``AUTOJOB_STAGE fitted T`` / ``written T`` once ``fit``
+returned and the result is written: where a run's time beyond its epochs went.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import tfdist  # before tensorflow: keeps tf.keras on tf-keras
@@ -73,6 +78,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     strategy = tfdist.make_strategy(args.backend)  # ps and worker tasks serve here until the chief is done
+    progress = args.progress and strategy.is_chief
+
+    def stage(name: str) -> None:
+        if progress:
+            print(f"AUTOJOB_STAGE {name} {time.time():.2f}", flush=True)
+
+    stage("strategy")
     with strategy.scope():
         model = build_model()
         model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.SGD(workload.LEARNING_RATE)),
@@ -81,9 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     callbacks = [timer]
     if args.logdir:
         callbacks.append(tfdist.callbacks.TensorBoardRun(args.logdir, strategy=strategy, batch_size=args.batch_size))
-    if args.progress and strategy.is_chief:
+    if progress:
         callbacks.append(tf.keras.callbacks.LambdaCallback(
-            on_epoch_end=lambda epoch, logs: print(f"AUTOJOB_EPOCH {epoch}", flush=True)))
+            on_epoch_end=lambda epoch, logs: print(f"AUTOJOB_EPOCH {epoch} {time.time():.2f}", flush=True)))
     epochs = args.warmup_epochs + args.epochs
     make_data = workload.make_digits if args.data == "digits" else workload.make_data
     if strategy.kind == "parameter_server":
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                                verbose=0)
     if not strategy.is_chief:
         return
+    stage("fitted")
     steps = (timer.steps_per_epoch or args.steps) * timer.timed_epochs  # fewer when resumed by a switch
     seconds = timer.seconds if timer.timed_epochs else None  # none: a run resumed for its last epoch
     result = {**strategy_record(strategy), "workers": strategy.num_workers, "params": model.count_params(),
@@ -112,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     tmp.write_text(json.dumps(result))
     os.replace(tmp, args.out)
     print("AUTOJOB " + json.dumps({k: v for k, v in result.items() if k != "plan"}), flush=True)
+    stage("written")
 
 
 if __name__ == "__main__":

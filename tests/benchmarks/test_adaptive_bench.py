@@ -49,6 +49,17 @@ def test_the_ratios_are_against_the_plan_auto_launched_and_the_best_fixed_plan(b
     assert "vs launch plan" in report and "0.55x" in report and "met" in report
 
 
+def test_a_runs_time_beyond_its_epochs_is_split_from_the_chiefs_timed_lines(bench):
+    log = ("[chief:0@c]  AUTOJOB_STAGE strategy 1008.50\n[chief:0@c]  AUTOJOB_EPOCH 0 1015.00\n"
+           "noise AUTOJOB_EPOCH 1 1020.25\n[chief:0@c]  AUTOJOB_STAGE fitted 1051.00\n"
+           "[chief:0@c]  AUTOJOB_STAGE written 1052.00\nAUTOJOB_EPOCH 2\n")  # an older job's untimed line
+    moments = bench.timeline(log, wall_start=1000.0)
+    assert moments == [("strategy", 8.5), ("epoch 0", 15.0), ("epoch 1", 20.2), ("fitted", 51.0), ("written", 52.0)]
+    said = bench.beyond_epochs({"timeline": moments, "seconds": 55.0})
+    assert said == "; start-up 8.5 s, last epoch to fitted 30.8 s, written to exit 3.0 s"
+    assert bench.beyond_epochs({"timeline": moments[:2], "seconds": 55.0}) == ""  # a job that failed early
+
+
 def test_the_adaptive_run_must_keep_the_launch_plans_accuracy(bench):
     """B and C: the held-out accuracy within 0.5 points of the plan auto launched; a run that was faster
     but learned less misses the target."""

@@ -121,7 +121,20 @@ def stragglers(epoch: EpochMeasurement, before: frozenset[int] = frozenset()) ->
                      if fastest / w.compute_ms < (CAUGHT_UP if i in before else CLEAR_STRAGGLER))
 
 
-def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]:
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    """The newest regime of a run's epochs (:func:`read_regime`): its epochs, by index, and the
+    workers that straggle clearly in them."""
+
+    epochs: tuple[EpochMeasurement, ...]
+    straggling: frozenset[int]
+
+    def window(self, last: int = DEFAULT_LAST_EPOCHS) -> list[EpochMeasurement]:
+        """The epochs a re-fit reads the compute from: the regime's last ``last``."""
+        return list(self.epochs[-last:])
+
+
+def read_regime(epochs: Sequence[EpochMeasurement]) -> Regime:
     """The newest epochs of ``epochs`` (by index) that have the newest epoch's :func:`stragglers`
     (each epoch's read after the one before it): a change of who straggles clearly (a worker slowed
     below ``CLEAR_STRAGGLER`` of the fastest, or caught up above ``CAUGHT_UP``) starts a new regime,
@@ -129,36 +142,34 @@ def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]
     once most of them are after it: on the lab (scenario B) the median of three switched at epoch 6
     or 7, each straggling epoch costing about twice a parameter-server one (benchmarks/README.md). The
     price: one epoch in which a worker was slow for a while counts in full; the switch rule's margin
-    and payback still stand between it and a switch."""
+    and payback still stand between it and a switch. Read over all of ``epochs``, so that a worker
+    straggling before a re-fit's window still counts as one (:data:`CAUGHT_UP`)."""
     ordered = sorted(epochs, key=lambda e: e.epoch)
-    regimes = _regimes(ordered)
-    start = len(ordered)
-    while start > 0 and regimes[start - 1] == regimes[-1]:
-        start -= 1
-    return ordered[start:]
-
-
-def _regimes(ordered: Sequence[EpochMeasurement]) -> list[frozenset[int]]:
-    """Each epoch's :func:`stragglers`, read after the epoch before it."""
     regimes: list[frozenset[int]] = []
     for epoch in ordered:
         regimes.append(stragglers(epoch, regimes[-1] if regimes else frozenset()))
-    return regimes
+    start = len(ordered)
+    while start > 0 and regimes[start - 1] == regimes[-1]:
+        start -= 1
+    return Regime(tuple(ordered[start:]), regimes[-1] if regimes else frozenset())
+
+
+def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]:
+    """The epochs of :func:`read_regime`."""
+    return list(read_regime(epochs).epochs)
 
 
 def who_straggles(epochs: Sequence[EpochMeasurement]) -> frozenset[int]:
-    """The workers that straggle clearly in the newest of ``epochs`` (read epoch after epoch, as
-    :func:`current_regime` reads them); none for no epochs."""
-    regimes = _regimes(sorted(epochs, key=lambda e: e.epoch))
-    return regimes[-1] if regimes else frozenset()
+    """The workers that straggle clearly in the newest of ``epochs`` (:func:`read_regime`); none for no
+    epochs."""
+    return read_regime(epochs).straggling
 
 
 def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_EPOCHS) -> list[EpochMeasurement]:
-    """The epochs a re-fit reads the compute from: the last ``last`` (by index) of the
-    :func:`current_regime` over all of ``epochs`` (so that a worker straggling before the window
-    still counts as one, :data:`CAUGHT_UP`). What the run measured for the current plan is read over
-    the same epochs (:class:`tfdist.adapt.replan.Replanner`)."""
-    return current_regime(epochs)[-last:]
+    """The epochs a re-fit reads the compute from: the last ``last`` of :func:`read_regime` over all of
+    ``epochs``. What the run measured for the current plan is read over the same epochs
+    (:class:`tfdist.adapt.replan.Replanner`)."""
+    return read_regime(epochs).window(last)
 
 
 def _speed_share(epoch: EpochMeasurement) -> float:

@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.adapt.refit import current_regime, regime_window, who_straggles
+from tfdist.adapt.refit import Regime, read_regime
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import measured_epochs, refitted, ring_overhead
@@ -59,12 +59,13 @@ class Verdict:
         return {"action": self.action, "to": self.to, "reason": self.line, "in_process": self.in_process}
 
 
-def _one_regime(epochs: Sequence[Any], promised_for: frozenset[int] | None) -> bool:
-    """Whether ``epochs`` (a plan's re-fitted epochs) all ran under the regime its promise was made for
-    (``promised_for``: who straggled then): what a plan delivered against its promise says something of
-    the model only there; after a worker slowed or caught up, the ratio is kept as it was."""
-    return (bool(epochs) and promised_for is not None and len(current_regime(epochs)) == len(epochs)
-            and who_straggles(epochs) == promised_for)
+def _one_regime(epochs: Sequence[Any], regime: Regime, promised_for: frozenset[int] | None) -> bool:
+    """Whether ``epochs`` (a plan's re-fitted epochs, whose newest regime is ``regime``) all ran under
+    the regime its promise was made for (``promised_for``: who straggled then): what a plan delivered
+    against its promise says something of the model only there; after a worker slowed or caught up,
+    the ratio is kept as it was."""
+    return (bool(epochs) and promised_for is not None and len(regime.epochs) == len(epochs)
+            and regime.straggling == promised_for)
 
 
 def _number(report: Mapping[str, Any], field: str) -> float | None:
@@ -166,9 +167,9 @@ class Replanner:
         self.predictions = found[1]
         # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
         segment = measured_epochs(record, self.current)
-        regime = regime_window(segment)
-        self.straggling = who_straggles(segment)
-        recent = self.timed[-max(1, len(regime)):]
+        regime = read_regime(segment)
+        self.straggling = regime.straggling
+        recent = self.timed[-max(1, len(regime.window())):]
         examples = statistics.median(e for _, e in recent)
         takeable = set(allowed(self.predictions, self.memory)) | {self.current}
         seconds_per_epoch = epoch_seconds({name: self.predictions[name] for name in self.candidates
@@ -177,7 +178,7 @@ class Replanner:
         if self.current not in seconds_per_epoch:
             return Verdict(CONTINUE, None, f"{head}: {self.current} is not re-predicted; the plan is kept")
         seconds_per_epoch[self.current] = statistics.median(s for s, _ in recent)
-        if self.current in self.promised and _one_regime(segment, self.promised_for.get(self.current)):
+        if self.current in self.promised and _one_regime(segment, regime, self.promised_for.get(self.current)):
             measured = examples / seconds_per_epoch[self.current]
             self.delivered[self.current] = min(MAX_DELIVERED, max(MIN_DELIVERED, measured / self.promised[self.current]))
         for name in seconds_per_epoch:

@@ -197,9 +197,10 @@ def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool, floatx: str 
     from arrays: floating numpy arrays in ``floatx``, each epoch a new order when ``shuffle``, the
     last batch partial, the next batches gathered ahead (two); autotuning off (``without_autotune``)."""
     tensors = tf.nest.map_structure(lambda leaf: _as_tensor(leaf, floatx), arrays)
-    indices = tf.data.Dataset.range(num_examples(arrays))
+    examples = num_examples(arrays)
+    indices = tf.data.Dataset.range(examples)
     if shuffle:
-        indices = indices.shuffle(num_examples(arrays), reshuffle_each_iteration=True)
+        indices = indices.shuffle(examples, reshuffle_each_iteration=True)
     batches = indices.batch(batch_size).map(
         lambda batch: tf.nest.map_structure(lambda tensor: tf.gather(tensor, batch), tensors))
     return without_autotune(batches.prefetch(2))
