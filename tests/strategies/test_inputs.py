@@ -81,6 +81,37 @@ def test_a_horovod_rank_trains_on_its_arrays_through_a_pipeline_without_autotuni
     assert len(orders) > 1  # a new order every epoch, as Keras' shuffle=True
 
 
+def test_pipelines_shuffled_from_one_seed_agree_epoch_after_epoch_whatever_the_global_seed():
+    """Each worker of multi-worker mirrored builds its own pipeline and keeps its share of each global
+    batch: from the chief's seed their orders agree, each epoch anew, even where the workers' global
+    seeds differ; another seed gives other orders."""
+    x, y = _arrays(40)
+
+    def epochs_of(seed, global_seed):
+        tf.random.set_seed(global_seed)
+        stream, none, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 16, "epochs": 3}, seed=seed)
+        assert none is None and kwargs == {"epochs": 3, "steps_per_epoch": 3}  # 16 + 16 + 8 a pass
+        batches = [b[0][:, 0] for b in stream]
+        assert [len(b) for b in batches] == [16, 16, 8] * 3  # Keras' cut, every epoch
+        return [tuple(np.concatenate(batches[i:i + 3])) for i in (0, 3, 6)], stream
+
+    first, stream = epochs_of(7, global_seed=0)
+    assert epochs_of(7, global_seed=1)[0] == first and epochs_of(8, global_seed=0)[0] != first
+    assert len(set(first)) == 3 and all(sorted(order) == sorted(x[:, 0]) for order in first)
+    assert stream.options().autotune.enabled is False
+    resumed, _, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 16, "epochs": 3, "initial_epoch": 2},
+                                                   seed=7)
+    assert len(list(resumed)) == 3 and kwargs["steps_per_epoch"] == 3  # epoch 2 alone
+    shared = inputs.by_batch_shares(stream)
+    assert shared.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.DATA
+    assert shared.options().autotune.enabled is False  # the pipeline's own options kept
+    assert inputs.takes_array_pipeline(x, y, {"batch_size": 8})
+    assert not inputs.takes_array_pipeline(x, y, {"steps_per_epoch": 2})
+    assert not inputs.takes_array_pipeline(stream, None, {})
+    unshuffled, _, kwargs = inputs.array_fit_pipeline(x, y, {"batch_size": 16, "shuffle": False}, seed=7)
+    assert "steps_per_epoch" not in kwargs and np.concatenate([b[0] for b in unshuffled])[:, 0].tolist() == x[:, 0].tolist()
+
+
 def test_the_array_pipeline_keeps_the_order_without_shuffle_and_batches_validation_alike():
     x, y = _arrays(6)
     pipeline, _, kwargs = inputs.array_fit_pipeline(

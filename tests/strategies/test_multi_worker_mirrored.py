@@ -27,3 +27,8 @@ def test_two_workers_train_in_sync(tmp_path):
     assert workers[0]["loss"] == workers[1]["loss"]
     assert workers[0]["loss"][-1] < 0.2 * workers[0]["loss"][0]
     assert "Epoch 1/4" in result.stdout and "[worker:1] Epoch" not in result.stdout  # progress on the chief only
+    # each epoch the workers share out the examples: all once, none on both (Keras' own pipeline shuffled
+    # each worker's copy of the arrays differently before tf.data's DATA sharding: they overlapped)
+    for epoch, (mine, theirs) in enumerate(zip(workers[0]["seen"], workers[1]["seen"])):
+        assert sorted(mine + theirs) == list(range(512)), f"epoch {epoch}: {len(set(mine) & set(theirs))} on both"
+    assert workers[0]["seen"][0] != workers[0]["seen"][1]  # a new order each epoch

@@ -194,35 +194,73 @@ def _as_tensor(leaf: Any, floatx: str) -> tf.Tensor:
 
 def array_batches(arrays: tuple, batch_size: int, *, shuffle: bool, floatx: str = "float32") -> tf.data.Dataset:
     """Batches of ``arrays`` (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``) as Keras cuts them
-    from arrays: floating numpy arrays in ``floatx``, each epoch a new order when ``shuffle``, the
-    last batch partial, the next batches gathered ahead (two); autotuning off (``without_autotune``)."""
-    tensors = tf.nest.map_structure(lambda leaf: _as_tensor(leaf, floatx), arrays)
+    from arrays: floating numpy arrays in ``floatx``, each epoch (each iteration) a new order when
+    ``shuffle``, the last batch partial, the next batches gathered ahead (two); autotuning off
+    (``without_autotune``)."""
     examples = num_examples(arrays)
     indices = tf.data.Dataset.range(examples)
     if shuffle:
         indices = indices.shuffle(examples, reshuffle_each_iteration=True)
-    batches = indices.batch(batch_size).map(
+    return _gathered(arrays, indices.batch(batch_size), floatx)
+
+
+def seeded_epochs(arrays: tuple, batch_size: int, *, seed: int, epochs: range,
+                  floatx: str = "float32") -> tf.data.Dataset:
+    """The batches of every epoch in ``epochs``, one stream, cut as :func:`array_batches` cuts one
+    epoch, each epoch's order drawn from ``(seed, epoch)`` alone: wherever the seed is the same, so
+    is every epoch's order, whatever each process's global seed (a stateless shuffle). Iterate it
+    once for the whole ``fit`` (``steps_per_epoch`` = :func:`math.ceil` of examples / batch)."""
+    examples = num_examples(arrays)
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(tf.range(examples, dtype=tf.int64),
+                                                         seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size)
+
+    indices = tf.data.Dataset.range(epochs.start, epochs.stop).flat_map(epoch_batches)
+    return _gathered(arrays, indices, floatx)
+
+
+def _gathered(arrays: tuple, batches_of_indices: tf.data.Dataset, floatx: str) -> tf.data.Dataset:
+    """Each batch of indices as the examples of ``arrays`` it names, two batches ahead, autotuning off."""
+    tensors = tf.nest.map_structure(lambda leaf: _as_tensor(leaf, floatx), arrays)
+    batches = batches_of_indices.map(
         lambda batch: tf.nest.map_structure(lambda tensor: tf.gather(tensor, batch), tensors))
     return without_autotune(batches.prefetch(2))
 
 
-def array_fit_pipeline(x: Any, y: Any, kwargs: dict, *, floatx: str = "float32") -> tuple[Any, Any, dict]:
-    """``fit``'s arrays (and validation arrays) as tfdist's own pipeline (``array_batches``, floating
-    arrays in the model's ``floatx``), in place of the one Keras builds from them with autotuning on.
-
-    Left to Keras: anything but arrays and dicts of arrays, weights without labels, ``shuffle="batch"``,
-    and ``fit`` calls that use what only arrays take (``validation_split``) or that cut epochs by
-    ``steps_per_epoch``."""
+def takes_array_pipeline(x: Any, y: Any, kwargs: dict) -> bool:
+    """Whether :func:`array_fit_pipeline` builds ``fit``'s pipeline from these inputs. Not: anything but
+    arrays and dicts of arrays, weights without labels, ``shuffle="batch"``, and ``fit`` calls that use
+    what only arrays take (``validation_split``) or that cut epochs by ``steps_per_epoch``."""
     weights = kwargs.get("sample_weight")
-    if (x is None or is_dataset(x) or kwargs.get("validation_split") or kwargs.get("steps_per_epoch")
-            or not isinstance(kwargs.get("shuffle", True), bool) or (y is None and weights is not None)
-            or not all(_plain_arrays(value) for value in (x, y, weights) if value is not None)):
+    return not (x is None or is_dataset(x) or kwargs.get("validation_split") or kwargs.get("steps_per_epoch")
+                or not isinstance(kwargs.get("shuffle", True), bool) or (y is None and weights is not None)
+                or not all(_plain_arrays(value) for value in (x, y, weights) if value is not None))
+
+
+def array_fit_pipeline(x: Any, y: Any, kwargs: dict, *, floatx: str = "float32",
+                       seed: int | None = None) -> tuple[Any, Any, dict]:
+    """``fit``'s arrays (and validation arrays) as tfdist's own pipeline (``array_batches``, floating
+    arrays in the model's ``floatx``), in place of the one Keras builds from them with autotuning on;
+    what :func:`takes_array_pipeline` refuses is left to Keras as it is. With ``seed``, a shuffled
+    ``fit`` gets :func:`seeded_epochs` and its ``steps_per_epoch``: the same orders wherever the seed
+    is the same."""
+    if not takes_array_pipeline(x, y, kwargs):
         return x, y, kwargs
+    weights = kwargs.get("sample_weight")
     kwargs = dict(kwargs)
     batch_size = int(kwargs.pop("batch_size", None) or DEFAULT_BATCH_SIZE)
     kwargs.pop("sample_weight", None)
     arrays = (x,) if y is None else (x, y) if weights is None else (x, y, weights)
-    x, y = array_batches(arrays, batch_size, shuffle=kwargs.pop("shuffle", True), floatx=floatx), None
+    shuffle = kwargs.pop("shuffle", True)
+    if shuffle and seed is not None:
+        epochs = range(int(kwargs.get("initial_epoch", 0)), int(kwargs.get("epochs", 1)))
+        x = seeded_epochs(arrays, batch_size, seed=seed, epochs=epochs, floatx=floatx)
+        kwargs["steps_per_epoch"] = -(-num_examples(arrays) // batch_size)
+    else:
+        x = array_batches(arrays, batch_size, shuffle=shuffle, floatx=floatx)
+    y = None
     validation = kwargs.get("validation_data")
     validation_batch = int(kwargs.pop("validation_batch_size", None) or batch_size)
     if isinstance(validation, tuple) and validation and all(_plain_arrays(value) for value in validation):
@@ -234,9 +272,19 @@ def array_fit_pipeline(x: Any, y: Any, kwargs: dict, *, floatx: str = "float32")
 
 # --- tf.distribute (mirrored, multi-worker mirrored): global batches --------------------------------
 def _without_auto_shard(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    return _with_auto_shard(dataset, tf.data.experimental.AutoShardPolicy.OFF)
+
+
+def _with_auto_shard(dataset: tf.data.Dataset, policy: Any) -> tf.data.Dataset:
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    options.experimental_distribute.auto_shard_policy = policy
     return dataset.with_options(options)
+
+
+def by_batch_shares(dataset: Any) -> Any:
+    """A dataset of global batches that tf.distribute splits across the workers by its DATA policy:
+    each worker keeps its share of every global batch. (Arrays' pipelines have no files to shard by.)"""
+    return _with_auto_shard(dataset, tf.data.experimental.AutoShardPolicy.DATA) if is_dataset(dataset) else dataset
 
 
 def global_batch_inputs(x: Any, y: Any, kwargs: dict, replicas: int, *,

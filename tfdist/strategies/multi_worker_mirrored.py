@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from typing import Any, Literal
 
 import tensorflow as tf
@@ -121,6 +122,22 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def _global_batching(self, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync,
                                           shard=self.options.shard_data)
+
+    def _input_pipeline(self, model: Any, x: Any, y: Any, kwargs: dict) -> tuple[Any, Any, dict]:
+        """Arrays as tfdist's own pipeline (``inputs.array_fit_pipeline``, autotuning off), shuffled in
+        the same order on every worker from the chief's seed: tf.data's DATA sharding hands each worker
+        its share of each global batch, so the workers' orders must agree. Keras' own pipeline shuffles
+        each worker's copy unseeded: in an epoch the workers trained on overlapping examples and missed
+        others. ``shard_data=False`` leaves each worker's pipeline its own."""
+        if not self.options.shard_data or not inputs.takes_array_pipeline(x, y, kwargs):
+            return x, y, kwargs
+        seed = self._chief_value(random.SystemRandom().randrange(1, 2**31), "tfdist.fit.shuffle_seed")
+        floatx = keras_compat.keras_of(model, "model").backend.floatx()
+        given = kwargs.get("validation_data")
+        x, y, kwargs = inputs.array_fit_pipeline(x, y, kwargs, floatx=floatx, seed=seed)
+        if kwargs.get("validation_data") is not given:  # validation arrays made ours: shared out as fit's
+            kwargs["validation_data"] = inputs.by_batch_shares(kwargs["validation_data"])
+        return inputs.by_batch_shares(x), y, kwargs
 
     def _before_fit(self, model: Any, x: Any) -> None:
         optimizer = getattr(model, "optimizer", None)
