@@ -88,5 +88,6 @@ def test_keras_3s_backup_resumes_a_stopped_fit_as_if_it_had_not_stopped(job):
         resumed = found["resumed"]
         assert resumed["epochs"] == 3 and resumed["max_abs_diff"] == 0.0, resumed  # epochs 3-5, as never stopped
         assert resumed["loss"] == found["keras_3"]["history"]["loss"][2:]
-        assert resumed["backup_left"] is False  # removed at the end, as Keras does
+        if found["rank"] == 0:  # the chief removes it as its fit ends, as Keras does (the other worker's
+            assert resumed["backup_left"] is False  # fit may return first: what it sees is a race)
     assert not list((outdir / "tmp").glob("tfdist-worker-backup-*")), "a worker's throwaway copy is left"
