@@ -183,6 +183,10 @@ def test_a_transfer_is_steady_once_its_rate_so_far_has_settled():
     spurt = [(t, b + (312_500 if t > 0.49 else 0)) for t, b in steady]  # 50 % more in the last window
     assert not agent.steady(burst + spurt, skip=0.2)
     assert not agent.steady([(0.0, 0), (1.0, 0), (2.0, 0)], skip=0.2)  # nothing moved
+    # one read after the burst: three rates on one interpolated line would agree, at the burst's rate
+    assert not agent.steady([(0.0, 0), (0.05, 10_000_000), (0.6, 10_100_000)], skip=0.2)
+    stalled = [(t, b) for t, b in steady if not 0.3 < t < 0.45]  # no read for 150 ms after the skip
+    assert not agent.steady(burst + stalled, skip=0.2)
     assert not agent.steady([(0.0, 0)], skip=0.2)
 
 

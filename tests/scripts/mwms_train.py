@@ -13,7 +13,7 @@ import tensorflow as tf
 OUTDIR = sys.argv[1]
 strategy = tfdist.make_strategy("auto")  # TF_CONFIG with workers only -> multi_worker_mirrored
 rng = np.random.default_rng(0)
-x = rng.normal(size=(512, 8)).astype("float32")
+x = rng.normal(size=(500, 8)).astype("float32")  # global batches of 32: the last one partial
 y = (x @ rng.normal(size=(8, 1))).astype("float32")
 index_of = {float(value): i for i, value in enumerate(x[:, 0])}
 seen: list[list[int]] = []  # per epoch, the examples this worker trained on, in order

@@ -13,7 +13,8 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   accept one sender, echo its one-byte pings, then count the bulk bytes until the sender closes.
   The rate is taken between the first byte after ``skip`` seconds of the bulk and the last byte, so
   a token bucket's initial burst does not inflate it. With ``"steady": true`` the receiver ends the
-  transfer (a reset) as soon as the rate is steady (:func:`steady`), ``seconds`` being the most it runs;
+  transfer (a reset) as soon as the rate is steady (:func:`steady`); otherwise it lasts until the
+  sender, after its ``seconds``, closes and its queued bytes have arrived;
 * ``send``: connect to ``peer``:``port`` (``TCP_NODELAY``), time ``pings`` one-byte round trips
   (latency = median RTT / 2), then send for ``seconds`` and close; with ``"gated": true`` (the
   prober starts every link's agents at once) it prints ``{"ready": true}`` after the pings and sends
@@ -86,7 +87,8 @@ def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY
     """Whether a transfer's rate has settled, from its ``(time, bytes so far)`` samples: the rate from
     ``skip`` s after the first byte up to now, and up to each of the ``windows - 1`` moments ``window``
     s apart before now, agree within ``tolerance`` of the largest. The bytes between two samples are
-    interpolated, so the reads' sizes do not count. A token bucket's link settles once its burst is
+    interpolated, so the reads' sizes do not count; each window, and the first after ``skip``, must
+    hold two reads or more. A token bucket's link settles once its burst is
     spent (``skip``); a rate still climbing or jumping does not, and its transfer runs its full time. Pure."""
     if len(samples) < 2:
         return False
@@ -94,6 +96,9 @@ def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY
     if now - first < windows * window:
         return False
     times = [moment for moment, _ in samples]
+    starts = [first] + [now - k * window for k in range(windows, 0, -1)]  # the span's start, each window's
+    if any(bisect.bisect_right(times, start + window) - bisect.bisect_right(times, start) < 2 for start in starts):
+        return False  # reads too sparse to tell (a stall, a receiver descheduled): interpolation would guess
 
     def moved_by(moment: float) -> float:  # bytes received by ``moment``, interpolated between two reads
         after = bisect.bisect_left(times, moment)
@@ -114,7 +119,8 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
     how long the sender may go quiet (default ``seconds`` + 60; a probe that transfers one link at a
     time gives its whole timeout, since the other links' transfers come first). ``stop_when_steady``:
     once the rate is :func:`steady`, reset the connection (the sender stops at once, its queued bytes
-    dropped) and time what came so far; otherwise the transfer runs until the sender closes."""
+    dropped) and time what came so far; otherwise the transfer runs until the sender closes (after its
+    ``seconds``) and its queued bytes have arrived."""
     from tfdist.launch.remote_task import bind_address
 
     address = bind_address(host) if resolve is None else bind_address(host, resolve)
@@ -199,8 +205,11 @@ def send(peer: str, port: int, seconds: float, pings: int,
             while time.monotonic() < deadline:
                 conn.sendall(block)
                 sent += len(block)
-            conn.shutdown(socket.SHUT_WR)
         except (ConnectionResetError, BrokenPipeError):
+            stopped = True
+        try:
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:  # reset meanwhile (ENOTCONN): the receiver has ended the transfer
             stopped = True
     median = statistics.median(rtts) if rtts else 0.0
     return {"rtt_s": median, "latency_s": median / 2, "sent_bytes": sent, "stopped": stopped}

@@ -129,7 +129,21 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         its share of each global batch, so the workers' orders must agree. Keras' own pipeline shuffles
         each worker's copy unseeded: in an epoch the workers trained on overlapping examples and missed
         others. ``shard_data=False`` leaves each worker's pipeline its own."""
-        if not self.options.shard_data or not inputs.takes_array_pipeline(x, y, kwargs):
+        if not self.options.shard_data:
+            return x, y, kwargs
+        takes = inputs.takes_array_pipeline(x, y, kwargs)
+        examples = inputs.num_examples((x,) if y is None else (x, y)) if takes else -1
+        chiefs = self._chief_value(examples, "tfdist.fit.examples")  # every worker, whatever it was given
+        differing = self._workers_where(chiefs != examples)
+        if differing:
+            here = (f"worker {self.rank} has {_described(examples)}" if chiefs != examples
+                    else f"{differing} worker(s) have other inputs")
+            raise inputs.InputError(with_fix(
+                f"the workers' fit inputs differ: the chief has {_described(chiefs)}, {here}; each worker takes "
+                "its share of every global batch of the same inputs",
+                "give every worker the same arrays and fit arguments, or make_strategy('multi_worker_mirrored', "
+                "shard_data=False) for inputs each worker has split itself"))
+        if not takes:
             return x, y, kwargs
         seed = self._chief_value(random.SystemRandom().randrange(1, 2**31), "tfdist.fit.shuffle_seed")
         floatx = keras_compat.keras_of(model, "model").backend.floatx()
@@ -161,6 +175,13 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         mine = strategy.run(lambda: tf.constant(value if chief else 0, tf.int64))
         return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
 
+    def _workers_where(self, condition: bool) -> int:
+        """How many workers found ``condition`` true (an all-reduced count, one per worker)."""
+        strategy = self._strategy
+        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
+        mine = strategy.run(lambda: tf.constant(1 if condition else 0, tf.int64))
+        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
+
     def _loop_agree_epoch(self, epoch: int) -> int:
         """The chief's epoch; a worker that restored another one fails on every worker (each restores
         its own copy: the checkpoint directory, or an adaptive run's folder, must be shared)."""
@@ -190,6 +211,10 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
                 f"{failed} worker(s) failed (their logs say why)" if failed else None)
 
         return Role(writes=self.is_chief, throwaway=not self.is_chief, agree=agree)
+
+
+def _described(examples: int) -> str:
+    return f"{examples} examples in arrays" if examples >= 0 else "inputs Keras' own pipeline reads (not plain arrays)"
 
 
 def one_replicas_step_logs(model: Any) -> None:
