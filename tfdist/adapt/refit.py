@@ -159,12 +159,6 @@ def current_regime(epochs: Sequence[EpochMeasurement]) -> list[EpochMeasurement]
     return list(read_regime(epochs).epochs)
 
 
-def who_straggles(epochs: Sequence[EpochMeasurement]) -> frozenset[int]:
-    """The workers that straggle clearly in the newest of ``epochs`` (:func:`read_regime`); none for no
-    epochs."""
-    return read_regime(epochs).straggling
-
-
 def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_EPOCHS) -> list[EpochMeasurement]:
     """The epochs a re-fit reads the compute from: the last ``last`` of :func:`read_regime` over all of
     ``epochs``. What the run measured for the current plan is read over the same epochs

@@ -95,13 +95,15 @@ def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY
     first, now = samples[0][0] + skip, samples[-1][0]
     if now - first < windows * window:
         return False
-    times = [moment for moment, _ in samples]
+    def reads_by(moment: float) -> int:  # samples at or before ``moment`` (a search: no copy of the samples)
+        return bisect.bisect_right(samples, moment, key=lambda sample: sample[0])
+
     starts = [first] + [now - k * window for k in range(windows, 0, -1)]  # the span's start, each window's
-    if any(bisect.bisect_right(times, start + window) - bisect.bisect_right(times, start) < 2 for start in starts):
+    if any(reads_by(start + window) - reads_by(start) < 2 for start in starts):
         return False  # reads too sparse to tell (a stall, a receiver descheduled): interpolation would guess
 
     def moved_by(moment: float) -> float:  # bytes received by ``moment``, interpolated between two reads
-        after = bisect.bisect_left(times, moment)
+        after = bisect.bisect_left(samples, moment, key=lambda sample: sample[0])
         if after == 0:
             return float(samples[0][1])
         (t0, b0), (t1, b1) = samples[after - 1], samples[min(after, len(samples) - 1)]

@@ -169,17 +169,17 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     def _chief_value(self, value: int, name: str) -> int:
         """The chief's ``value``: an all-reduced sum over the replicas in which only the chief's count."""
-        strategy = self._strategy
-        chief = self.is_chief
-        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
-        mine = strategy.run(lambda: tf.constant(value if chief else 0, tf.int64))
-        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
+        return self._sum_over_workers(value if self.is_chief else 0)
 
     def _workers_where(self, condition: bool) -> int:
         """How many workers found ``condition`` true (an all-reduced count, one per worker)."""
+        return self._sum_over_workers(1 if condition else 0)
+
+    def _sum_over_workers(self, value: int) -> int:
+        """The sum of each worker's ``value`` (an all-reduce over the replicas: each worker's counted once)."""
         strategy = self._strategy
         replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
-        mine = strategy.run(lambda: tf.constant(1 if condition else 0, tf.int64))
+        mine = strategy.run(lambda: tf.constant(value, tf.int64))
         return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
 
     def _loop_agree_epoch(self, epoch: int) -> int:
@@ -201,12 +201,8 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         removed. Problems are agreed on with an all-reduce of one flag per worker."""
         from tfdist.export import Role
 
-        strategy = self._strategy
-        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
-
-        def agree(problem: str | None) -> str | None:  # every replica of a failed worker says 1
-            flag = strategy.run(lambda: tf.constant(0 if problem is None else 1, tf.int32))
-            failed = int(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None).numpy()) // replicas_per_worker
+        def agree(problem: str | None) -> str | None:  # every failed worker says 1
+            failed = self._workers_where(problem is not None)
             return problem if problem is not None else (
                 f"{failed} worker(s) failed (their logs say why)" if failed else None)
 
