@@ -81,7 +81,7 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
             "--ps", "1", "--model", MODEL, "--batch-size", "32", "--probe-seconds", PROBE_SECONDS, *_ssh(lab),
             "--grace", "2",
             "--save-plan", str(tmp_path / "plan.json"), "--",
-            sys.executable, "examples/classifier.py", "--epochs", "1", "--logdir", str(tmp_path / "runs")]
+            sys.executable, "examples/classifier.py", "--epochs", "2", "--logdir", str(tmp_path / "runs")]
     result = lab.run("c", argv, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
@@ -113,8 +113,10 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
         assert re.search(r"\(worker speeds [\d.]+, [\d.]+\): ", refitted[0]), refitted[0]
         assert refitted[0].endswith((" still holds", "x faster")), refitted[0]
         print(refitted[0])
-        # the model re-fitted on the job's own epoch and model predicts what the job did (the probe's
-        # stand-in model was 2.8x off on the 50 Mbit/s links, 6x on the even ones); wide for a loaded machine
+        # the model re-fitted on the job's own epoch after the first, and its model, predicts what the job did
+        # in it (the probe's stand-in model was 2.8x off on the 50 Mbit/s links, 6x on the even ones); wide for
+        # a loaded machine. One epoch alone is not re-fitted on (tests/adapt/test_hindsight.py): its start-up
+        # read as slow links, or, with one rank slower to start, as 1.9x what it ran (CI)
         ran = float(re.search(r" ([\d,]+) \(ran\)", refitted[0]).group(1).replace(",", ""))
         rate = float(re.search(r"measured ([\d,]+) examples/s", measured[0]).group(1).replace(",", ""))
         assert 0.7 < ran / rate < 1.4, (refitted[0], measured[0])

@@ -84,7 +84,7 @@ def ring_overhead(cluster: Cluster, workload: Workload, variant: str, record: Ma
     if launched is None or launched.wire_bytes <= 0:
         return None
     epochs = measured_epochs(record, variant, 2 * launched.wire_bytes)
-    return ring_overhead_ms(cluster, epochs) if epochs else None
+    return ring_overhead_ms(cluster, epochs, workload) if epochs else None
 
 
 def refitted(cluster: Cluster, workload: Workload, variant: str,
@@ -109,7 +109,16 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     """One line: every plan's examples/s on the cost model re-fitted from ``record``'s epochs, fastest
     first, the one that ran marked; and whether another would have been faster by more than
     ``CLOSE_RATIO``. None when the record has no per-worker epochs (a backend that does not measure
-    them); a record the model cannot take is said in the line, never raised."""
+    them); a record the model cannot take, or of one epoch only, is said in the line, never raised.
+
+    One epoch is not re-fitted on: tracing and start-up fill it (on the lab's 50 Mbit/s links a
+    PowerSGD run's first epoch waited 49-61 ms a step in the allreduce, its next ones 9-11 ms), and the
+    fit would read that as slow links, or, with one rank slower to start, keep the probe's links and
+    predict twice what the epoch ran."""
+    raw = record.get("worker_epochs")
+    if isinstance(raw, list) and len(raw) == 1:
+        return (f"{PREFIX}: not re-fitted: one epoch ran, and its tracing and start-up say little about the "
+                "workers and links; run 2 epochs or more")
     try:
         found = refitted(cluster, workload, variant, record)
     except (AdaptError, AdviseError) as exc:

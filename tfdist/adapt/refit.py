@@ -11,8 +11,12 @@ median, so that of two epochs the slower counts) :func:`refit` takes:
 * ``Cluster.speeds``: each worker's speed relative to it (fastest 1.0; a worker at a quarter of a
   core, computing 4x as long, 0.25);
 * ``Cluster.bandwidths``: each worker host's effective link rate, from the bytes its link carried
-  per step over the time the step spent communicating (the model's latency and a ring step's fixed
-  cost, ``Workload.allreduce_overhead_ms``, taken off).
+  per step over the time the step spent communicating (what the model puts there whatever the rate
+  taken off: the latency and fixed cost, ``Workload.allreduce_overhead_ms``, of each of the variant's
+  rounds, and its own work);
+* ``Workload.allreduce_overhead_ms``, where the epochs' ring had a straggler (which says nothing of
+  the links): raised to what the wait holds beyond the links, so that the plan that ran is
+  predicted at what it ran.
 
 :func:`ring_overhead_ms` measures that fixed cost on the job: what a Horovod ring's wait holds beyond
 the latency and the wire time at the launch-time link rate, in its even epochs (Horovod's cycle,
@@ -39,7 +43,7 @@ from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, MWMS_EXTRA_OVERHEAD_S
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -64,15 +68,20 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
     computes = [statistics.median(e.workers[i].compute_ms for e in regime) for i in range(cluster.workers)]
     step_ms = min(computes)
     speeds = tuple(step_ms / c for c in computes)
-    per_epoch = [_link_rates(cluster, e, workload.allreduce_overhead_ms / 1000) for e in recent]
+    per_epoch = [_link_rates(cluster, workload, e) for e in recent]
     bandwidths = []
     for host, launched in enumerate(cluster.bandwidths):
         seen = [rates[host] for rates in per_epoch if rates[host] is not None]
         # the lower median: of two epochs that say something (the third a straggler's), the slower link,
         # not their mean (links that had just slowed 160x read as half as fast as before: lab scenario C)
         bandwidths.append(min(MAX_RATE, max(MIN_RATE, statistics.median_low(seen))) if seen else launched)
-    return (dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths)),
-            dataclasses.replace(workload, step_ms=step_ms))
+    fitted = dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths))
+    # a ring with a straggler says nothing of its links; what its wait holds beyond them is its fixed cost
+    paced = [found for e in regime if _is_flat_ring(e) and _speed_share(e) < EVEN_SPEED
+             and (found := _overhead_ms(fitted, workload, e)) is not None]
+    overhead_ms = max(workload.allreduce_overhead_ms, statistics.median(paced)) if paced \
+        else workload.allreduce_overhead_ms
+    return fitted, dataclasses.replace(workload, step_ms=step_ms, allreduce_overhead_ms=overhead_ms)
 
 
 def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list[EpochMeasurement]:
@@ -179,28 +188,69 @@ def _ring_wait(epoch: EpochMeasurement) -> tuple[float, float]:
             min(w.communication_ms for w in epoch.workers) / 1000)
 
 
-def ring_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], *,
+def ring_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], workload: Workload, *,
                      last: int = DEFAULT_LAST_EPOCHS) -> float | None:
     """The job's own fixed cost of a ring step (ms, for ``Workload.allreduce_overhead_ms``): over the
-    ``last`` epochs that ran a Horovod ring (not hierarchical) with even workers, the median of the
-    shortest allreduce wait less the model's latency and the wire time at ``cluster``'s (launch-time)
-    slowest worker link; None when no such epoch is there (parameter servers, a straggler, one host,
-    no bytes). It is not below 0: links slower than the probe said are the re-fit's to find."""
+    ``last`` epochs that ran a Horovod ring (not hierarchical) with even workers, the median of what
+    :func:`_overhead_ms` finds at ``cluster``'s (launch-time) links; None when no such epoch is there
+    (parameter servers, a straggler, one host, no bytes). Links slower than the probe said are the
+    re-fit's to find."""
     recent = _recent(epochs, cluster.workers, last)
-    if cluster.workers < 2 or cluster.hosts < 2:
-        return None
-    slowest = min(cluster.bandwidths[cluster.host_of(worker)] for worker in range(cluster.workers))
-    found = []
-    for epoch in recent:
-        if epoch.backend != "horovod" or epoch.variant == "horovod_hierarchical" or _speed_share(epoch) < EVEN_SPEED:
-            continue
-        sent, waited = _ring_wait(epoch)
-        if sent > 0:
-            found.append(max(0.0, waited - 2 * (cluster.workers - 1) * cluster.latency_s - sent / slowest) * 1000)
+    found = [ms for epoch in recent if epoch.backend == "horovod" and _is_flat_ring(epoch)
+             and _speed_share(epoch) >= EVEN_SPEED and (ms := _overhead_ms(cluster, workload, epoch)) is not None]
     return statistics.median(found) if found else None
 
 
-def _link_rates(cluster: Cluster, epoch: EpochMeasurement, overhead_s: float = 0.0) -> list[float | None]:
+def _is_flat_ring(epoch: EpochMeasurement) -> bool:
+    """The epoch ran a flat ring: Horovod (not hierarchical) or MultiWorkerMirrored."""
+    return epoch.backend in ("horovod", "multi_worker_mirrored") and epoch.variant != "horovod_hierarchical"
+
+
+#: The link rate (bytes/s) at which the model's ring wait is read off (:func:`_fixed_wait_s`); any in range.
+_READ_RATE = 1e9
+
+
+def _model_wait_s(cluster: Cluster, workload: Workload, epoch: EpochMeasurement, rate: float,
+                  overhead_ms: float) -> float | None:
+    """The slowest worker's wait a step (s) that the model predicts for ``epoch``'s variant on
+    ``cluster`` with the epoch's own worker speeds, every link at ``rate`` and the ring's fixed cost
+    at ``overhead_ms``, without overlap (a measured wait is what is left exposed); None where the model
+    has no such plan (PowerSGD without the job's kernels)."""
+    computes = [w.compute_ms for w in epoch.workers]
+    fastest = min(computes)
+    at = dataclasses.replace(cluster, speeds=tuple(fastest / c for c in computes),
+                             bandwidths=(rate,) * len(cluster.bandwidths), intra_host_bandwidth=rate)
+    predicted = predict_all(at, dataclasses.replace(workload, step_ms=fastest, overlap=0.0,
+                                                    allreduce_overhead_ms=overhead_ms)).get(epoch.variant)
+    return None if predicted is None else (predicted.step_ms - max(computes)) / 1000
+
+
+def _fixed_wait_s(cluster: Cluster, workload: Workload, epoch: EpochMeasurement, overhead_ms: float) -> float | None:
+    """What the model puts in the slowest worker's wait for ``epoch``'s variant whatever the link rate
+    (s): each round's latency and fixed cost (``overhead_ms``, paced by the slowest worker) and the
+    variant's own work (fp16's casts; PowerSGD's products between its two rounds). The wait is
+    affine in the inverse of the rate, so two rates give it: the model's own sum, whatever a variant adds."""
+    once, twice = (_model_wait_s(cluster, workload, epoch, rate, overhead_ms) for rate in (_READ_RATE, 2 * _READ_RATE))
+    return None if once is None or twice is None else 2 * twice - once
+
+
+def _overhead_ms(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -> float | None:
+    """The ring's fixed cost a round (ms) that, with the wire time of the epoch's bytes at ``cluster``'s
+    slowest worker link, makes the model's wait for ``epoch``'s variant the shortest measured one (not
+    below 0); None without bytes, hosts to ring over or a plan the model has."""
+    sent, waited = _ring_wait(epoch)
+    if cluster.workers < 2 or cluster.hosts < 2 or sent <= 0:
+        return None
+    slowest = min(cluster.bandwidths[cluster.host_of(worker)] for worker in range(cluster.workers))
+    if epoch.backend == "multi_worker_mirrored":
+        slowest *= MWMS_BANDWIDTH_FACTOR
+    without, with_one = (_fixed_wait_s(cluster, workload, epoch, ms) for ms in (0.0, 1.0))
+    if without is None or with_one is None or not with_one > without:
+        return None
+    return max(0.0, (waited - sent / slowest - without) / (with_one - without))
+
+
+def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -> list[float | None]:
     """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
 
     Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
@@ -212,8 +262,12 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement, overhead_s: float = 0
     taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
 
     A ring with a straggler (its slowest worker below ``EVEN_SPEED`` of the fastest) says nothing about
-    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one.
-    ``overhead_s``: a ring step's fixed cost, taken off its wait with the latency. A host
+    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one, and
+    what the wait holds beyond them becomes the ring's fixed cost (:func:`refit`). Taken off a ring's
+    wait before its rate is read: what the model puts there whatever the rate (:func:`_fixed_wait_s`:
+    the latency and ``workload``'s fixed cost of each round, paced by the slowest worker, and the
+    variant's own work; PowerSGD has two rounds and its products, and with one round's fixed cost taken
+    off, the lab's 50 Mbit/s links read as 3.4 MB/s under it, where fp16 ran at 6). A host
     starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the lab, a
     tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links), and how slowly depends
     on what else runs on the machine: a bound on the wait its CPU explains (the even epochs' wait times
@@ -230,18 +284,13 @@ def _link_rates(cluster: Cluster, epoch: EpochMeasurement, overhead_s: float = 0
             if measured.bytes_per_step > 0 and seconds > 0:
                 found[cluster.host_of(worker)].append(measured.bytes_per_step / seconds)
         return [statistics.median(rates) if rates else None for rates in found]
-    if cluster.workers < 2 or cluster.hosts < 2 or epoch.variant == "horovod_hierarchical":
+    if cluster.workers < 2 or cluster.hosts < 2 or not _is_flat_ring(epoch) or _speed_share(epoch) < EVEN_SPEED:
         return unknown
     sent, waited = _ring_wait(epoch)
-    if epoch.backend == "multi_worker_mirrored":  # TensorFlow's collectives cost more a step than Horovod's
-        overhead_s += MWMS_EXTRA_OVERHEAD_S
-    share = _speed_share(epoch)
-    if share < EVEN_SPEED:
+    fixed = _fixed_wait_s(cluster, workload, epoch, workload.allreduce_overhead_ms)
+    if fixed is None or sent <= 0 or waited - fixed <= 0:
         return unknown
-    seconds = waited - 2 * (cluster.workers - 1) * alpha - overhead_s / share  # the model's fixed cost paces
-    if sent <= 0 or seconds <= 0:  # with the slowest worker
-        return unknown
-    rate = sent / seconds
+    rate = sent / (waited - fixed)
     if epoch.backend == "multi_worker_mirrored":
         rate /= MWMS_BANDWIDTH_FACTOR
     return [rate] * cluster.hosts
