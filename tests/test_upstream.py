@@ -436,3 +436,52 @@ def test_the_shutdown_guard_fails_closed_leaving_horovod_untouched(monkeypatch, 
     before = getattr(gloo_run, "register_shutdown_event", None)
     assert upstream.guard_horovod_shutdown_signals(lambda body: pytest.fail("must not be called")) is None
     assert getattr(gloo_run, "register_shutdown_event", None) is before
+
+
+def test_unseeded_shuffles_are_found_along_the_pipeline_and_the_walk_fails_closed():
+    import tensorflow as tf
+
+    from tensorflow.python.eager import context
+
+    before = context.global_seed()
+    tf.random.set_seed(None)  # an earlier test's global seed would seed every shuffle
+    base = tf.data.Dataset.range(8)
+    unseeded, other = base.shuffle(8), base.shuffle(4)
+    tf.random.set_seed(before)
+    assert upstream.unseeded_shuffles(unseeded.map(lambda v: v + 1).batch(2)) == 1
+    assert upstream.unseeded_shuffles(base.shuffle(8, seed=3, reshuffle_each_iteration=False)) == 0
+    assert upstream.unseeded_shuffles(tf.data.Dataset.zip((unseeded, other))) == 2
+    assert upstream.unseeded_shuffles(tf.data.Dataset.zip((unseeded, unseeded.skip(1)))) == 1  # one shuffle
+    assert upstream.unseeded_shuffles(base.repeat()) == 0
+    with pytest.raises(upstream.UpstreamChangedError, match="_inputs"):
+        upstream.unseeded_shuffles(object())
+
+
+def test_functions_stay_registered_once_kept_and_the_keeping_fails_closed(monkeypatch):
+    """A parameter-server coordinator's removal of a function RPCs every task, one at a time, with the
+    GIL held (about 40 s on the lab, as fit returned or at the chief's exit): kept, it stays registered."""
+    import gc
+
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    def traced_and_dropped() -> str:
+        function = tf.function(lambda v: v * 2).get_concrete_function(tf.TensorSpec([], tf.float32))
+        name = function.function_def.signature.name
+        assert context.context().has_function(name)
+        del function
+        gc.collect()
+        return name
+
+    # TensorFlow's own (an in-process parameter-server chief of an earlier test may have kept them), put
+    # back as it was after the test
+    own = getattr(context.Context.remove_function, "tfdist_original", context.Context.remove_function)
+    monkeypatch.setattr(context.Context, "remove_function", own)
+    assert not context.context().has_function(traced_and_dropped())  # removed, until kept
+    kept = upstream.keep_functions_registered()
+    name = traced_and_dropped()
+    assert context.context().has_function(name) and kept == [name]
+    assert upstream.keep_functions_registered() is kept  # installed once
+    monkeypatch.setattr(context.Context, "remove_function", None)
+    with pytest.raises(upstream.UpstreamChangedError, match="remove_function"):
+        upstream.keep_functions_registered()

@@ -374,6 +374,65 @@ def replace_keras3_gradient_sum(optimizer: Any, function: Any) -> None:
     optimizer._all_reduce_sum_gradients = function
 
 
+# --- the eager context's functions --------------------------------------------------------------------------
+def keep_functions_registered() -> list[str]:
+    """From now on in this process, a function that the eager context would remove
+    (``Context.remove_function``, which ``AtomicFunction.__del__`` calls as the last reference to a traced
+    function goes) stays registered instead. Returns the list of their names, filled as it goes (the
+    same list on every call: the first call installs it).
+
+    Why: on a parameter-server coordinator the removal also deregisters the function on every task,
+    one blocking RPC at a time (tf.distribute turns off the eager client's streaming enqueue), in a
+    C++ call that holds the GIL, and on the network lab one such call often took 40 s: as ``fit``
+    returned (a per-worker dataset's ``_remote_finalize_func``, 39 s; 8 of 14 fixed runs stalled 19-60
+    s there), and, with only fit's removals kept, at the chief's exit (a train step's
+    ``cond_cond_true_187``, 42 s, 2 runs of 3). A fit leaves about 7 functions registered (a few KB
+    each, on every task) until the process ends."""
+    from tensorflow.python.eager import context
+
+    current = _get(context.Context, "remove_function")
+    kept = getattr(current, "tfdist_kept", None)
+    if isinstance(kept, list):
+        return kept
+    if not callable(current):
+        raise _missing(context.Context, "remove_function")
+    names: list[str] = []
+
+    def keep(self: Any, name: Any) -> None:
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+
+    keep.tfdist_kept = names  # type: ignore[attr-defined]
+    keep.tfdist_original = current  # type: ignore[attr-defined]
+    context.Context.remove_function = keep
+    return names
+
+
+# --- datasets --------------------------------------------------------------------------------------------
+def unseeded_shuffles(dataset: Any) -> int:
+    """How many shuffles of ``dataset``'s pipeline (its inputs, followed back with tf.data's private
+    ``_inputs()``; not the datasets that functions build, as in ``interleave``) have no seed: neither an
+    op seed nor a global one (``_ShuffleDataset._seed`` and ``_seed2`` both 0), so that every process
+    building the pipeline shuffles in an order of its own. A seed that is not an eager tensor counts
+    as a seed."""
+    found, seen, pending = 0, set(), [dataset]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ == "_ShuffleDataset":
+            seeds = (_get(current, "_seed"), _get(current, "_seed2"))
+            try:
+                found += all(int(seed.numpy()) == 0 for seed in seeds)
+            except (AttributeError, TypeError, ValueError):  # symbolic: built inside a function
+                pass
+        inputs = _get(current, "_inputs")
+        if not callable(inputs):
+            raise _missing(current, "_inputs")
+        pending.extend(inputs())
+    return found
+
+
 # --- models, for strategy.export ---------------------------------------------------------------------
 def is_graph_network(model: Any) -> bool:
     """Whether a model is Functional or Sequential (its inputs are known and it can be cloned):

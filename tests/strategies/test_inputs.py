@@ -221,3 +221,66 @@ def test_horovod_shard_data_false_still_batches_a_dataset_given_with_batch_size(
                                                    1, 2, shard=False)
     assert [int(b[0].shape[0]) for b in batched] == [4, 4] and "batch_size" not in kwargs
     assert [int(b[0].shape[0]) for b in kwargs["validation_data"]] == [4, 4]
+
+
+# --- a shuffle without a seed, in every process that shards its own copy ---------------------------
+@pytest.fixture
+def no_global_seed():
+    """No global seed (an earlier test's would seed every shuffle), the one before put back after."""
+    from tensorflow.python.eager import context
+
+    before = context.global_seed()
+    tf.random.set_seed(None)
+    yield
+    tf.random.set_seed(before)
+
+
+def _two_processes_shards(make) -> list[set[int]]:
+    """What two processes that each build ``make()`` and take their shard of it train on in one epoch
+    (two builds in one process draw their unseeded shuffles' seeds apart, as two processes do)."""
+    return [{int(v) for v in make().shard(2, index)} for index in range(2)]
+
+
+def test_an_unseeded_shuffle_sharded_by_each_process_is_warned_of_and_a_seeded_one_is_not(caplog, no_global_seed):
+    """Horovod's ranks and multi-worker mirrored's workers each build the user's pipeline and take
+    their shard of it: without a seed, each shuffles in an order of its own, and the shards overlap."""
+    unseeded = lambda: tf.data.Dataset.range(512).shuffle(512)  # noqa: E731
+    seeded = lambda: tf.data.Dataset.range(512).shuffle(512, seed=7)  # noqa: E731
+    tf.random.set_seed(3)  # a global seed seeds every shuffle: alike on every process that builds it alike
+    assert not inputs.warn_unseeded_shuffle(unseeded(), 2, "fit")
+    tf.random.set_seed(None)
+    first, second = _two_processes_shards(unseeded)
+    assert len(first | second) < 512 - 64  # about 128 of 512 trained on by neither
+    first, second = _two_processes_shards(seeded)
+    assert first | second == set(range(512)) and not first & second
+    with caplog.at_level("WARNING", logger="tfdist"):
+        assert inputs.warn_unseeded_shuffle(unseeded().batch(8), 2, "fit")
+        assert not inputs.warn_unseeded_shuffle(unseeded(), 1, "fit")  # one process: nothing to overlap
+        assert not inputs.warn_unseeded_shuffle(seeded().batch(8), 2, "loop")
+        assert not inputs.warn_unseeded_shuffle(_arrays()[0], 2, "fit")
+    warnings = [r.getMessage() for r in caplog.records if "without a seed" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("tfdist fit: the dataset is shuffled without a seed, "
+                                                         "so each of the 2 processes"), warnings
+    assert "about 25% of the examples an epoch are trained on by none of them" in warnings[0]
+    assert "pass shuffle(..., seed=...)" in warnings[0]
+
+
+def test_the_processes_that_shard_their_own_copy_are_horovods_ranks_and_multi_worker_workers(caplog, no_global_seed):
+    from types import SimpleNamespace
+
+    from tfdist.strategies.horovod import HorovodStrategy
+    from tfdist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
+
+    count = "_processes_sharding_their_own_copy"
+    for shard, expected in ((True, 4), (False, 1)):
+        options = SimpleNamespace(shard_data=shard)
+        assert getattr(HorovodStrategy, count).fget(SimpleNamespace(size=4, options=options)) == expected
+        assert getattr(MultiWorkerMirroredStrategy, count).fget(SimpleNamespace(num_workers=4, options=options)) \
+            == expected
+    strategy = tfdist.make_strategy("single")
+    assert getattr(strategy, count) == 1
+    with mock.patch.object(type(strategy), count, new_callable=mock.PropertyMock, return_value=2), \
+            caplog.at_level("WARNING", logger="tfdist"):
+        strategy.distribute(tf.data.Dataset.range(64).shuffle(64), batch_size=8)
+    assert any(r.getMessage().startswith("tfdist loop: the dataset is shuffled without a seed")
+               for r in caplog.records)

@@ -137,6 +137,12 @@ class DistributedStrategy:
         setattr(wrapped, loop.PREPARED_FOR, self.kind)
         return wrapped
 
+    @property
+    def _processes_sharding_their_own_copy(self) -> int:
+        """How many processes each build the input pipeline and take their shard of it (Horovod's
+        ranks, multi-worker mirrored's workers, with ``shard_data``); 1 where none do."""
+        return 1
+
     def _check_flavour(self, obj: Any, argument: str) -> None:
         """Refuse a Keras this backend cannot train; all but parameter servers (and elastic Horovod) take both."""
 
@@ -157,6 +163,8 @@ class DistributedStrategy:
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
+        if self.is_chief:  # one warning for the job, not one per process
+            inputs.warn_unseeded_shuffle(x, self._processes_sharding_their_own_copy, "fit")
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
         x, y, kwargs = self._input_pipeline(model, x, y, kwargs)
         self._before_fit(model, x)
@@ -309,6 +317,8 @@ class DistributedStrategy:
             iterator = iter(data)   # for train_step(iterator), data.steps_per_epoch times an epoch
         """
         dataset = loop.require_dataset(data)
+        if self.is_chief:
+            inputs.warn_unseeded_shuffle(dataset, self._processes_sharding_their_own_copy, "loop")
         steps = loop.steps_per_epoch(None if steps_per_epoch is not None else loop.known_examples(dataset),
                                      batch_size, self.num_replicas_in_sync, steps_per_epoch)
         return loop.DistributedData(self._loop_iterator_factory(dataset, batch_size), steps, batch_size,

@@ -188,6 +188,10 @@ class HorovodStrategy(DistributedStrategy):
         return self._hvd.size()
 
     @property
+    def _processes_sharding_their_own_copy(self) -> int:
+        return self.size if self.options.shard_data else 1
+
+    @property
     def local_rank(self) -> int:
         return self._hvd.local_rank()
 

@@ -18,15 +18,18 @@ A rank's arrays then become tfdist's own pipeline, with tf.data's autotuning off
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist import upstream
 from tfdist.errors import TfdistError, with_fix
 
 DEFAULT_BATCH_SIZE = 32  # Keras' default, per replica here
+log = logging.getLogger("tfdist")
 
 
 class InputError(TfdistError, ValueError):
@@ -57,6 +60,21 @@ def _steps_key_hint(argument: str) -> str:
 
 
 # --- Horovod: shard by rank -------------------------------------------------------------------------
+def warn_unseeded_shuffle(data: Any, processes: int, where: str) -> bool:
+    """Log one warning, and return True, when ``data`` is a dataset that ``processes`` (more than 1) each
+    build and take their shard of (Horovod's ranks, multi-worker mirrored's workers) and one of its
+    shuffles has no seed (:func:`tfdist.upstream.unseeded_shuffles`): each process then shuffles in an
+    order of its own, and their shards overlap. ``where``: ``fit`` or ``loop``, for the message."""
+    if processes < 2 or not is_dataset(data) or not upstream.unseeded_shuffles(data):
+        return False
+    missed = (1 - 1 / processes) ** processes
+    log.warning("tfdist %s: the dataset is shuffled without a seed, so each of the %d processes shuffles it in an "
+                "order of its own and their shards overlap (shuffled whole, about %.0f%% of the examples an epoch "
+                "are trained on by none of them); pass shuffle(..., seed=...), the same seed on every process, for "
+                "shards that cover every example once", where, processes, 100 * missed)
+    return True
+
+
 def shard_arrays(structure: Any, rank: int, size: int, count: int | None = None) -> Any:
     """Rank ``rank``'s strided share of every array: examples rank, rank+size, ...
 

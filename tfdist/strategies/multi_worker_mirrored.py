@@ -71,6 +71,10 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     options: MultiWorkerMirroredOptions
     environment: TFConfigEnvironment
 
+    @property
+    def _processes_sharding_their_own_copy(self) -> int:
+        return self.num_workers if self.options.shard_data else 1
+
     def __init__(self, options: MultiWorkerMirroredOptions, environment: ClusterEnvironment | None = None) -> None:
         if options.compression == "fp16":
             raise OptionValueError(_FP16_REFUSAL)

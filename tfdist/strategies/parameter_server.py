@@ -267,6 +267,9 @@ class ParameterServerStrategy(DistributedStrategy):
                 self._strategy = tf.distribute.ParameterServerStrategy(
                     resolver, variable_partitioner=_partitioner(options, self.num_ps))
             atexit.register(_stop_coordinator, self._strategy)
+            # removing a function here RPCs every task, one blocking call at a time: it stalled the end of
+            # fit, then the chief's exit, up to a minute on the lab (upstream.keep_functions_registered)
+            upstream.keep_functions_registered()
 
     def _check_cluster_answers(self) -> None:
         """Fail within ``cluster_timeout`` naming the tasks that do not answer, instead of hanging."""
