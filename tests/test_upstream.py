@@ -438,7 +438,7 @@ def test_the_shutdown_guard_fails_closed_leaving_horovod_untouched(monkeypatch, 
     assert getattr(gloo_run, "register_shutdown_event", None) is before
 
 
-def test_unseeded_shuffles_are_found_along_the_pipeline_and_the_walk_fails_closed():
+def test_unseeded_shuffles_are_found_along_the_pipeline_and_a_changed_tf_data_is_left_alone():
     import tensorflow as tf
 
     from tensorflow.python.eager import context
@@ -453,11 +453,10 @@ def test_unseeded_shuffles_are_found_along_the_pipeline_and_the_walk_fails_close
     assert upstream.unseeded_shuffles(tf.data.Dataset.zip((unseeded, other))) == 2
     assert upstream.unseeded_shuffles(tf.data.Dataset.zip((unseeded, unseeded.skip(1)))) == 1  # one shuffle
     assert upstream.unseeded_shuffles(base.repeat()) == 0
-    with pytest.raises(upstream.UpstreamChangedError, match="_inputs"):
-        upstream.unseeded_shuffles(object())
+    assert upstream.unseeded_shuffles(object()) is None  # tf.data changed: no walk, no warning
 
 
-def test_functions_stay_registered_once_kept_and_the_keeping_fails_closed(monkeypatch):
+def test_functions_stay_registered_once_kept_and_a_changed_tensorflow_is_left_alone(monkeypatch):
     """A parameter-server coordinator's removal of a function RPCs every task, one at a time, with the
     GIL held (about 40 s on the lab, as fit returned or at the chief's exit): kept, it stays registered."""
     import gc
@@ -480,8 +479,8 @@ def test_functions_stay_registered_once_kept_and_the_keeping_fails_closed(monkey
     assert not context.context().has_function(traced_and_dropped())  # removed, until kept
     kept = upstream.keep_functions_registered()
     name = traced_and_dropped()
-    assert context.context().has_function(name) and kept == [name]
+    assert context.context().has_function(name) and name in kept
     assert upstream.keep_functions_registered() is kept  # installed once
-    monkeypatch.setattr(context.Context, "remove_function", None)
-    with pytest.raises(upstream.UpstreamChangedError, match="remove_function"):
-        upstream.keep_functions_registered()
+    monkeypatch.delattr(context.Context, "remove_function")
+    assert upstream.keep_functions_registered() is None  # TensorFlow changed: left as it is
+    assert not hasattr(context.Context, "remove_function")

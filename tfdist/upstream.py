@@ -9,7 +9,9 @@ accessor against the installed versions, so an upgrade that breaks one shows up 
 Importing this module imports neither TensorFlow nor Keras; the accessors take the objects. The two
 patches of Horovod's launcher (its build checks, its shutdown signals) fail closed the other way: when
 Horovod changed, they leave it untouched and return ``None``, since Horovod's own code is then the safe
-behaviour; so does the lookup of TensorFlow's C++ log level (``absl_min_log_level``), which only quiets logs.
+behaviour; so does the lookup of TensorFlow's C++ log level (``absl_min_log_level``), which only quiets logs,
+the look for unseeded shuffles (``unseeded_shuffles``), which only warns, and the keeping of a parameter-server
+chief's functions (``keep_functions_registered``), whose removal by TensorFlow is right, only slow.
 """
 from __future__ import annotations
 
@@ -375,27 +377,30 @@ def replace_keras3_gradient_sum(optimizer: Any, function: Any) -> None:
 
 
 # --- the eager context's functions --------------------------------------------------------------------------
-def keep_functions_registered() -> list[str]:
+def keep_functions_registered() -> list[str] | None:
     """From now on in this process, a function that the eager context would remove
     (``Context.remove_function``, which ``AtomicFunction.__del__`` calls as the last reference to a traced
     function goes) stays registered instead. Returns the list of their names, filled as it goes (the
-    same list on every call: the first call installs it).
+    same list on every call: the first call installs it); ``None``, TensorFlow left as it is, where its
+    ``Context.remove_function`` is not there to replace.
 
     Why: on a parameter-server coordinator the removal also deregisters the function on every task,
     one blocking RPC at a time (tf.distribute turns off the eager client's streaming enqueue), in a
     C++ call that holds the GIL, and on the network lab one such call often took 40 s: as ``fit``
     returned (a per-worker dataset's ``_remote_finalize_func``, 39 s; 8 of 14 fixed runs stalled 19-60
     s there), and, with only fit's removals kept, at the chief's exit (a train step's
-    ``cond_cond_true_187``, 42 s, 2 runs of 3). A fit leaves about 7 functions registered (a few KB
-    each, on every task) until the process ends."""
+    ``cond_cond_true_187``, 42 s, 2 runs of 3). A lab fit of 12 epochs left 7 functions registered (a
+    few KB each, on every task) until the process ends. The price: code on the chief that removes a
+    function to register another under the same name (freezing a graph for TFLite or TF-TRT) may be
+    refused by TensorFlow as a different function of that name."""
     from tensorflow.python.eager import context
 
-    current = _get(context.Context, "remove_function")
+    current = getattr(context.Context, "remove_function", None)
     kept = getattr(current, "tfdist_kept", None)
     if isinstance(kept, list):
         return kept
     if not callable(current):
-        raise _missing(context.Context, "remove_function")
+        return None
     names: list[str] = []
 
     def keep(self: Any, name: Any) -> None:
@@ -408,12 +413,12 @@ def keep_functions_registered() -> list[str]:
 
 
 # --- datasets --------------------------------------------------------------------------------------------
-def unseeded_shuffles(dataset: Any) -> int:
+def unseeded_shuffles(dataset: Any) -> int | None:
     """How many shuffles of ``dataset``'s pipeline (its inputs, followed back with tf.data's private
     ``_inputs()``; not the datasets that functions build, as in ``interleave``) have no seed: neither an
     op seed nor a global one (``_ShuffleDataset._seed`` and ``_seed2`` both 0), so that every process
     building the pipeline shuffles in an order of its own. A seed that is not an eager tensor counts
-    as a seed."""
+    as a seed. ``None`` where tf.data's ``_inputs()`` is not there to follow (it only warns)."""
     found, seen, pending = 0, set(), [dataset]
     while pending:
         current = pending.pop()
@@ -426,9 +431,9 @@ def unseeded_shuffles(dataset: Any) -> int:
                 found += all(int(seed.numpy()) == 0 for seed in seeds)
             except (AttributeError, TypeError, ValueError):  # symbolic: built inside a function
                 pass
-        inputs = _get(current, "_inputs")
+        inputs = getattr(current, "_inputs", None)
         if not callable(inputs):
-            raise _missing(current, "_inputs")
+            return None
         pending.extend(inputs())
     return found
 

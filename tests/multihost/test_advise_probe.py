@@ -113,10 +113,10 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
         assert re.search(r"\(worker speeds [\d.]+, [\d.]+\): ", refitted[0]), refitted[0]
         assert refitted[0].endswith((" still holds", "x faster")), refitted[0]
         print(refitted[0])
-        # the model re-fitted on the job's own epoch after the first, and its model, predicts what the job did
-        # in it (the probe's stand-in model was 2.8x off on the 50 Mbit/s links, 6x on the even ones); wide for
-        # a loaded machine. One epoch alone is not re-fitted on (tests/adapt/test_hindsight.py): its start-up
-        # read as slow links, or, with one rank slower to start, as 1.9x what it ran (CI)
+        # the plan that ran, as the re-fit's epochs (after the first) measured it, is what the chief measured
+        # over them (tests/adapt/test_hindsight.py: re-predicted where a loaded machine made a rank read as a
+        # straggler, it read 1.9x what the job ran, CI); wide for a loaded machine. One epoch alone is not
+        # re-fitted on: its start-up read as slow links
         ran = float(re.search(r" ([\d,]+) \(ran\)", refitted[0]).group(1).replace(",", ""))
         rate = float(re.search(r"measured ([\d,]+) examples/s", measured[0]).group(1).replace(",", ""))
         assert 0.7 < ran / rate < 1.4, (refitted[0], measured[0])

@@ -14,9 +14,6 @@ median, so that of two epochs the slower counts) :func:`refit` takes:
   per step over the time the step spent communicating (what the model puts there whatever the rate
   taken off: the latency and fixed cost, ``Workload.allreduce_overhead_ms``, of each of the variant's
   rounds, and its own work);
-* ``Workload.allreduce_overhead_ms``, where the epochs' ring had a straggler (which says nothing of
-  the links): raised to what the wait holds beyond the links, so that the plan that ran is
-  predicted at what it ran.
 
 :func:`ring_overhead_ms` measures that fixed cost on the job: what a Horovod ring's wait holds beyond
 the latency and the wire time at the launch-time link rate, in its even epochs (Horovod's cycle,
@@ -75,13 +72,8 @@ def refit(cluster: Cluster, workload: Workload, epochs: Sequence[EpochMeasuremen
         # the lower median: of two epochs that say something (the third a straggler's), the slower link,
         # not their mean (links that had just slowed 160x read as half as fast as before: lab scenario C)
         bandwidths.append(min(MAX_RATE, max(MIN_RATE, statistics.median_low(seen))) if seen else launched)
-    fitted = dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths))
-    # a ring with a straggler says nothing of its links; what its wait holds beyond them is its fixed cost
-    paced = [found for e in regime if _is_flat_ring(e) and _speed_share(e) < EVEN_SPEED
-             and (found := _overhead_ms(fitted, workload, e)) is not None]
-    overhead_ms = max(workload.allreduce_overhead_ms, statistics.median(paced)) if paced \
-        else workload.allreduce_overhead_ms
-    return fitted, dataclasses.replace(workload, step_ms=step_ms, allreduce_overhead_ms=overhead_ms)
+    return (dataclasses.replace(cluster, speeds=speeds, bandwidths=tuple(bandwidths)),
+            dataclasses.replace(workload, step_ms=step_ms))
 
 
 def _recent(epochs: Sequence[EpochMeasurement], workers: int, last: int) -> list[EpochMeasurement]:
@@ -242,6 +234,8 @@ def _overhead_ms(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) 
     if cluster.workers < 2 or cluster.hosts < 2 or sent <= 0:
         return None
     slowest = min(cluster.bandwidths[cluster.host_of(worker)] for worker in range(cluster.workers))
+    if cluster.workers_per_host > 1:  # the flat ring's pace, as the model takes it
+        slowest = min(slowest, cluster.intra_host_bandwidth)
     if epoch.backend == "multi_worker_mirrored":
         slowest *= MWMS_BANDWIDTH_FACTOR
     without, with_one = (_fixed_wait_s(cluster, workload, epoch, ms) for ms in (0.0, 1.0))
@@ -262,8 +256,10 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
 
     A ring with a straggler (its slowest worker below ``EVEN_SPEED`` of the fastest) says nothing about
-    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one, and
-    what the wait holds beyond them becomes the ring's fixed cost (:func:`refit`). Taken off a ring's
+    the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one (what
+    its wait holds beyond them may be slow links or the straggler's slow forwarding: the model cannot
+    tell, so the plan that ran is taken at what it measured, :func:`tfdist.adapt.hindsight.hindsight`
+    and the Replanner). Taken off a ring's
     wait before its rate is read: what the model puts there whatever the rate (:func:`_fixed_wait_s`:
     the latency and ``workload``'s fixed cost of each round, paced by the slowest worker, and the
     variant's own work; PowerSGD has two rounds and its products, and with one round's fixed cost taken
