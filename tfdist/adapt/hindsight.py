@@ -23,12 +23,12 @@ from typing import Any
 
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.plan import backend_of
 from tfdist.adapt.refit import refit, regime_window, ring_overhead_ms
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE, Cluster, Workload
 from tfdist.advise.recommend import CLOSE_RATIO  # inside the model's error: the plan that ran still holds
+from tfdist.plan import backend_of
 
 PREFIX = "tfdist launch: re-fitted on the job's own epochs"
 

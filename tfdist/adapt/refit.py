@@ -262,8 +262,11 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     and the Replanner). Taken off a ring's
     wait before its rate is read: what the model puts there whatever the rate (:func:`_fixed_wait_s`:
     the latency and ``workload``'s fixed cost of each round, paced by the slowest worker, and the
-    variant's own work; PowerSGD has two rounds and its products, and with one round's fixed cost taken
-    off, the lab's 50 Mbit/s links read as 3.4 MB/s under it, where fp16 ran at 6). A host
+    variant's own work: PowerSGD has two rounds and its products, fp16 its casts; the inversion is exact
+    on the model's own figures, and on a real ring holds what the model leaves out: under PowerSGD on
+    the lab's 50 Mbit/s links, 6 MB/s by the probe, the end-of-run re-fit read about 1.7-2.6 MB/s on a
+    loaded machine and 11 on a quiet one, Horovod's fixed cost a round being more than its 1 ms default
+    there). A host
     starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the lab, a
     tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links), and how slowly depends
     on what else runs on the machine: a bound on the wait its CPU explains (the even epochs' wait times
