@@ -454,6 +454,8 @@ def test_unseeded_shuffles_are_found_along_the_pipeline_and_a_changed_tf_data_is
     assert upstream.unseeded_shuffles(tf.data.Dataset.zip((unseeded, unseeded.skip(1)))) == 1  # one shuffle
     assert upstream.unseeded_shuffles(base.repeat()) == 0
     assert upstream.unseeded_shuffles(object()) is None  # tf.data changed: no walk, no warning
+    moved = type("_ShuffleDataset", (), {"_inputs": lambda self: []})()  # a shuffle whose seeds moved
+    assert upstream.unseeded_shuffles(moved) is None
 
 
 def test_functions_stay_registered_once_kept_and_a_changed_tensorflow_is_left_alone(monkeypatch):

@@ -418,7 +418,8 @@ def unseeded_shuffles(dataset: Any) -> int | None:
     ``_inputs()``; not the datasets that functions build, as in ``interleave``) have no seed: neither an
     op seed nor a global one (``_ShuffleDataset._seed`` and ``_seed2`` both 0), so that every process
     building the pipeline shuffles in an order of its own. A seed that is not an eager tensor counts
-    as a seed. ``None`` where tf.data's ``_inputs()`` is not there to follow (it only warns)."""
+    as a seed. ``None`` where tf.data's ``_inputs()`` or a shuffle's seeds are not there to read (it
+    only warns)."""
     found, seen, pending = 0, set(), [dataset]
     while pending:
         current = pending.pop()
@@ -426,7 +427,9 @@ def unseeded_shuffles(dataset: Any) -> int | None:
             continue
         seen.add(id(current))
         if type(current).__name__ == "_ShuffleDataset":
-            seeds = (_get(current, "_seed"), _get(current, "_seed2"))
+            seeds = (getattr(current, "_seed", None), getattr(current, "_seed2", None))
+            if any(seed is None for seed in seeds):
+                return None
             try:
                 found += all(int(seed.numpy()) == 0 for seed in seeds)
             except (AttributeError, TypeError, ValueError):  # symbolic: built inside a function

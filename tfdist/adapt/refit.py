@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all, ring_link
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -233,9 +233,7 @@ def _overhead_ms(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) 
     sent, waited = _ring_wait(epoch)
     if cluster.workers < 2 or cluster.hosts < 2 or sent <= 0:
         return None
-    slowest = min(cluster.bandwidths[cluster.host_of(worker)] for worker in range(cluster.workers))
-    if cluster.workers_per_host > 1:  # the flat ring's pace, as the model takes it
-        slowest = min(slowest, cluster.intra_host_bandwidth)
+    slowest, _ = ring_link(cluster)  # the flat ring's pace, as the model takes it
     if epoch.backend == "multi_worker_mirrored":
         slowest *= MWMS_BANDWIDTH_FACTOR
     without, with_one = (_fixed_wait_s(cluster, workload, epoch, ms) for ms in (0.0, 1.0))

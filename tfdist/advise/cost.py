@@ -186,7 +186,7 @@ def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSet
         return _sync_prediction("horovod_powersgd", cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
     rounds = 2 * max(1, math.ceil(wire / HOROVOD_FUSION_BYTES)) if squeezed else max(
         1, math.ceil(wire / HOROVOD_FUSION_BYTES))
-    ring_rate, ring_text = _ring_link(cluster)
+    ring_rate, ring_text = ring_link(cluster)
     comm = rounds * 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * wire / ring_rate
     gather, gathered = _allgather(cluster, workload, ring_rate, gathers_per_table=2)
     # its own work runs between the two allreduces on every worker: never hidden, slower on a slow worker
@@ -195,7 +195,7 @@ def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSet
                             workload.overlap, ring_text, 2 * (n - 1) / n * wire + gathered)
 
 
-def _ring_link(cluster: Cluster) -> tuple[float, str]:
+def ring_link(cluster: Cluster) -> tuple[float, str]:
     """The slowest link of a flat ring over all workers, and its description."""
     rates = []
     if cluster.hosts > 1:
@@ -231,7 +231,7 @@ def horovod(cluster: Cluster, workload: Workload, compression: str = "none",
         return _sync_prediction(name, cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
     rounds = math.ceil(wire / HOROVOD_FUSION_BYTES)  # 0: nothing dense (every parameter in a table)
     alpha = cluster.latency_s
-    ring_rate, ring_text = _ring_link(cluster)
+    ring_rate, ring_text = ring_link(cluster)
     if hierarchical and cluster.hosts > 1 and cluster.workers_per_host > 1:
         g, h = cluster.workers_per_host, cluster.hosts
         slowest = min(cluster.bandwidths)
@@ -253,7 +253,7 @@ def multi_worker_mirrored(cluster: Cluster, workload: Workload) -> Prediction:
     n, m = cluster.workers, float(workload.dense_bytes)
     if n == 1:
         return _sync_prediction("multi_worker_mirrored", cluster, workload, 0.0, 0.0, 0.0, "", 0.0)
-    rate, link_text = _ring_link(cluster)
+    rate, link_text = ring_link(cluster)
     comm = (2 * (n - 1) * cluster.latency_s if m else 0.0) + 2 * (n - 1) / n * m / (rate * MWMS_BANDWIDTH_FACTOR)
     gather, gathered = _allgather(cluster, workload, rate * MWMS_BANDWIDTH_FACTOR, gathers_per_table=3)
     overhead = workload.allreduce_overhead_ms / 1000 + MWMS_EXTRA_OVERHEAD_S

@@ -163,8 +163,7 @@ class DistributedStrategy:
         if self.is_chief:  # the chief writes; fail before the first epoch, not after it
             self._check_export_destination()
             outputs.check_writable([*outputs.output_paths(callbacks), *self._output_dirs()])
-        if self.is_chief:  # one warning for the job, not one per process
-            inputs.warn_unseeded_shuffle(x, self._processes_sharding_their_own_copy, "fit")
+            inputs.warn_unseeded_shuffle(x, self._processes_sharding_their_own_copy, "fit")  # once a job
         x, y, kwargs = self._prepare_fit_inputs(x, y, kwargs)
         x, y, kwargs = self._input_pipeline(model, x, y, kwargs)
         self._before_fit(model, x)

@@ -59,7 +59,7 @@ def _steps_key_hint(argument: str) -> str:
     return {"x": "steps_per_epoch", "validation_data": "validation_steps"}.get(argument, "steps")
 
 
-# --- Horovod: shard by rank -------------------------------------------------------------------------
+# --- every process that shards its own copy (Horovod, multi-worker mirrored) ------------------------
 def warn_unseeded_shuffle(data: Any, processes: int, where: str) -> bool:
     """Log one warning, and return True, when ``data`` is a dataset that ``processes`` (more than 1) each
     build and take their shard of (Horovod's ranks, multi-worker mirrored's workers) and one of its
@@ -75,6 +75,7 @@ def warn_unseeded_shuffle(data: Any, processes: int, where: str) -> bool:
     return True
 
 
+# --- Horovod: shard by rank -------------------------------------------------------------------------
 def shard_arrays(structure: Any, rank: int, size: int, count: int | None = None) -> Any:
     """Rank ``rank``'s strided share of every array: examples rank, rank+size, ...
 
