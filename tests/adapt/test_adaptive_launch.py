@@ -51,14 +51,14 @@ class Chief:
     """Plays the tasks of every segment: reports epochs, waits for each verdict, writes the state on a
     switch and the resumed marker after one. ``slow_from``: the epoch from which w2 computes 4x as long;
     ``links_slow_from``: the epoch from which the ring's wait is 60 ms a step (links slowed, workers
-    even); ``missing``: epochs whose report is never written; ``fail``: the exit code of a segment that
-    switched; ``changes``: whether the tasks make an ``in_process`` switch in-process (as a Horovod job
+    even); ``even_wait_ms``: the ring's wait a step before that; ``missing``: epochs whose report is never
+    written; ``fail``: the exit code of a segment that switched; ``changes``: whether the tasks make an ``in_process`` switch in-process (as a Horovod job
     with tfdist's optimizer does) or stop for it (an optimizer tfdist cannot reach)."""
 
     def __init__(self, folder: Path, slow_from: int = 2, missing: tuple[int, ...] = (), fail: int = 0,
-                 links_slow_from: int | None = None, changes: bool = True) -> None:
+                 links_slow_from: int | None = None, changes: bool = True, even_wait_ms: float = 2.0) -> None:
         self.folder, self.slow_from, self.missing, self.fail = folder, slow_from, missing, fail
-        self.links_slow_from, self.changes = links_slow_from, changes
+        self.links_slow_from, self.changes, self.even_wait_ms = links_slow_from, changes, even_wait_ms
         self.segments: list[tuple[str, str, dict]] = []
         self.verdicts: list[dict] = []
         self.stopped_early = 0
@@ -78,7 +78,7 @@ class Chief:
             computes = None if variant == "parameter_server" else (
                 (10.0, 40.0) if epoch >= self.slow_from else (10.0, 10.0))
             slow_links = self.links_slow_from is not None and epoch >= self.links_slow_from
-            wait = (60.0 if variant == "horovod" else 30.0) if slow_links else 2.0  # fp16: half the bytes
+            wait = (60.0 if variant == "horovod" else 30.0) if slow_links else self.even_wait_ms  # fp16: half
             run_channel.write_json(run_channel.epoch_report_path(str(self.folder), epoch),
                                    report(epoch, variant, computes, wait))
             verdict = run_channel.wait_for(run_channel.verdict_path(str(self.folder), epoch), timeout=10)
@@ -204,6 +204,26 @@ def test_slower_links_change_the_compression_in_process_without_a_restart(decisi
     epochs = [line for line in lines if line.startswith("tfdist launch: epoch ")]
     assert len(epochs) == EPOCHS and any(" on horovod_fp16: " in line for line in epochs)
     assert lines[-1].startswith("tfdist launch: adaptive run: horovod -> horovod_fp16; ")
+
+
+def test_the_end_of_run_re_fit_takes_the_rings_fixed_cost_the_run_measured(decision, tmp_path):
+    """The ring's even epochs wait 12 ms a step on 10 Gbit/s links, where the wire takes about 2: the rest
+    is Horovod's own cost a step, which the planner measured on the run and weighed fp16 with. The line
+    at the end (the final decision's hindsight on the chief's record) re-fits with it too: read as slow
+    links, fp16 (half the wire) came out 1.3x faster than the plan the run kept."""
+    folder = tmp_path / "plan.run"
+    chief = Chief(folder, slow_from=EPOCHS, even_wait_ms=12.0)
+    adaptive, code, lines = launch(decision, folder, chief)
+    assert code == 0 and len(chief.segments) == 1, lines  # the run kept the ring
+    measured = adaptive.planner.ring_overhead_ms
+    assert measured is not None and measured > 5, measured
+    assert adaptive.final.workload.allreduce_overhead_ms == measured
+    record = {"epochs": EPOCHS, "params": 669_706, "batch_size": 64, "worker_epochs": [
+        {"epoch": epoch, "workers": report(epoch, "horovod", (10.0, 10.0), 12.0)["workers"]}
+        for epoch in range(EPOCHS)]}
+    (tmp_path / "measured.json").write_text(json.dumps(record))
+    line = adaptive.final.hindsight(str(tmp_path / "measured.json"))
+    assert line is not None and line.endswith(": horovod still holds"), line
 
 
 def test_a_job_that_cannot_change_in_process_restarts_and_later_switches_are_priced_as_restarts(decision, tmp_path):

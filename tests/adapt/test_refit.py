@@ -25,14 +25,16 @@ LAUNCHED = Cluster(workers=2, ps=1, bandwidths=(GBIT,))
 def measure(truth: Cluster, workload: Workload, variant: str, epoch: int = 1) -> EpochMeasurement:
     """What a job on ``truth`` reports, by the model's equations: a ring's wait is the rest of the step
     after the worker's compute (the ring, the step's fixed cost and the wait for the slowest worker);
-    a ps worker pulls then pushes the whole model over its host's link."""
+    a ps worker pulls then pushes the whole model over its host's link, and its communication holds the
+    step's fixed cost and (de)serialisation too (ParameterServerMetrics: the fastest worker's step less
+    its compute)."""
     computes = [workload.step_ms / s for s in truth.speeds]
     m = workload.model_bytes
     workers = []
     for worker, compute in enumerate(computes):
         if variant == "parameter_server":
             bandwidth = truth.bandwidths[truth.host_of(worker)]
-            comm, moved = (2 * m / bandwidth + 2 * truth.latency_s) * 1000, 2 * m
+            comm, moved = (2 * m / bandwidth + 2 * truth.latency_s + cost.ps_fixed_s(workload)) * 1000, 2 * m
         else:
             prediction = cost.predict_all(truth, workload)[variant]
             comm = prediction.step_ms - compute

@@ -151,12 +151,13 @@ def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_i
     the plain ring to fp16 compression happens in the running job (the allreduce in the optimizer's
     ``apply`` reads it at the next trace); hierarchical allreduce is read when Horovod starts, so a switch
     to it restarts the job, even when the launcher asked for an in-process one (the chief says why); the
-    switches to MultiWorkerMirrored and then parameter servers restart it on tf.distribute clusters."""
+    switches to MultiWorkerMirrored, then parameter servers, restart it on tf.distribute clusters, and
+    the last one goes back to Horovod: every pair of backends, as the tf-keras run above."""
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
     verdicts(folder, "horovod_fp16" + IN_PROCESS, "horovod_hierarchical" + IN_PROCESS, "multi_worker_mirrored",
-             "parameter_server", None)
-    args = (str(out), "keras_3", "5")
+             "parameter_server", "horovod", None)
+    args = (str(out), "keras_3", "6")
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
     assert first.returncode == 0 and "DONE" not in first.stdout, first.stderr[-3000:]
     assert first.stderr.count("changed to horovod_fp16 in this process after epoch 1") == 2, first.stderr[-3000:]
@@ -168,16 +169,20 @@ def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_i
     assert second.returncode == 0 and "DONE" not in second.stdout, second.stderr[-3000:]
     same_state(out / "end-1.npz", out / "begin-horovod-2.npz")
     # on to MultiWorkerMirrored, which takes Keras 3 through tfdist (keras-team/keras#20585)
-    third = launch_mwm(out, "keras_3", 5, plan_env("multi_worker_mirrored", folder))
+    third = launch_mwm(out, "keras_3", 6, plan_env("multi_worker_mirrored", folder))
     assert third.returncode == 0 and "DONE" not in third.stdout, third.stderr[-3000:]
     same_state(out / "end-2.npz", out / "begin-multi_worker_mirrored-3.npz")
     # and on to parameter servers, where Keras 3's fit runs on tfdist's loop (keras-team/keras#18624)
-    fourth = launch_ps(out, "keras_3", 5, plan_env("parameter_server", folder, ps=1))
-    assert fourth.returncode == 0 and "DONE parameter_server" in fourth.stdout, fourth.stderr[-3000:]
+    fourth = launch_ps(out, "keras_3", 6, plan_env("parameter_server", folder, ps=1))
+    assert fourth.returncode == 0 and "DONE" not in fourth.stdout, fourth.stderr[-3000:]
     same_state(out / "end-3.npz", out / "begin-parameter_server-4.npz")
+    # and back to the ring from the parameter servers' checkpoint
+    fifth = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
+    assert fifth.returncode == 0 and "DONE horovod" in fifth.stdout, fifth.stderr[-3000:]
+    same_state(out / "end-4.npz", out / "begin-horovod-5.npz")
     assert reported(folder) == {0: "horovod", 1: "horovod_fp16", 2: "horovod_hierarchical", 3: "multi_worker_mirrored",
-                                4: "parameter_server"}
-    with np.load(out / "end-4.npz") as last:  # Adam counted every step once: 5 epochs of 8 steps
-        assert int(last["o0"]) == 5 * 8, last["o0"]
+                                4: "parameter_server", 5: "horovod"}
+    with np.load(out / "end-5.npz") as last:  # Adam counted every step once: 6 epochs of 8 steps
+        assert int(last["o0"]) == 6 * 8, last["o0"]
     # the job's kernels (8 -> 16 -> 1), what the launcher's model counts for PowerSGD
     assert json.loads((folder / "epoch-0.json").read_text())["matrices"] == [[8, 16], [16, 1]]

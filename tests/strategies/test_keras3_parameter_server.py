@@ -101,6 +101,8 @@ def test_a_loop_dataset_that_reshuffles_each_epoch_is_told_under_parameter_serve
         with caplog.at_level("WARNING", logger="tfdist"):
             loop.per_worker_stream(examples.shuffle(64, seed=0, reshuffle_each_iteration=reshuffle), 8, 2)
         assert ("the workers' shards overlap" in caplog.text) is warned, caplog.text
+        # the share the shards miss, as the Horovod and MultiWorkerMirrored warning words it (2 workers)
+        assert ("about 25% of the examples an epoch are trained on by none of them" in caplog.text) is warned
     caplog.clear()
     with caplog.at_level("WARNING", logger="tfdist"):
         loop.per_worker_stream(examples.shuffle(64, seed=0), 8, 2, shard=False)  # each worker reads it whole

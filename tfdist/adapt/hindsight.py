@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.adapt.refit import refit, regime_window, ring_overhead_ms
+from tfdist.adapt.refit import ps_overhead_ms, refit, regime_window, ring_overhead_ms
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE, Cluster, Workload
@@ -77,20 +77,37 @@ def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: flo
     return epochs[1:] or epochs
 
 
-def ring_overhead(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> float | None:
-    """The job's own fixed cost of a ring step in ms (:func:`tfdist.adapt.refit.ring_overhead_ms`) from
-    ``record``'s epochs, with the bytes the model says ``variant`` moves for the job's parameters;
-    None when they say nothing. Raises as :func:`refitted`."""
+def fixed_cost(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The job's own fixed cost of a step of ``variant`` from ``record``'s epochs, with the bytes the
+    model says it moves for the job's parameters: ``("allreduce_overhead_ms", ms)`` for a ring
+    (:func:`tfdist.adapt.refit.ring_overhead_ms`), ``("ps_overhead_ms", ms)`` for parameter servers
+    (:func:`tfdist.adapt.refit.ps_overhead_ms`), as the ``Workload`` fields they become; None when
+    the epochs say nothing. Raises as :func:`refitted`."""
     workload = job_workload(workload, record)
     launched = predict_all(cluster, workload).get(variant)
     if launched is None or launched.wire_bytes <= 0:
         return None
     epochs = measured_epochs(record, variant, 2 * launched.wire_bytes)
-    return ring_overhead_ms(cluster, epochs, workload) if epochs else None
+    if not epochs:
+        return None
+    if backend_of(variant) == "parameter_server":
+        found, field = ps_overhead_ms(cluster, epochs, workload), "ps_overhead_ms"
+    else:
+        found, field = ring_overhead_ms(cluster, epochs, workload), "allreduce_overhead_ms"
+    return None if found is None else (field, found)
 
 
-def refitted(cluster: Cluster, workload: Workload, variant: str,
-             record: Mapping[str, Any]) -> tuple[Cluster, dict[str, Prediction]] | None:
+class Refitted(NamedTuple):
+    """A record re-fitted on (:func:`refitted`): the cluster, every plan predicted on it, the record's
+    epochs the re-fit read (its first left out when there are more) and the workload predicted with."""
+
+    cluster: Cluster
+    predictions: dict[str, Prediction]
+    epochs: list[EpochMeasurement]
+    workload: Workload
+
+
+def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> Refitted | None:
     """The cluster re-fitted on ``record``'s epochs (``worker_epochs``, the job's ``params``) and every
     plan predicted on it; None when the record has no per-worker epochs. Raises :class:`AdaptError`
     (a malformed record, another worker count) or :class:`AdviseError` (values out of the model's range)."""
@@ -104,7 +121,7 @@ def refitted(cluster: Cluster, workload: Workload, variant: str,
         raise AdaptError(f"the record has {len(epochs[0].workers)} worker(s), the plan {cluster.workers}",
                          "worker_count")
     fitted, fitted_workload = refit(cluster, workload, epochs)
-    return fitted, predict_all(fitted, fitted_workload)
+    return Refitted(fitted, predict_all(fitted, fitted_workload), epochs, fitted_workload)
 
 
 def as_measured(predictions: Mapping[str, Prediction], variant: str, rate: float) -> dict[str, Prediction]:
@@ -158,9 +175,9 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
         return f"{PREFIX}: not re-fitted ({exc})"
     if found is None:
         return None
-    fitted, predictions = found
+    fitted, predictions, epochs, _ = found
     if variant in predictions:
-        window = regime_window(measured_epochs(record, variant))
+        window = regime_window(epochs)
         predictions = as_measured(predictions, variant, statistics.median(e.examples_per_second for e in window))
     ranked = sorted(predictions.values(), key=lambda p: -p.examples_per_second)
     figures = ", ".join(f"{p.name} {p.examples_per_second:,.0f}" + (" (ran)" if p.name == variant else "")
@@ -175,4 +192,5 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["PREFIX", "as_measured", "hindsight", "job_workload", "measured_epochs", "refitted", "ring_overhead"]
+__all__ = ["PREFIX", "Refitted", "as_measured", "fixed_cost", "hindsight", "job_workload", "measured_epochs",
+           "refitted"]

@@ -15,8 +15,10 @@ median, so that of two epochs the slower counts) :func:`refit` takes:
   taken off: the latency and fixed cost, ``Workload.allreduce_overhead_ms``, of each of the variant's
   rounds, and its own work);
 
-:func:`ring_overhead_ms` measures that fixed cost on the job: what a Horovod ring's wait holds beyond
-the latency and the wire time at the launch-time link rate, in its even epochs (Horovod's cycle,
+:func:`ps_overhead_ms` measures a parameter-server step's fixed cost on the job (what a worker's
+communication holds beyond the wire at the launch-time rate), and :func:`ring_overhead_ms` a ring's:
+what a Horovod ring's wait holds beyond the latency and the wire time at the launch-time link rate,
+in its even epochs (Horovod's cycle,
 negotiation and fusion copies: about 8 ms a step on the lab's unlimited links, where the wire takes
 about 1 ms). Without it that time read as slow links, and fp16 compression, which halves the wire
 time only, was predicted 1.3x faster where it gained nothing.
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all, ring_link
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all, ps_fixed_s, ps_serialize_s, ring_link
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -193,6 +195,27 @@ def ring_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], workl
     return statistics.median(found) if found else None
 
 
+def ps_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], workload: Workload, *,
+                   last: int = DEFAULT_LAST_EPOCHS) -> float | None:
+    """The job's own fixed cost of a parameter-server step (ms, for ``Workload.ps_overhead_ms``): over
+    the ``last`` epochs that ran parameter servers, the median of what each worker's communication
+    holds beyond the latency, the wire time of its bytes at ``cluster``'s (launch-time) link and the
+    (de)serialisation; None when no such epoch is there, or no bytes. On the lab a step's
+    communication took 16-18 ms where the 5.4 MB of a pull and a push take about 1.3 ms at the
+    probe's rate: the coordinator's dispatch and the RPCs on hosts that share two cores. Read as slow
+    links, the re-fit on the parameter servers' own epochs predicted them 1.5x faster than they ran
+    (the model's 5 ms default), or, with bytes, the other plans too slow."""
+    found = []
+    for epoch in _recent(epochs, cluster.workers, last):
+        if epoch.backend != "parameter_server":
+            continue
+        for worker, measured in enumerate(epoch.workers):
+            if measured.bytes_per_step > 0:
+                wire = measured.bytes_per_step / cluster.bandwidths[cluster.host_of(worker)] + 2 * cluster.latency_s
+                found.append(max(0.0, (measured.communication_ms / 1000 - wire - ps_serialize_s(workload)) * 1000))
+    return statistics.median(found) if found else None
+
+
 def _is_flat_ring(epoch: EpochMeasurement) -> bool:
     """The epoch ran a flat ring: Horovod (not hierarchical) or MultiWorkerMirrored."""
     return epoch.backend in ("horovod", "multi_worker_mirrored") and epoch.variant != "horovod_hierarchical"
@@ -262,9 +285,9 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     the latency and ``workload``'s fixed cost of each round, paced by the slowest worker, and the
     variant's own work: PowerSGD has two rounds and its products, fp16 its casts; the inversion is exact
     on the model's own figures, and on a real ring holds what the model leaves out: under PowerSGD on
-    the lab's 50 Mbit/s links, 6 MB/s by the probe, the end-of-run re-fit read about 1.7-2.6 MB/s on a
-    loaded machine and 11 on a quiet one, Horovod's fixed cost a round being more than its 1 ms default
-    there). A host
+    the lab's 50 Mbit/s links, 6 MB/s by the probe, a re-fit with Horovod's fixed cost a round at its
+    1 ms default read about 1.7-2.6 MB/s on a loaded machine and 11 on a quiet one; an adaptive run
+    re-fits with the cost it measured, :func:`ring_overhead_ms`). A host
     starved of CPU reduces and forwards its share of every chunk as slowly as it computes (on the lab, a
     tenth of a core took the ring's wait from 9 ms to 81 ms on unlimited links), and how slowly depends
     on what else runs on the machine: a bound on the wait its CPU explains (the even epochs' wait times
@@ -276,8 +299,9 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     alpha = cluster.latency_s
     if epoch.backend == "parameter_server":
         found: list[list[float]] = [[] for _ in range(cluster.hosts)]
+        fixed = ps_fixed_s(workload)  # in each worker's communication: it is the fastest's step less compute
         for worker, measured in enumerate(epoch.workers):
-            seconds = measured.communication_ms / 1000 - 2 * alpha
+            seconds = measured.communication_ms / 1000 - 2 * alpha - fixed
             if measured.bytes_per_step > 0 and seconds > 0:
                 found[cluster.host_of(worker)].append(measured.bytes_per_step / seconds)
         return [statistics.median(rates) if rates else None for rates in found]

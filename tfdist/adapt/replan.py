@@ -5,7 +5,8 @@ Pure Python. The launcher hands every epoch report of the job (:mod:`tfdist.run_
 and the next plan resumed, it calls :meth:`Replanner.switched`. Per plan, its first epoch (start-up,
 tracing, a restore) is not re-fitted on; the others are, with :func:`tfdist.adapt.hindsight.refitted`
 (the job's own parameter count, each worker's compute and allreduce wait; a ring step's fixed cost
-measured once, on the first even ring epochs: :func:`tfdist.adapt.hindsight.ring_overhead`), and :func:`decide` picks
+measured once, on the first even ring epochs, and a parameter-server step's on the first epochs on
+parameter servers: :func:`tfdist.adapt.hindsight.fixed_cost`), and :func:`decide` picks
 among ``candidates`` (the variants whose backend can be switched to) that the advisor may recommend
 on the re-fitted predictions (:func:`tfdist.advise.recommend.allowed`: memory, fp16 only where the
 wire limits the ring): the plan running at the median
@@ -30,12 +31,13 @@ from typing import Any
 from tfdist.adapt.refit import Regime, read_regime
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
-from tfdist.adapt.hindsight import measured_epochs, refitted, ring_overhead
-from tfdist.advise.cost import Prediction
+from tfdist.adapt.hindsight import Refitted, fixed_cost, refitted
+from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.memory import MemoryCheck
 from tfdist.advise.recommend import allowed
 from tfdist.advise.model_inputs import Cluster, Workload
+from tfdist.plan import backend_of
 from tfdist.run_channel import CONTINUE, SWITCH
 
 __all__ = ["Replanner", "Verdict"]
@@ -66,6 +68,11 @@ def _one_regime(epochs: Sequence[Any], regime: Regime, promised_for: frozenset[i
     the ratio is kept as it was."""
     return (bool(epochs) and promised_for is not None and len(regime.epochs) == len(epochs)
             and regime.straggling == promised_for)
+
+
+def _kind(variant: str) -> str:
+    """``parameter_server`` or ``ring``: the two ways the workers' compute is timed."""
+    return "parameter_server" if backend_of(variant) == "parameter_server" else "ring"
 
 
 def _number(report: Mapping[str, Any], field: str) -> float | None:
@@ -101,9 +108,17 @@ class Replanner:
         #: Why the run cannot switch (a script that cannot be resumed), once known.
         self.problem: str | None = None
         self._told: set[str] = set()
-        #: A ring step's fixed cost (ms) as the job measured it, once it did.
-        self.ring_overhead_ms: float | None = None
-        #: Per variant switched to: the examples/s the re-fit predicted for it when the run switched.
+        #: The fixed costs of a step (ms) the job measured, by Workload field (``allreduce_overhead_ms``:
+        #: a ring's; ``ps_overhead_ms``: parameter servers'), each once.
+        self.fixed_costs: dict[str, float] = {}
+        #: Per kind of plan (``ring``, ``parameter_server``), the compute of a step its epochs measured last.
+        self.computes: dict[str, float] = {}
+        #: Per variant, the (cluster, workload) its newest prediction was made on, and per variant switched
+        #: to, the one its promise was made on.
+        self._inputs: dict[str, tuple[Cluster, Workload]] = {}
+        self._promised_on: dict[str, tuple[Cluster, Workload]] = {}
+        #: Per variant switched to: the examples/s the re-fit predicted for it when the run switched (made
+        #: again once the run measured that plan's fixed cost, which the promise took at its default).
         self.promised: dict[str, float] = {}
         #: Per variant that ran after a switch: its measured examples/s over what the switch promised
         #: (its later predictions are scaled by it: see :meth:`expected_rate`), while who straggles stays
@@ -121,9 +136,21 @@ class Replanner:
         if promised is not None and promised.examples_per_second > 0:
             self.promised[variant] = promised.examples_per_second
             self.promised_for[variant] = self.straggling
+            if variant in self._inputs:
+                self._promised_on[variant] = self._inputs[variant]
         self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
         if took_s is not None:
             self.restart_s = took_s
+
+    @property
+    def ring_overhead_ms(self) -> float | None:
+        """A ring step's fixed cost (ms) as the job measured it, once it did."""
+        return self.fixed_costs.get("allreduce_overhead_ms")
+
+    @property
+    def ps_overhead_ms(self) -> float | None:
+        """A parameter-server step's fixed cost (ms) as the job measured it, once it did."""
+        return self.fixed_costs.get("ps_overhead_ms")
 
     def expected_rate(self, variant: str) -> float:
         """``variant``'s predicted examples/s, scaled by what it delivered against its promise when the run
@@ -158,15 +185,15 @@ class Replanner:
         record = {"worker_epochs": self.segment, "params": report.get("params"), "batch_size": report.get("batch_size"),
                   "matrices": report.get("matrices")}
         try:
-            self._measure_ring_overhead(record)
+            self._measure_fixed_cost(record)
             found = refitted(self.cluster, self.workload, self.current, record)
         except (AdaptError, AdviseError) as exc:
             return Verdict(CONTINUE, None, f"{head}; not re-fitted ({exc}): the plan is kept")
         if found is None:
             return Verdict(CONTINUE, None, f"{head}: the plan is kept")
-        self.predictions = found[1]
+        self.predictions = self._predict(found)
         # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
-        segment = measured_epochs(record, self.current)
+        segment = found.epochs
         regime = read_regime(segment)
         self.straggling = regime.straggling
         recent = self.timed[-max(1, len(regime.window())):]
@@ -202,17 +229,45 @@ class Replanner:
                            in_process=not needs_restart(self.current, decision.to, self.in_process))
         return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
 
-    def _measure_ring_overhead(self, record: Mapping[str, Any]) -> None:
-        """Once, from the first even ring epochs: the job's fixed cost of a ring step becomes the
-        model's (never below its default), so that what the links do not explain is not read as slow
-        links (the re-fit takes it off the wait) and compression is credited with the wire time only."""
-        if self.ring_overhead_ms is not None:
+    def _measure_fixed_cost(self, record: Mapping[str, Any]) -> None:
+        """Once per kind, from the first epochs that show it (a ring's even ones, any on parameter
+        servers): the job's fixed cost of a step becomes the model's (never below its default), so that
+        what the links do not explain is not read as slow links (the re-fit takes it off the wait), and
+        compression is credited with the wire time only. A promise made for the plan running is made
+        again with it: what the plan delivers against it is then the model's error beyond that cost,
+        not the cost again (the model now predicts the plan with it)."""
+        found = fixed_cost(self.cluster, self.workload, self.current, record)
+        if found is None or found[0] in self.fixed_costs:
             return
-        found = ring_overhead(self.cluster, self.workload, self.current, record)
-        if found is not None:
-            self.ring_overhead_ms = found
-            self.workload = dataclasses.replace(
-                self.workload, allreduce_overhead_ms=max(self.workload.allreduce_overhead_ms, found))
+        field, ms = found
+        self.fixed_costs[field] = ms
+        value = max(getattr(self.workload, field), ms)
+        self.workload = dataclasses.replace(self.workload, **{field: value})
+        made_on = self._promised_on.get(self.current)
+        if made_on is not None:
+            again = predict_all(made_on[0], dataclasses.replace(made_on[1], **{field: value}))
+            if self.current in again and again[self.current].examples_per_second > 0:
+                self.promised[self.current] = again[self.current].examples_per_second
+
+    def _predict(self, found: Refitted) -> dict[str, Prediction]:
+        """Every plan on the re-fitted cluster; a plan of the other kind (ring or parameter servers) with
+        the compute a step took when that kind last ran, where it has. The two kinds time it apart: a
+        ring rank its own forward and backward pass under the job's load, the parameter-server
+        coordinator one pass of zeros on its own processor (on the lab 5.4 ms against 2.4), and a ring
+        predicted on the coordinator's figure (10,376 examples/s where it had run 8,400) drew a switch
+        back with three epochs left that won nothing (benchmarks/README.md, scenario D)."""
+        kind = _kind(self.current)
+        self.computes[kind] = found.workload.step_ms
+        predictions = dict(found.predictions)
+        self._inputs = {name: (found.cluster, found.workload) for name in predictions}
+        for other, step_ms in self.computes.items():
+            if other == kind:
+                continue
+            workload = dataclasses.replace(found.workload, step_ms=step_ms)
+            for name, prediction in predict_all(found.cluster, workload).items():
+                if _kind(name) == other:
+                    predictions[name], self._inputs[name] = prediction, (found.cluster, workload)
+        return predictions
 
     def _keep(self, head: str, key: str, why: str) -> Verdict:
         """Continue; ``why`` is said the first time only."""

@@ -98,9 +98,10 @@ class Prediction:
     waiting_ms: per step, time a worker idles: for the slowest worker (synchronous, the fastest
     worker's wait) or for a saturated link (parameter servers). communication_ms: transfer time per
     step before overlap. bottleneck: ``compute``, ``slowest worker``, ``network`` or ``ps link``;
-    explanation: the same in words. wire_bytes: the bytes each worker sends per step on a synchronous
-    backend (its share of the ring; 0 where not modelled per worker), which a job's measured
-    communication time turns into an effective link rate (:mod:`tfdist.adapt.refit`).
+    explanation: the same in words. wire_bytes: the bytes each worker sends per step (a synchronous
+    backend: its share of the ring; parameter servers: the gradients it pushes to ps tasks on other
+    hosts, and it pulls as many; the mean over the workers), which a job's measured communication time
+    turns into an effective link rate (:mod:`tfdist.adapt.refit`).
     """
 
     name: str
@@ -267,16 +268,15 @@ def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
     if cluster.ps < 1:
         raise _no_ps()
     m, p = float(workload.step_bytes), cluster.ps  # the bytes a worker step pulls (and pushes)
-    serialize = 2 * m / PS_SERIALIZE_BYTES_PER_S
-    steps, comms = [], []
+    steps, comms, remotes = [], [], []
     for worker, speed in enumerate(cluster.speeds):
         host = cluster.host_of(worker)
         remote = m * (1 - cluster.ps_on(host) / p)
         comm = (2 * remote / cluster.bandwidths[host] + 2 * cluster.latency_s) if remote > 0 else 0.0
         compute = workload.step_s / speed
-        steps.append(compute + _exposed(comm, compute, workload.overlap) + workload.ps_overhead_ms / 1000 / speed
-                     + serialize)
+        steps.append(compute + _exposed(comm, compute, workload.overlap) + ps_fixed_s(workload, speed))
         comms.append(comm)
+        remotes.append(remote)
     own_rates = [1 / s for s in steps]
     rates, worst_name, utilisation, capacity = _share_links(cluster, m, own_rates)
     total_rate = sum(rates)
@@ -304,7 +304,19 @@ def parameter_server(cluster: Cluster, workload: Workload) -> Prediction:
         text += "; asynchronous: no worker waits for the slowest, each adds its own steps"
     return Prediction("parameter_server", mean_step * 1000, examples,
                       examples / ideal_examples_per_second(cluster, workload), waiting * 1000,
-                      mean_comm * 1000, bottleneck, text)
+                      mean_comm * 1000, bottleneck, text, sum(remotes) / len(remotes))
+
+
+def ps_fixed_s(workload: Workload, speed: float = 1.0) -> float:
+    """What a parameter-server worker of ``speed`` spends a step beyond its compute and the wire (s):
+    the fixed cost (``Workload.ps_overhead_ms``, CPU work: slower on a slower worker) and the gRPC
+    (de)serialisation of the bytes it pulls and pushes."""
+    return workload.ps_overhead_ms / 1000 / speed + ps_serialize_s(workload)
+
+
+def ps_serialize_s(workload: Workload) -> float:
+    """The gRPC (de)serialisation of what a parameter-server worker pulls and pushes a step (s)."""
+    return 2 * workload.step_bytes / PS_SERIALIZE_BYTES_PER_S
 
 
 def _ps_links(cluster: Cluster, m: float) -> dict[str, tuple[list[float], float]]:

@@ -23,6 +23,7 @@ and at the end the total, the time spent switching and what each fixed plan was 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import threading
@@ -129,7 +130,8 @@ class AdaptiveLaunch:
     log: Callable[[str], None]
     margin: float = DEFAULT_MARGIN
     switches: list[_Switch] = field(default_factory=list)
-    #: The decision the last segment ran (the launch's, until a switch).
+    #: The decision the last segment ran (the launch's, until a switch); once the run ended, with the
+    #: model as the run measured it (the planner's workload: a ring step's fixed cost, once measured).
     final: Decision | None = None
 
     def run(self) -> int:
@@ -173,6 +175,9 @@ class AdaptiveLaunch:
                 self.log(f"tfdist launch: starting {decision.backend.name} ({switch.target}) on {decision.hosts}, "
                          f"resuming after epoch {switch.epoch}")
         finally:
+            # what the run measured of the model goes with the plan it ended on: the end-of-run re-fit
+            # (Decision.hindsight) then reads the links as the run did, past the ring's own fixed cost
+            self.final = dataclasses.replace(self.final, workload=self.planner.workload)
             self._summary(time.monotonic() - started)
             shutil.rmtree(run_channel.state_dir(self.folder), ignore_errors=True)  # the checkpoints; reports stay
         return code

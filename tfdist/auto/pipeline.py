@@ -123,8 +123,9 @@ class Decision:
 
     def hindsight(self, result_path: str) -> str | None:
         """The run looked back on: every plan predicted again on the cost model re-fitted from the
-        chief's record at ``result_path`` (:func:`tfdist.adapt.hindsight.hindsight`); None without a
-        readable record or per-worker epochs in it."""
+        chief's record at ``result_path`` (:func:`tfdist.adapt.hindsight.hindsight`), with this decision's
+        workload (after an adaptive run, as the run measured it); None without a readable record or
+        per-worker epochs in it."""
         try:
             with open(result_path) as handle:
                 record = json.load(handle)

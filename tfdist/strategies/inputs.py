@@ -67,12 +67,17 @@ def warn_unseeded_shuffle(data: Any, processes: int, where: str) -> bool:
     order of its own, and their shards overlap. ``where``: ``fit`` or ``loop``, for the message."""
     if processes < 2 or not is_dataset(data) or not upstream.unseeded_shuffles(data):
         return False
-    missed = (1 - 1 / processes) ** processes
     log.warning("tfdist %s: the dataset is shuffled without a seed, so each of the %d processes shuffles it in an "
-                "order of its own and their shards overlap (shuffled whole, about %.0f%% of the examples an epoch "
-                "are trained on by none of them); pass shuffle(..., seed=...), the same seed on every process, for "
-                "shards that cover every example once", where, processes, 100 * missed)
+                "order of its own and their shards overlap (%s); pass shuffle(..., seed=...), the same seed on every "
+                "process, for shards that cover every example once", where, processes, missed_by_all(processes))
     return True
+
+
+def missed_by_all(processes: int) -> str:
+    """What ``processes`` shards, each taken from an order of its own, leave out: an example is in none of
+    them with chance (1 - 1/n)^n (a quarter for two)."""
+    return (f"shuffled whole, about {100 * (1 - 1 / processes) ** processes:.0f}% of the examples an epoch are "
+            "trained on by none of them")
 
 
 # --- Horovod: shard by rank -------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def epoch_shuffled(elements: Any, examples: int) -> Any:
     """The examples of ``elements`` (arrays, or a tuple of them) repeated, each epoch in another order
     that every worker's rebuilt copy of the pipeline repeats: a permutation drawn statelessly from a seed
     and the epoch's number. (A shuffle that reshuffles each epoch draws its seeds from a generator that the
-    per-worker graph does not carry: each worker drew its own order, and their shards overlapped, about
-    3/4 of the examples an epoch.)"""
+    per-worker graph does not carry: each worker drew its own order, and their shards overlapped: with
+    two workers about a quarter of the examples an epoch were trained on by neither.)"""
     seed = int(np.random.default_rng().integers(2**31))  # drawn once, on the coordinator, into the graph
     tensors = tf.nest.map_structure(tf.convert_to_tensor, elements)
 

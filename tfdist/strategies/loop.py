@@ -220,11 +220,13 @@ def per_worker_stream(dataset: Any, batch_size: int, workers: int, shard: bool =
     spec = dataset.element_spec
     split = shard and workers > 1
     if split and reshuffles_each_epoch(graph):
+        from tfdist.strategies.inputs import missed_by_all
+
         log.warning(
             "tfdist loop: the dataset reshuffles each epoch (shuffle with reshuffle_each_iteration=True, the "
             "default), and under parameter servers each worker rebuilds it with seeds of its own, so the "
-            "workers' shards overlap (about 3/4 of the examples an epoch); pass "
-            "shuffle(..., seed=..., reshuffle_each_iteration=False) for shards that cover every example once")
+            "workers' shards overlap (%s); pass shuffle(..., seed=..., reshuffle_each_iteration=False) for "
+            "shards that cover every example once", missed_by_all(workers))
 
     def dataset_fn() -> Any:
         copy = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph), spec)
