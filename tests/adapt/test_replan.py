@@ -305,8 +305,16 @@ def test_a_ring_predicted_from_parameter_server_epochs_takes_the_compute_the_rin
         follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
     follow.on_epoch(report(3, (5.4, 21.6), comm=9.2))
     follow.switched("parameter_server", at_epoch=4, took_s=15.0)
-    for epoch in range(4, 10):
-        follow.on_epoch(ps_report(epoch, (2.41, 26.73 if epoch < 7 else 2.41), comm=16.6))
+    for epoch in range(4, 7):
+        follow.on_epoch(ps_report(epoch, (2.41, 26.73), comm=16.6))
+    # w2 straggling: the ring paced by its 26.73 ms as measured, not by 5.4 ms times the 11x it lags by
+    straggling = follow.predictions["horovod"]
+    assert straggling.step_ms == pytest.approx(predict_all(
+        Cluster(workers=2, ps=1, bandwidths=(2e9, 2e9), ps_bandwidth=2e9, speeds=(1.0, 5.4 / 26.73)),
+        Workload(params=669_706, batch_size=64, step_ms=5.4,
+                 allreduce_overhead_ms=follow.ring_overhead_ms))["horovod"].step_ms, rel=1e-6)
+    for epoch in range(7, 10):
+        follow.on_epoch(ps_report(epoch, (2.41, 2.41), comm=16.6))
     assert follow.computes == pytest.approx({"ring": 5.4, "parameter_server": 2.41})
     ring = 2 * 64 * 1000 / (5.4 + 9.2)
     assert follow.predictions["horovod"].examples_per_second == pytest.approx(ring, rel=0.05)

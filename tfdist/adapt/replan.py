@@ -251,7 +251,8 @@ class Replanner:
 
     def _predict(self, found: Refitted) -> dict[str, Prediction]:
         """Every plan on the re-fitted cluster; a plan of the other kind (ring or parameter servers) with
-        the compute a step took when that kind last ran, where it has. The two kinds time it apart: a
+        the compute a step took when that kind last ran, where it has, for the fastest worker (a slower
+        one keeps the compute it measured now, where that is longer). The two kinds time it apart: a
         ring rank its own forward and backward pass under the job's load, the parameter-server
         coordinator one pass of zeros on its own processor (on the lab 5.4 ms against 2.4), and a ring
         predicted on the coordinator's figure (10,376 examples/s where it had run 8,400) drew a switch
@@ -263,10 +264,12 @@ class Replanner:
         for other, step_ms in self.computes.items():
             if other == kind:
                 continue
+            computes = [found.workload.step_ms / speed for speed in found.cluster.speeds]
+            cluster = dataclasses.replace(found.cluster, speeds=tuple(step_ms / max(step_ms, c) for c in computes))
             workload = dataclasses.replace(found.workload, step_ms=step_ms)
-            for name, prediction in predict_all(found.cluster, workload).items():
+            for name, prediction in predict_all(cluster, workload).items():
                 if _kind(name) == other:
-                    predictions[name], self._inputs[name] = prediction, (found.cluster, workload)
+                    predictions[name], self._inputs[name] = prediction, (cluster, workload)
         return predictions
 
     def _keep(self, head: str, key: str, why: str) -> Verdict:
