@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
-from tfdist.adapt.refit import EVEN_SPEED, current_regime, regime_window, ring_overhead_ms, stragglers
+from tfdist.adapt.refit import EVEN_SPEED, current_regime, ps_overhead_ms, regime_window, ring_overhead_ms, stragglers
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -110,6 +110,21 @@ def test_the_rings_fixed_cost_a_round_is_found_from_any_horovod_variant(variant)
     truth = dataclasses.replace(LAUNCHED, bandwidths=(GBIT / 20,))
     assert ring_overhead_ms(truth, [measure(truth, MLP, variant)], MLP) == pytest.approx(8.0)
     assert ring_overhead_ms(truth, [measure(truth, MLP, "parameter_server")], MLP) is None
+
+
+def test_a_parameter_server_steps_fixed_cost_is_found_at_the_launch_links_and_the_links_past_it():
+    """What a worker's communication holds beyond the wire and the (de)serialisation is the step's fixed
+    cost; with it the links read as they are. A ps on the workers' hosts is not read: each worker moves
+    its own share, and the communication the chief reports is the fastest's."""
+    costly = dataclasses.replace(SMALL, ps_overhead_ms=14.0)
+    truth = dataclasses.replace(LAUNCHED, speeds=(1.0, 0.25))
+    epoch = measure(truth, costly, "parameter_server")
+    assert ps_overhead_ms(LAUNCHED, [epoch], SMALL) == pytest.approx(14.0)
+    assert ps_overhead_ms(LAUNCHED, [measure(truth, costly, "horovod")], SMALL) is None
+    assert refit(LAUNCHED, costly, [epoch])[0].bandwidths == pytest.approx((GBIT, GBIT))
+    colocated = Cluster(workers=2, ps=1, bandwidths=(GBIT,), ps_placement="colocated")
+    assert ps_overhead_ms(colocated, [epoch], SMALL) is None
+    assert refit(colocated, SMALL, [epoch])[0].bandwidths == colocated.bandwidths
 
 
 def test_the_median_of_the_last_epochs_ignores_one_outlier_and_older_epochs():

@@ -83,11 +83,7 @@ def fixed_cost(cluster: Cluster, workload: Workload, variant: str, record: Mappi
     (:func:`tfdist.adapt.refit.ring_overhead_ms`), ``("ps_overhead_ms", ms)`` for parameter servers
     (:func:`tfdist.adapt.refit.ps_overhead_ms`), as the ``Workload`` fields they become; None when
     the epochs say nothing. Raises as :func:`refitted`."""
-    workload = job_workload(workload, record)
-    launched = predict_all(cluster, workload).get(variant)
-    if launched is None or launched.wire_bytes <= 0:
-        return None
-    epochs = measured_epochs(record, variant, 2 * launched.wire_bytes)
+    workload, epochs = _job_epochs(cluster, workload, variant, record)
     if not epochs:
         return None
     if backend_of(variant) == "parameter_server":
@@ -95,6 +91,17 @@ def fixed_cost(cluster: Cluster, workload: Workload, variant: str, record: Mappi
     else:
         found, field = ring_overhead_ms(cluster, epochs, workload), "allreduce_overhead_ms"
     return None if found is None else (field, found)
+
+
+def _job_epochs(cluster: Cluster, workload: Workload, variant: str,
+                record: Mapping[str, Any]) -> tuple[Workload, list[EpochMeasurement]]:
+    """The job's workload (:func:`job_workload`) and ``record``'s epochs, each worker's link traffic the
+    bytes the model says ``variant`` sends a step for the job's parameters, twice (a ring sends and
+    receives at once; a parameter-server worker pulls as much as it pushes)."""
+    workload = job_workload(workload, record)
+    launched = predict_all(cluster, workload).get(variant)
+    sent = launched.wire_bytes if launched is not None else 0.0
+    return workload, measured_epochs(record, variant, 2 * sent)
 
 
 class Refitted(NamedTuple):
@@ -111,10 +118,7 @@ def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping
     """The cluster re-fitted on ``record``'s epochs (``worker_epochs``, the job's ``params``) and every
     plan predicted on it; None when the record has no per-worker epochs. Raises :class:`AdaptError`
     (a malformed record, another worker count) or :class:`AdviseError` (values out of the model's range)."""
-    workload = job_workload(workload, record)
-    launched = predict_all(cluster, workload).get(variant)
-    sent = launched.wire_bytes if launched is not None else 0.0
-    epochs = measured_epochs(record, variant, 2 * sent)  # sent and received, at once on a ring
+    workload, epochs = _job_epochs(cluster, workload, variant, record)
     if not epochs:
         return None
     if len(epochs[0].workers) != cluster.workers:
@@ -168,6 +172,10 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
         return (f"{PREFIX}: not re-fitted: one epoch ran, and its tracing and start-up say little about the "
                 "workers and links; run 2 epochs or more")
     try:
+        if backend_of(variant) == "parameter_server":  # measured as the Replanner does: its links past it
+            measured = fixed_cost(cluster, workload, variant, record)
+            if measured is not None:
+                workload = dataclasses.replace(workload, **{measured[0]: measured[1]})
         found = refitted(cluster, workload, variant, record)
     except (AdaptError, AdviseError) as exc:
         if isinstance(exc, AdaptError) and exc.field == "worker_count":

@@ -200,11 +200,15 @@ def ps_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], workloa
     """The job's own fixed cost of a parameter-server step (ms, for ``Workload.ps_overhead_ms``): over
     the ``last`` epochs that ran parameter servers, the median of what each worker's communication
     holds beyond the latency, the wire time of its bytes at ``cluster``'s (launch-time) link and the
-    (de)serialisation; None when no such epoch is there, or no bytes. On the lab a step's
+    (de)serialisation; None when no such epoch is there, no bytes, or the ps tasks share the workers'
+    hosts (each worker then moves its own share, and every worker's communication is the fastest's
+    step less the compute: it cannot be read per worker). On the lab a step's
     communication took 16-18 ms where the 5.4 MB of a pull and a push take about 1.3 ms at the
     probe's rate: the coordinator's dispatch and the RPCs on hosts that share two cores. Read as slow
     links, the re-fit on the parameter servers' own epochs predicted them 1.5x faster than they ran
     (the model's 5 ms default), or, with bytes, the other plans too slow."""
+    if cluster.ps_placement != "separate":
+        return None  # a colocated ps: workers move unlike shares, and each's communication is the fastest's
     found = []
     for epoch in _recent(epochs, cluster.workers, last):
         if epoch.backend != "parameter_server":
@@ -269,8 +273,9 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     """Each worker host's effective link rate (bytes/s) in one epoch; None where it says nothing.
 
     Parameter servers: each worker pulls, then pushes, over its own host's link, so its rate is its
-    bytes over its communication time (less the model's two latencies); a host takes the median of its
-    workers. A ring (Horovod, MultiWorkerMirrored) sends and receives at once, half the bytes each way,
+    bytes over its communication time, less the model's two latencies and the step's fixed cost and
+    (de)serialisation (:func:`tfdist.advise.cost.ps_fixed_s`); a host takes the median of its workers.
+    With ps tasks on the workers' hosts nothing is read (each worker moves its own share). A ring (Horovod, MultiWorkerMirrored) sends and receives at once, half the bytes each way,
     at the pace of its slowest link, and a faster worker's wait includes waiting for the slowest worker:
     the ring's time is the shortest wait, and the one rate it shows is every host's (a ring cannot tell
     its links apart). MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
@@ -298,6 +303,8 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     unknown: list[float | None] = [None] * cluster.hosts
     alpha = cluster.latency_s
     if epoch.backend == "parameter_server":
+        if cluster.ps_placement != "separate":
+            return unknown  # each worker moves its own share; the communication measured is the fastest's
         found: list[list[float]] = [[] for _ in range(cluster.hosts)]
         fixed = ps_fixed_s(workload)  # in each worker's communication: it is the fastest's step less compute
         for worker, measured in enumerate(epoch.workers):

@@ -40,7 +40,7 @@ from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.plan import backend_of
 from tfdist.run_channel import CONTINUE, SWITCH
 
-__all__ = ["Replanner", "Verdict"]
+__all__ = ["Replanner", "Verdict", "as_kind"]
 
 #: Bounds on a plan's delivered-over-promised ratio (one odd epoch must not rule a plan out for good).
 MIN_DELIVERED, MAX_DELIVERED = 0.2, 5.0
@@ -68,6 +68,18 @@ def _one_regime(epochs: Sequence[Any], regime: Regime, promised_for: frozenset[i
     the ratio is kept as it was."""
     return (bool(epochs) and promised_for is not None and len(regime.epochs) == len(epochs)
             and regime.straggling == promised_for)
+
+
+def as_kind(cluster: Cluster, workload: Workload, step_ms: float) -> tuple[Cluster, Workload]:
+    """``(cluster, workload)`` re-fitted on one kind's epochs, for the other kind, whose fastest worker
+    computed ``step_ms`` a step: every worker's compute shifted by the difference between the two
+    kinds' figures for the fastest, so that a slower worker stays as many milliseconds slower (its own
+    CPU sets its pace; the two kinds time the fastest's step apart). On the lab, a worker at a quarter
+    of a core computed 21.6 ms a step on the ring against 5.4, and 26.7 on parameter servers against
+    the coordinator's 2.4."""
+    shift = step_ms - workload.step_ms
+    speeds = tuple(step_ms / max(step_ms, workload.step_ms / speed + shift) for speed in cluster.speeds)
+    return dataclasses.replace(cluster, speeds=speeds), dataclasses.replace(workload, step_ms=step_ms)
 
 
 def _kind(variant: str) -> str:
@@ -185,13 +197,15 @@ class Replanner:
         record = {"worker_epochs": self.segment, "params": report.get("params"), "batch_size": report.get("batch_size"),
                   "matrices": report.get("matrices")}
         try:
-            self._measure_fixed_cost(record)
+            measured = self._measure_fixed_cost(record)
             found = refitted(self.cluster, self.workload, self.current, record)
+            if found is None:
+                return Verdict(CONTINUE, None, f"{head}: the plan is kept")
+            self.predictions = self._predict(found)
+            if measured is not None:
+                self._promise_again(measured)
         except (AdaptError, AdviseError) as exc:
             return Verdict(CONTINUE, None, f"{head}; not re-fitted ({exc}): the plan is kept")
-        if found is None:
-            return Verdict(CONTINUE, None, f"{head}: the plan is kept")
-        self.predictions = self._predict(found)
         # the current plan as measured, over the re-fit's epochs (the last few of the current regime)
         segment = found.epochs
         regime = read_regime(segment)
@@ -229,34 +243,43 @@ class Replanner:
                            in_process=not needs_restart(self.current, decision.to, self.in_process))
         return Verdict(CONTINUE, None, f"{head} ({fitted}): {decision.reason}")
 
-    def _measure_fixed_cost(self, record: Mapping[str, Any]) -> None:
+    def _measure_fixed_cost(self, record: Mapping[str, Any]) -> str | None:
         """Once per kind, from the first epochs that show it (a ring's even ones, any on parameter
-        servers): the job's fixed cost of a step becomes the model's (never below its default), so that
-        what the links do not explain is not read as slow links (the re-fit takes it off the wait), and
-        compression is credited with the wire time only. A promise made for the plan running is made
-        again with it: what the plan delivers against it is then the model's error beyond that cost,
-        not the cost again (the model now predicts the plan with it)."""
+        servers): the job's fixed cost of a step becomes the model's, so that what the links do not
+        explain is not read as slow links (the re-fit takes it off the wait) and compression is
+        credited with the wire time only. A ring's stays at least Horovod's cycle (the 1 ms default);
+        parameter servers' replaces the default, a guess. The Workload field it set, if it did now."""
+        field = "ps_overhead_ms" if _kind(self.current) == "parameter_server" else "allreduce_overhead_ms"
+        if field in self.fixed_costs:
+            return None
         found = fixed_cost(self.cluster, self.workload, self.current, record)
-        if found is None or found[0] in self.fixed_costs:
-            return
-        field, ms = found
-        self.fixed_costs[field] = ms
-        value = max(getattr(self.workload, field), ms)
+        if found is None:
+            return None
+        self.fixed_costs[field] = found[1]
+        value = found[1] if field == "ps_overhead_ms" else max(self.workload.allreduce_overhead_ms, found[1])
         self.workload = dataclasses.replace(self.workload, **{field: value})
+        return field
+
+    def _promise_again(self, field: str) -> None:
+        """The promise made for the plan running, made again with the fixed cost ``field`` just measured
+        and the compute its own kind measured: what the plan delivers against it is then the model's
+        error beyond them, not them again (the model now predicts the plan with them)."""
         made_on = self._promised_on.get(self.current)
-        if made_on is not None:
-            again = predict_all(made_on[0], dataclasses.replace(made_on[1], **{field: value}))
-            if self.current in again and again[self.current].examples_per_second > 0:
-                self.promised[self.current] = again[self.current].examples_per_second
+        if made_on is None:
+            return
+        cluster, workload = as_kind(*made_on, self.computes[_kind(self.current)])
+        again = predict_all(cluster, dataclasses.replace(workload, **{field: getattr(self.workload, field)}))
+        if self.current in again and again[self.current].examples_per_second > 0:
+            self.promised[self.current] = again[self.current].examples_per_second
 
     def _predict(self, found: Refitted) -> dict[str, Prediction]:
         """Every plan on the re-fitted cluster; a plan of the other kind (ring or parameter servers) with
-        the compute a step took when that kind last ran, where it has, for the fastest worker (a slower
-        one keeps the compute it measured now, where that is longer). The two kinds time it apart: a
-        ring rank its own forward and backward pass under the job's load, the parameter-server
-        coordinator one pass of zeros on its own processor (on the lab 5.4 ms against 2.4), and a ring
-        predicted on the coordinator's figure (10,376 examples/s where it had run 8,400) drew a switch
-        back with three epochs left that won nothing (benchmarks/README.md, scenario D)."""
+        the compute a step took when that kind last ran, where it has (:func:`as_kind`). The two kinds
+        time it apart: a ring rank its own forward and backward pass under the job's load, the
+        parameter-server coordinator one pass of zeros on its own processor (on the lab 5.4 ms against
+        2.4), and a ring predicted on the coordinator's figure (10,376 examples/s where it had run
+        8,400) drew a switch back with three epochs left that won nothing (benchmarks/README.md,
+        scenario D)."""
         kind = _kind(self.current)
         self.computes[kind] = found.workload.step_ms
         predictions = dict(found.predictions)
@@ -264,9 +287,7 @@ class Replanner:
         for other, step_ms in self.computes.items():
             if other == kind:
                 continue
-            computes = [found.workload.step_ms / speed for speed in found.cluster.speeds]
-            cluster = dataclasses.replace(found.cluster, speeds=tuple(step_ms / max(step_ms, c) for c in computes))
-            workload = dataclasses.replace(found.workload, step_ms=step_ms)
+            cluster, workload = as_kind(found.cluster, found.workload, step_ms)
             for name, prediction in predict_all(cluster, workload).items():
                 if _kind(name) == other:
                     predictions[name], self._inputs[name] = prediction, (cluster, workload)

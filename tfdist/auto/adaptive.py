@@ -131,7 +131,7 @@ class AdaptiveLaunch:
     margin: float = DEFAULT_MARGIN
     switches: list[_Switch] = field(default_factory=list)
     #: The decision the last segment ran (the launch's, until a switch); once the run ended, with the
-    #: model as the run measured it (the planner's workload: a ring step's fixed cost, once measured).
+    #: model as the run measured it (the planner's workload: the fixed costs of a step it measured).
     final: Decision | None = None
 
     def run(self) -> int:
@@ -176,7 +176,7 @@ class AdaptiveLaunch:
                          f"resuming after epoch {switch.epoch}")
         finally:
             # what the run measured of the model goes with the plan it ended on: the end-of-run re-fit
-            # (Decision.hindsight) then reads the links as the run did, past the ring's own fixed cost
+            # (Decision.hindsight) then reads the links as the run did, past the fixed costs it measured
             self.final = dataclasses.replace(self.final, workload=self.planner.workload)
             self._summary(time.monotonic() - started)
             shutil.rmtree(run_channel.state_dir(self.folder), ignore_errors=True)  # the checkpoints; reports stay
