@@ -86,11 +86,16 @@ def fixed_cost(cluster: Cluster, workload: Workload, variant: str, record: Mappi
     workload, epochs = _job_epochs(cluster, workload, variant, record)
     if not epochs:
         return None
-    if backend_of(variant) == "parameter_server":
-        found, field = ps_overhead_ms(cluster, epochs, workload), "ps_overhead_ms"
-    else:
-        found, field = ring_overhead_ms(cluster, epochs, workload), "allreduce_overhead_ms"
+    field = fixed_cost_field(variant)
+    measure = ps_overhead_ms if field == "ps_overhead_ms" else ring_overhead_ms
+    found = measure(cluster, epochs, workload)
     return None if found is None else (field, found)
+
+
+def fixed_cost_field(variant: str) -> str:
+    """The ``Workload`` field that holds the fixed cost of a step of ``variant``: ``ps_overhead_ms``
+    for parameter servers, ``allreduce_overhead_ms`` for a ring."""
+    return "ps_overhead_ms" if backend_of(variant) == "parameter_server" else "allreduce_overhead_ms"
 
 
 def _job_epochs(cluster: Cluster, workload: Workload, variant: str,
@@ -200,5 +205,5 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     return f"{PREFIX} (worker speeds {speeds}): {figures} examples/s: {verdict}"
 
 
-__all__ = ["PREFIX", "Refitted", "as_measured", "fixed_cost", "hindsight", "job_workload", "measured_epochs",
-           "refitted"]
+__all__ = ["PREFIX", "Refitted", "as_measured", "fixed_cost", "fixed_cost_field", "hindsight", "job_workload",
+           "measured_epochs", "refitted"]

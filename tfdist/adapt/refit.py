@@ -41,8 +41,8 @@ import statistics
 from collections.abc import Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
-from tfdist.adapt.measured import EpochMeasurement
-from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all, ps_fixed_s, ps_serialize_s, ring_link
+from tfdist.adapt.measured import EpochMeasurement, WorkerEpoch
+from tfdist.advise.cost import MWMS_BANDWIDTH_FACTOR, predict_all, ps_serialize_s, ring_link
 from tfdist.advise.model_inputs import Cluster, Workload
 from tfdist.advise.units import MAX_RATE, MIN_RATE
 from tfdist.errors import with_fix
@@ -207,17 +207,30 @@ def ps_overhead_ms(cluster: Cluster, epochs: Sequence[EpochMeasurement], workloa
     probe's rate: the coordinator's dispatch and the RPCs on hosts that share two cores. Read as slow
     links, the re-fit on the parameter servers' own epochs predicted them 1.5x faster than they ran
     (the model's 5 ms default), or, with bytes, the other plans too slow."""
-    if cluster.ps_placement != "separate":
-        return None  # a colocated ps: workers move unlike shares, and each's communication is the fastest's
+    if not _reads_ps_workers(cluster):
+        return None
     found = []
     for epoch in _recent(epochs, cluster.workers, last):
         if epoch.backend != "parameter_server":
             continue
         for worker, measured in enumerate(epoch.workers):
             if measured.bytes_per_step > 0:
-                wire = measured.bytes_per_step / cluster.bandwidths[cluster.host_of(worker)] + 2 * cluster.latency_s
-                found.append(max(0.0, (measured.communication_ms / 1000 - wire - ps_serialize_s(workload)) * 1000))
+                wire = measured.bytes_per_step / cluster.bandwidths[cluster.host_of(worker)]
+                found.append(max(0.0, (_ps_wire_and_fixed_s(cluster, workload, measured) - wire) * 1000))
     return statistics.median(found) if found else None
+
+
+def _reads_ps_workers(cluster: Cluster) -> bool:
+    """Whether a parameter-server epoch can be read per worker: not with ps tasks on the workers' hosts
+    (each worker then moves its own share, and every worker's communication is the fastest's)."""
+    return cluster.ps_placement == "separate"
+
+
+def _ps_wire_and_fixed_s(cluster: Cluster, workload: Workload, measured: WorkerEpoch) -> float:
+    """What a parameter-server worker's communication a step holds besides the model's two latencies
+    and the (de)serialisation (s): the wire time of its pull and push, and the step's fixed cost (at
+    full speed: the communication is the fastest worker's step less its compute)."""
+    return measured.communication_ms / 1000 - 2 * cluster.latency_s - ps_serialize_s(workload)
 
 
 def _is_flat_ring(epoch: EpochMeasurement) -> bool:
@@ -301,14 +314,12 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     straggles are not seen until the workers are even again.
     """
     unknown: list[float | None] = [None] * cluster.hosts
-    alpha = cluster.latency_s
     if epoch.backend == "parameter_server":
-        if cluster.ps_placement != "separate":
-            return unknown  # each worker moves its own share; the communication measured is the fastest's
+        if not _reads_ps_workers(cluster):
+            return unknown
         found: list[list[float]] = [[] for _ in range(cluster.hosts)]
-        fixed = ps_fixed_s(workload)  # in each worker's communication: it is the fastest's step less compute
         for worker, measured in enumerate(epoch.workers):
-            seconds = measured.communication_ms / 1000 - 2 * alpha - fixed
+            seconds = _ps_wire_and_fixed_s(cluster, workload, measured) - workload.ps_overhead_ms / 1000
             if measured.bytes_per_step > 0 and seconds > 0:
                 found[cluster.host_of(worker)].append(measured.bytes_per_step / seconds)
         return [statistics.median(rates) if rates else None for rates in found]

@@ -31,7 +31,7 @@ from typing import Any
 from tfdist.adapt.refit import Regime, read_regime
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
-from tfdist.adapt.hindsight import Refitted, fixed_cost, refitted
+from tfdist.adapt.hindsight import Refitted, fixed_cost, fixed_cost_field, refitted
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.memory import MemoryCheck
@@ -249,7 +249,7 @@ class Replanner:
         explain is not read as slow links (the re-fit takes it off the wait) and compression is
         credited with the wire time only. A ring's stays at least Horovod's cycle (the 1 ms default);
         parameter servers' replaces the default, a guess. The Workload field it set, if it did now."""
-        field = "ps_overhead_ms" if _kind(self.current) == "parameter_server" else "allreduce_overhead_ms"
+        field = fixed_cost_field(self.current)
         if field in self.fixed_costs:
             return None
         found = fixed_cost(self.cluster, self.workload, self.current, record)
