@@ -54,10 +54,22 @@ def is_chief(model: Any = None) -> bool:
     hvd = horovod()
     if hvd is not None:
         return hvd.rank() == 0
+    config = _cluster_of(model)
+    return True if config is None else config.is_chief
+
+
+def workers_beside_chief(model: Any) -> frozenset[int]:
+    """The workers on the chief's host (:attr:`tfdist.cluster.TFConfig.workers_beside_chief`) of the
+    model's tf.distribute cluster; none without one."""
+    config = _cluster_of(model)
+    return frozenset() if config is None else config.workers_beside_chief
+
+
+def _cluster_of(model: Any) -> TFConfig | None:
+    """The model's tf.distribute cluster as its strategy's resolver gives it; None without one."""
     resolver = getattr(getattr(model, "distribute_strategy", None), "cluster_resolver", None)
     cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
     if not cluster:
-        return True
-    config = TFConfig(cluster={k: tuple(v) for k, v in cluster.items()}, task_type=resolver.task_type,
-                      task_index=int(resolver.task_id or 0))
-    return config.is_chief
+        return None
+    return TFConfig(cluster={k: tuple(v) for k, v in cluster.items()}, task_type=resolver.task_type,
+                    task_index=int(resolver.task_id or 0))

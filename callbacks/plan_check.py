@@ -125,7 +125,8 @@ def parameter_server_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
     timed on the chief (``local_compute_ms``). Every worker pulls and pushes the same bytes, so the
     communication is taken to be the same for all: the fastest worker's step less that compute (0 when
     the compute is the longer); each worker's compute is its step less it. A straggler's compute comes
-    out as long as its step says. Empty without the keys, or when a worker ran no step."""
+    out as long as its step says. A worker on the coordinator's host also has ``rest_compute_ms``
+    (``worker/<i>/rest_compute_ms``). Empty without the keys, or when a worker ran no step."""
     steps, rates = [], []
     while f"worker/{len(steps)}/step_time_ms" in logs:
         index = len(steps)
@@ -140,8 +141,13 @@ def parameter_server_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
             math.isfinite(v) and v >= 0 for v in rates):
         return []
     communication = max(0.0, min(steps) - local)
-    return [{"compute_ms": step - communication, "communication_ms": communication, "examples_per_second": rate}
-            for step, rate in zip(steps, rates)]
+    figures = [{"compute_ms": step - communication, "communication_ms": communication, "examples_per_second": rate}
+               for step, rate in zip(steps, rates)]
+    for index, figure in enumerate(figures):  # a worker beside the coordinator: its host's compute at rest
+        rest = logs.get(f"worker/{index}/rest_compute_ms")
+        if isinstance(rest, (int, float)) and not isinstance(rest, bool) and math.isfinite(rest) and rest > 0:
+            figure["rest_compute_ms"] = float(rest)
+    return figures
 
 
 def _horovod_figures(logs: dict[str, Any]) -> list[dict[str, float]]:

@@ -73,6 +73,9 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     ``worker/<i>/step_time_ms`` (its time per step from dispatch to result, timed by the coordinator's
     thread for that worker), ``worker/<i>/examples_per_second``, and ``worker_step_time_spread``
     (slowest / fastest): steps go to whichever worker is free, so a slow worker runs fewer, slower steps.
+    A worker on the chief's host (not every worker there) also gets ``worker/<i>/rest_compute_ms``:
+    ``local_compute_ms``, timed on that host with the coordinator idle; its step time holds the
+    coordinator's dispatch beside it, which a ring would not (``tfdist.adapt.refit.ring_speeds``).
 
     The compute is timed on the chief's processor, which may differ from the workers'. Epoch-level
     hooks only, as parameter servers require. Needs a model with known input shapes (``Sequential`` with ``Input``
@@ -98,6 +101,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
         self.logged_keys: frozenset[str] = frozenset()  # what the last on_epoch_end added to the logs
         self._workers = _ClosureTimes()
         self._trained: dict[int, tuple[int, float]] | None = None  # the counts as validation began
+        self._beside_chief: frozenset[int] = frozenset()
 
     def _build_local_step(self) -> Callable[[], Any]:
         model = self.model
@@ -137,6 +141,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
                 f"{type(strategy).__name__}",
                 "use it with make_strategy('parameter_server'); WorkerMetrics measures Horovod jobs"))
         self._step = self._local_step()
+        self._beside_chief = _runtime.workers_beside_chief(self.model)
         if self._step is not None:
             self._workers.start(tf.distribute.experimental.coordinator.ClusterCoordinator(strategy))
         self.clock.train_begin()
@@ -175,7 +180,8 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
         compute_ms = _in_thread(self._time_local_step)
         counts = self._trained if self._trained is not None else self._workers.read()
         added = {**parameter_server_logs(step_ms, compute_ms, _runtime.workers(self.model)),
-                 **per_worker_logs(counts, _steps_per_closure(self.model), self.batch_size, seconds)}
+                 **per_worker_logs(counts, _steps_per_closure(self.model), self.batch_size, seconds),
+                 **{f"worker/{index}/rest_compute_ms": compute_ms for index in sorted(self._beside_chief)}}
         logs.update(added)
         self.logged_keys = frozenset(added)
 

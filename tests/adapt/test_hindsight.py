@@ -129,3 +129,32 @@ def test_the_stand_in_models_kernels_go_with_its_parameter_count():
     probed = dataclasses.replace(WORKLOAD, params=1_400_000, matrices=((1_200, 1_000), (1_000, 120)))
     assert job_workload(probed, {"params": 151_306}).matrices == ()
     assert job_workload(probed, {"params": 151_306, "matrices": [[64, 512]]}).matrices == ((64, 512),)
+
+
+def ps_record(*computes: tuple[float, ...], rest: float | None = None) -> dict:
+    """A parameter-server run's record: each worker steps at its own pace, 20 ms of pull and push a step;
+    ``rest``: worker 0 shares the chief's host, timed there at rest."""
+    epochs = [{"epoch": epoch, "workers": [{"compute_ms": c, "communication_ms": 20.0,
+                                            "examples_per_second": 64_000 / (c + 20.0)} for c in figures]}
+              for epoch, figures in enumerate(computes)]
+    if rest is not None:
+        for epoch in epochs:
+            epoch["workers"][0]["rest_compute_ms"] = rest
+    return {"epochs": len(epochs), "worker_epochs": epochs}
+
+
+def rate_of(line: str, name: str) -> float:
+    return float(line.split(f" {name} ")[1].split(" ")[0].replace(",", ""))
+
+
+def test_a_parameter_server_run_predicts_the_ring_without_the_coordinators_load_beside_worker_0():
+    """Even workers, the chief beside worker 0: its steps take 3x w2's compute on parameter servers (the
+    coordinator's dispatch on its host), its host at rest as fast as w2. The ring, which has no
+    coordinator, is predicted as for even workers; parameter servers as they ran."""
+    beside = [(30.0, 30.0)] + [(30.0, 10.0)] * 3
+    line = hindsight(LAUNCHED, WORKLOAD, "parameter_server", ps_record(*beside, rest=10.0))
+    without = hindsight(LAUNCHED, WORKLOAD, "parameter_server", ps_record(*beside))
+    even = hindsight(LAUNCHED, WORKLOAD, "parameter_server", ps_record(*[(10.0, 10.0)] * 4))
+    assert "(worker speeds 0.33, 1)" in line and "(worker speeds 0.33, 1)" in without, line
+    assert rate_of(line, "horovod") == rate_of(even, "horovod") > 2 * rate_of(without, "horovod"), (line, without)
+    assert rate_of(line, "parameter_server") == rate_of(without, "parameter_server")

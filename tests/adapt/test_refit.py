@@ -215,6 +215,10 @@ def test_a_measurement_round_trips_through_its_report():
     assert EpochMeasurement.from_dict(epoch.as_dict()) == epoch
     assert epoch.backend == "parameter_server"
     assert epoch.examples_per_second == pytest.approx(sum(w.examples_per_second for w in epoch.workers))
+    beside = dataclasses.replace(epoch, workers=(dataclasses.replace(epoch.workers[0], rest_compute_ms=2.4),
+                                                 *epoch.workers[1:]))
+    assert [sorted(w) for w in beside.as_dict()["workers"]] == [sorted([*GOOD, "rest_compute_ms"]), sorted(GOOD)]
+    assert EpochMeasurement.from_dict(beside.as_dict()) == beside
 
 
 GOOD = {"compute_ms": 10.0, "communication_ms": 2.0, "examples_per_second": 100.0, "bytes_per_step": 1e6}
@@ -223,6 +227,7 @@ GOOD = {"compute_ms": 10.0, "communication_ms": 2.0, "examples_per_second": 100.
 @pytest.mark.parametrize("field, value", [
     ("compute_ms", -1.0), ("compute_ms", 0.0), ("communication_ms", math.nan), ("communication_ms", -0.5),
     ("examples_per_second", math.inf), ("bytes_per_step", "5MB"), ("compute_ms", True),
+    ("rest_compute_ms", 0.0), ("rest_compute_ms", "2ms"),
 ])
 def test_a_bad_worker_figure_names_its_field_and_the_fix(field, value):
     with pytest.raises(AdaptError) as info:

@@ -116,12 +116,15 @@ def test_a_malformed_report_keeps_the_plan():
     assert "not re-fitted" in follow.on_epoch(broken).line
 
 
-def ps_report(epoch: int, computes: tuple[float, ...], comm: float = 20.0) -> dict:
+def ps_report(epoch: int, computes: tuple[float, ...], comm: float = 20.0, rest: float | None = None) -> dict:
     """A parameter-server epoch as the chief reports it: each worker steps at its own pace (compute,
     then ``comm`` ms of pull and push: the ps link is the bottleneck, at about half the ring's rate,
-    as on the lab), split as ``callbacks.plan_check.parameter_server_figures`` does."""
+    as on the lab), split as ``callbacks.plan_check.parameter_server_figures`` does; ``rest``: worker
+    0 shares the coordinator's host, which timed a step there at rest in ``rest`` ms."""
     rates = [64 * 1000 / (c + comm) for c in computes]
     workers = [{"compute_ms": c, "communication_ms": comm, "examples_per_second": r} for c, r in zip(computes, rates)]
+    if rest is not None:
+        workers[0]["rest_compute_ms"] = rest
     return {"epoch": epoch, "variant": "parameter_server", "epochs": EPOCHS, "seconds": STEPS * 2 * 64 / sum(rates),
             "examples_per_second": sum(rates), "workers": workers, "params": 669_706, "resumable": True,
             "resume_problem": None}
@@ -327,3 +330,46 @@ def test_a_ring_predicted_from_parameter_server_epochs_takes_the_compute_the_rin
         follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
     assert follow.predictions["parameter_server"].examples_per_second == pytest.approx(
         2 * 64 * 1000 / (2.41 + 16.6), rel=0.03)
+
+
+def test_a_ring_predicted_from_parameter_servers_does_not_carry_the_coordinators_load_on_its_host():
+    """The lab (scenario D, the chief beside worker 0 on w1): once w2 was even again, worker 0 computed
+    6.2-7.8 ms a step on parameter servers against w2's 2.1-2.7, the coordinator's dispatch taking w1's
+    CPU. A ring has no coordinator; predicted at worker 0's 0.35 it came out at 4,270 examples/s where
+    it had run 8,300, and the run stayed on parameter servers with half the run left. Worker 0's host,
+    timed at rest at each epoch's end, computes as fast as it did while w2 straggled: the ring is
+    predicted even, as it ran, and the run goes back to it."""
+    follow = lab_planner()
+    for epoch in range(3):
+        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
+    follow.on_epoch(report(3, (5.4, 21.6), comm=9.2))
+    follow.switched("parameter_server", at_epoch=4, took_s=15.0)
+    for epoch in range(4, 7):
+        assert follow.on_epoch(ps_report(epoch, (2.41, 26.73), comm=16.6, rest=2.41)).action == "continue"
+    verdicts = []
+    for epoch in range(7, EPOCHS):
+        verdicts.append(follow.on_epoch(ps_report(epoch, (6.9, 2.41), comm=16.6, rest=2.41)))
+        if verdicts[-1].action == "switch":
+            break
+    ring = 2 * 64 * 1000 / (5.4 + 9.2)
+    assert follow.predictions["horovod"].examples_per_second == pytest.approx(ring, rel=0.05)
+    assert verdicts[-1].action == "switch" and verdicts[-1].to == "horovod", [v.line for v in verdicts]
+
+
+def test_the_coordinators_host_slowing_on_parameter_servers_slows_its_worker_on_the_ring():
+    """What the host at rest says is believed both ways: w1 (the chief's host) at a quarter of its
+    speed times its step at rest 4x as long, and a ring would wait for worker 0 as long."""
+    follow = lab_planner()
+    for epoch in range(3):
+        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
+    follow.switched("parameter_server", at_epoch=3, took_s=15.0)
+    for epoch in range(3, 6):
+        follow.on_epoch(ps_report(epoch, (6.9, 2.41), comm=16.6, rest=2.41))
+    even = follow.predictions["horovod"].examples_per_second
+    for epoch in range(6, 9):
+        follow.on_epoch(ps_report(epoch, (27.6, 2.41), comm=16.6, rest=9.64))
+    assert follow.predictions["horovod"].step_ms == pytest.approx(predict_all(
+        Cluster(workers=2, ps=1, bandwidths=(2e9, 2e9), ps_bandwidth=2e9, speeds=(0.25, 1.0)),
+        Workload(params=669_706, batch_size=64, step_ms=5.4,
+                 allreduce_overhead_ms=follow.ring_overhead_ms))["horovod"].step_ms, rel=1e-6)
+    assert follow.predictions["horovod"].examples_per_second < 0.5 * even

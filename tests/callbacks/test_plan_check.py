@@ -74,3 +74,12 @@ def test_a_parameter_server_epoch_is_split_into_each_workers_compute_and_communi
     without_compute = ps_logs(10.0, (14.0, 4000.0))
     del without_compute["local_compute_ms"]
     assert worker_figures(without_compute) == []
+
+
+def test_a_worker_beside_the_coordinator_carries_its_hosts_compute_at_rest():
+    """ParameterServerMetrics times the chief's host at rest for the worker that shares it; the figure
+    goes with that worker only (the launcher predicts a ring without the coordinator's load there)."""
+    found = ps_logs(2.4, (23.5, 2700.0), (19.0, 3400.0)) | {"worker/0/rest_compute_ms": 2.4}
+    assert [w.get("rest_compute_ms") for w in worker_figures(found)] == [2.4, None]
+    assert [w.get("rest_compute_ms") for w in worker_figures(found | {"worker/0/rest_compute_ms": math.nan})] == [
+        None, None]

@@ -256,3 +256,16 @@ def test_every_generated_tf_config_parses_to_its_own_task(spec):
         parsed = TFConfig.parse(json.dumps(config))
         assert f"{parsed.task_type}:{parsed.task_index}" == name
         assert parsed.to_dict() == config
+
+
+def test_the_workers_beside_the_chief_are_those_on_its_host_unless_every_worker_is():
+    def config(*workers: str, chief: str | None = "w1:2222") -> TFConfig:
+        return TFConfig(cluster={**({"chief": (chief,)} if chief else {}), "worker": workers, "ps": ("p1:1",)},
+                        task_type="worker", task_index=0)
+
+    assert config("w1:2223", "w2:2222").workers_beside_chief == frozenset({0})
+    assert config("w2:2222", "w1:2223", "w3:1").workers_beside_chief == frozenset({1})
+    assert config("w2:2222", "w3:2222").workers_beside_chief == frozenset()
+    assert config("w1:2223", "w1:2224").workers_beside_chief == frozenset()  # each alike: none singled out
+    assert config("w1:2223", "w2:1", chief=None).workers_beside_chief == frozenset()
+    assert config("[::1]:2", "[::2]:2", chief="[::1]:1").workers_beside_chief == frozenset({0})

@@ -87,6 +87,10 @@ def test_a_straggler_made_mid_run_switches_horovod_to_parameter_servers(lab, tmp
     assert sorted(reports) == list(range(EPOCHS)), sorted(reports)
     assert all(reports[e]["variant"].startswith("horovod") for e in range(at)), reports
     assert all(reports[e]["variant"] == "parameter_server" for e in range(at, EPOCHS)), reports
+    # the chief shares w1 with worker 0: that worker's host is also timed at rest, w2's worker is not
+    ps_workers = [reports[e]["workers"] for e in range(at, EPOCHS) if reports[e]["workers"]]
+    assert ps_workers and all("rest_compute_ms" in workers[0] and "rest_compute_ms" not in workers[1]
+                              for workers in ps_workers), ps_workers
     assert not (folder / "state").exists()  # the switch's checkpoint is removed at the end
 
     # the tasks' own words: the Horovod ranks stopped for the switch (the straggler's rank may still be

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.measured import EpochMeasurement
-from tfdist.adapt.refit import ps_overhead_ms, refit, regime_window, ring_overhead_ms
+from tfdist.adapt.refit import ps_overhead_ms, refit, regime_window, ring_overhead_ms, speeds_at_rest, with_speeds
 from tfdist.advise.cost import Prediction, predict_all
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import MAX_BATCH_SIZE, Cluster, Workload
@@ -111,12 +111,15 @@ def _job_epochs(cluster: Cluster, workload: Workload, variant: str,
 
 class Refitted(NamedTuple):
     """A record re-fitted on (:func:`refitted`): the cluster, every plan predicted on it, the record's
-    epochs the re-fit read (its first left out when there are more) and the workload predicted with."""
+    epochs the re-fit read (its first left out when there are more), the workload predicted with, and
+    the speed on a ring of each parameter-server worker beside the coordinator
+    (:func:`tfdist.adapt.refit.speeds_at_rest`), at which every ring plan was predicted."""
 
     cluster: Cluster
     predictions: dict[str, Prediction]
     epochs: list[EpochMeasurement]
     workload: Workload
+    at_rest: dict[int, float]
 
 
 def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> Refitted | None:
@@ -130,7 +133,13 @@ def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping
         raise AdaptError(f"the record has {len(epochs[0].workers)} worker(s), the plan {cluster.workers}",
                          "worker_count")
     fitted, fitted_workload = refit(cluster, workload, epochs)
-    return Refitted(fitted, predict_all(fitted, fitted_workload), epochs, fitted_workload)
+    predictions = predict_all(fitted, fitted_workload)
+    at_rest = speeds_at_rest(epochs)
+    if at_rest:
+        predictions.update((name, prediction) for name, prediction
+                           in predict_all(with_speeds(fitted, at_rest), fitted_workload).items()
+                           if backend_of(name) != "parameter_server")
+    return Refitted(fitted, predictions, epochs, fitted_workload, at_rest)
 
 
 def as_measured(predictions: Mapping[str, Prediction], variant: str, rate: float) -> dict[str, Prediction]:
@@ -188,7 +197,7 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
         return f"{PREFIX}: not re-fitted ({exc})"
     if found is None:
         return None
-    fitted, predictions, epochs, _ = found
+    fitted, predictions, epochs = found.cluster, found.predictions, found.epochs
     if variant in predictions:
         window = regime_window(epochs)
         predictions = as_measured(predictions, variant, statistics.median(e.examples_per_second for e in window))

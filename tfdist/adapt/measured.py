@@ -29,19 +29,34 @@ _WORKER_FIELDS = {
     "bytes_per_step": (False, "report the bytes the worker's link carried per step, sent plus received "
                               "(0 when none), e.g. 5.4e6"),
 }
+#: Optional figures of a worker: (must it be > 0, the fix), left out (None) where nothing measured them.
+_OPTIONAL_FIELDS = {
+    "rest_compute_ms": (True, "report the compute of a step timed on the worker's host at rest in "
+                              "milliseconds, e.g. 2.4, or leave it out"),
+}
+
+
+def _optional(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional figures ``values`` has (their keys, with values not None)."""
+    return {field: values[field] for field in _OPTIONAL_FIELDS if values.get(field) is not None}
 
 
 def _check_worker(values: Mapping[str, Any], prefix: str) -> None:
     for field, (positive, fix) in _WORKER_FIELDS.items():
         check_number(values[field], prefix + field, fix, positive=positive)
+    for field, value in _optional(values).items():
+        positive, fix = _OPTIONAL_FIELDS[field]
+        check_number(value, prefix + field, fix, positive=positive)
 
 
-def _check_keys(raw: object, expected: Any, name: str) -> Mapping[str, Any]:
-    """``raw`` if it is a mapping with exactly the ``expected`` keys, else an error naming ``name``."""
+def _check_keys(raw: object, expected: Any, name: str, optional: Any = ()) -> Mapping[str, Any]:
+    """``raw`` if it is a mapping with exactly the ``expected`` keys (and any of ``optional``), else an
+    error naming ``name``."""
     if not isinstance(raw, Mapping):
         raise AdaptError(with_fix(f"`{name}` must be a JSON object, got {raw!r:.80}",
                                   f"give an object with {', '.join(expected)}"), name)
-    missing, unknown = [k for k in expected if k not in raw], sorted(str(k) for k in raw if k not in expected)
+    missing = [k for k in expected if k not in raw]
+    unknown = sorted(str(k) for k in raw if k not in expected and k not in optional)
     if missing or unknown:
         problem = f"missing {', '.join(missing)}" if missing else f"unknown key(s) {', '.join(unknown)}"
         raise AdaptError(with_fix(f"`{name}`: {problem}", f"give exactly {', '.join(expected)}"), name)
@@ -58,12 +73,17 @@ class WorkerEpoch:
     examples_per_second: the examples this worker trained per second of the epoch.
     bytes_per_step: bytes this worker's link carried per step, sent plus received (the network
     counters' difference over the epoch, divided by its steps); 0 when nothing crossed it.
+    rest_compute_ms: for a parameter-server worker on the coordinator's host, one step's compute timed
+    there at the epoch's end, the coordinator idle (``ParameterServerMetrics``); None elsewhere. Its
+    ``compute_ms`` holds the coordinator's dispatch beside it, which a ring would not
+    (:func:`tfdist.adapt.refit.ring_speeds`).
     """
 
     compute_ms: float
     communication_ms: float
     examples_per_second: float
     bytes_per_step: float
+    rest_compute_ms: float | None = None
 
     def __post_init__(self) -> None:
         _check_worker(vars(self), "")
@@ -102,7 +122,8 @@ class EpochMeasurement:
     def as_dict(self) -> dict[str, Any]:
         """As a job reports it (JSON-ready)."""
         return {"epoch": self.epoch, "variant": self.variant,
-                "workers": [dataclasses.asdict(w) for w in self.workers]}
+                "workers": [{k: v for k, v in dataclasses.asdict(w).items() if k in _WORKER_FIELDS or v is not None}
+                            for w in self.workers]}
 
     @classmethod
     def from_dict(cls, raw: object) -> EpochMeasurement:
@@ -114,5 +135,6 @@ class EpochMeasurement:
             raise AdaptError(with_fix(f"`workers` must be a list, got {workers!r:.80}",
                                       "give one object per worker, in task order"), "workers")
         for index, worker in enumerate(workers):
-            _check_worker(_check_keys(worker, _WORKER_FIELDS, f"workers[{index}]"), f"workers[{index}].")
+            _check_worker(_check_keys(worker, _WORKER_FIELDS, f"workers[{index}]", _OPTIONAL_FIELDS),
+                          f"workers[{index}].")
         return cls(raw["epoch"], raw["variant"], tuple(WorkerEpoch(**w) for w in workers))

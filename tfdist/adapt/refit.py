@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tfdist.adapt.errors import AdaptError, check_whole
 from tfdist.adapt.measured import EpochMeasurement, WorkerEpoch
@@ -167,6 +167,35 @@ def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_E
     ``epochs``. What the run measured for the current plan is read over the same epochs
     (:class:`tfdist.adapt.replan.Replanner`)."""
     return read_regime(epochs).window(last)
+
+
+def speeds_at_rest(epochs: Sequence[EpochMeasurement], *, last: int = DEFAULT_LAST_EPOCHS) -> dict[int, float]:
+    """The speed on a ring of each parameter-server worker that shares the coordinator's host
+    (``WorkerEpoch.rest_compute_ms``), by worker index: its shortest rest time over ``epochs`` over the
+    median of the :func:`regime_window`'s (at most 1). Its ``compute_ms`` holds the coordinator's
+    dispatch, which takes the host's CPU from the worker; a ring has no coordinator, and the worker
+    runs it at the pace its host shows at rest, as fast as the fastest worker at its best (a slower host
+    is not seen: the chief times no host at rest but its own). The pace is a ratio of CPU speed, so it
+    is not shifted like the other workers' (:func:`tfdist.adapt.replan.as_kind`). On the lab, with the
+    chief beside worker 0 on w1 and both workers even, worker 0 computed 6.2-7.8 ms a step on parameter
+    servers against worker 1's 2.1-2.7: a ring predicted at worker 0's 0.37 came out at 4,270
+    examples/s, where it had run 8,300, and a run whose straggler had recovered stayed on parameter
+    servers however long it had left."""
+    window = regime_window(epochs, last)
+    found = {}
+    for worker in range(len(window[-1].workers) if window else 0):
+        now = [r for e in window if (r := e.workers[worker].rest_compute_ms) is not None]
+        best = [r for e in epochs if (r := e.workers[worker].rest_compute_ms) is not None]
+        if now and best:
+            found[worker] = min(1.0, min(best) / statistics.median(now))
+    return found
+
+
+def with_speeds(cluster: Cluster, speeds: Mapping[int, float]) -> Cluster:
+    """``cluster`` with the workers of ``speeds`` (by index) at those speeds."""
+    if not speeds:
+        return cluster
+    return dataclasses.replace(cluster, speeds=tuple(speeds.get(i, s) for i, s in enumerate(cluster.speeds)))
 
 
 def _speed_share(epoch: EpochMeasurement) -> float:

@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.adapt.refit import Regime, read_regime
+from tfdist.adapt.refit import Regime, read_regime, with_speeds
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import Refitted, fixed_cost, fixed_cost_field, refitted
@@ -70,16 +70,19 @@ def _one_regime(epochs: Sequence[Any], regime: Regime, promised_for: frozenset[i
             and regime.straggling == promised_for)
 
 
-def as_kind(cluster: Cluster, workload: Workload, step_ms: float) -> tuple[Cluster, Workload]:
+def as_kind(cluster: Cluster, workload: Workload, step_ms: float,
+            at_rest: Mapping[int, float] | None = None) -> tuple[Cluster, Workload]:
     """``(cluster, workload)`` re-fitted on one kind's epochs, for the other kind, whose fastest worker
     computed ``step_ms`` a step: every worker's compute shifted by the difference between the two
     kinds' figures for the fastest, so that a slower worker stays as many milliseconds slower (its own
     CPU sets its pace; the two kinds time the fastest's step apart). On the lab, a worker at a quarter
     of a core computed 21.6 ms a step on the ring against 5.4, and 26.7 on parameter servers against
-    the coordinator's 2.4."""
+    the coordinator's 2.4. The workers of ``at_rest`` (by index) take the speeds there as they are
+    (:func:`tfdist.adapt.refit.speeds_at_rest`)."""
     shift = step_ms - workload.step_ms
     speeds = tuple(step_ms / max(step_ms, workload.step_ms / speed + shift) for speed in cluster.speeds)
-    return dataclasses.replace(cluster, speeds=speeds), dataclasses.replace(workload, step_ms=step_ms)
+    shifted = with_speeds(dataclasses.replace(cluster, speeds=speeds), at_rest or {})
+    return shifted, dataclasses.replace(workload, step_ms=step_ms)
 
 
 def _kind(variant: str) -> str:
@@ -279,15 +282,19 @@ class Replanner:
         parameter-server coordinator one pass of zeros on its own processor (on the lab 5.4 ms against
         2.4), and a ring predicted on the coordinator's figure (10,376 examples/s where it had run
         8,400) drew a switch back with three epochs left that won nothing (benchmarks/README.md,
-        scenario D)."""
+        scenario D). A worker beside the parameter-server coordinator runs a ring at its host's pace at
+        rest (``Refitted.at_rest``)."""
         kind = _kind(self.current)
         self.computes[kind] = found.workload.step_ms
         predictions = dict(found.predictions)
-        self._inputs = {name: (found.cluster, found.workload) for name in predictions}
+        ring = with_speeds(found.cluster, found.at_rest)
+        self._inputs = {name: (ring if _kind(name) == "ring" else found.cluster, found.workload)
+                        for name in predictions}
         for other, step_ms in self.computes.items():
             if other == kind:
                 continue
-            cluster, workload = as_kind(found.cluster, found.workload, step_ms)
+            cluster, workload = as_kind(found.cluster, found.workload, step_ms,
+                                        found.at_rest if other == "ring" else None)
             for name, prediction in predict_all(cluster, workload).items():
                 if _kind(name) == other:
                     predictions[name], self._inputs[name] = prediction, (cluster, workload)

@@ -63,6 +63,11 @@ def grpc_task_env(environ: Mapping[str, str]) -> dict[str, str]:
             GRPC_OPTIONS_ENV: merge_grpc_options(environ.get(GRPC_OPTIONS_ENV))}
 
 
+def address_host(address: str) -> str:
+    """The host part of a task address (``HOST:PORT``): ``h1`` of ``h1:2222``, ``::1`` of ``[::1]:2222``."""
+    return address.rpartition(":")[0].strip("[]")
+
+
 def task_name(task_type: str, index: int) -> str:
     """The ``"type:index"`` key used by :func:`all_tf_configs` and the CLI's ``--task``."""
     return f"{task_type}:{index}"
@@ -219,6 +224,18 @@ class TFConfig:
             if self.cluster.get(task_type):
                 return self.cluster[task_type][0]
         return None
+
+    @property
+    def workers_beside_chief(self) -> frozenset[int]:
+        """The workers (by index) on ``chief:0``'s host, by the host part of their addresses; none when
+        the cluster has no chief, or every worker is there (what the chief's work costs them, it
+        then costs each alike). A parameter-server coordinator's dispatch takes CPU from these."""
+        chiefs = self.cluster.get(CHIEF, ())
+        if not chiefs:
+            return frozenset()
+        host = address_host(chiefs[0])
+        beside = frozenset(i for i, address in enumerate(self.cluster.get(WORKER, ())) if address_host(address) == host)
+        return frozenset() if len(beside) == self.num_workers else beside
 
     def address(self, task_type: str, index: int) -> str:
         """The address of one task of the cluster; ClusterConfigError naming the tasks when absent."""
