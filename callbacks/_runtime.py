@@ -58,10 +58,13 @@ def is_chief(model: Any = None) -> bool:
     return True if config is None else config.is_chief
 
 
-def workers_beside_chief(model: Any) -> frozenset[int]:
-    """The workers on the chief's host (:attr:`tfdist.cluster.TFConfig.workers_beside_chief`) of the
-    model's tf.distribute cluster; none without one."""
-    config = _cluster_of(model)
+def workers_beside_chief(model: Any = None) -> frozenset[int]:
+    """The workers on the chief's host (:attr:`tfdist.cluster.TFConfig.workers_beside_chief`): of the
+    strategy's TF_CONFIG, else of the model's tf.distribute cluster (a ParameterServerStrategy keeps
+    no resolver there); none without one."""
+    config = getattr(getattr(current_strategy(), "environment", None), "config", None)
+    if not isinstance(config, TFConfig):
+        config = _cluster_of(model)
     return frozenset() if config is None else config.workers_beside_chief
 
 

@@ -75,7 +75,7 @@ class ParameterServerMetrics(tf_keras.callbacks.Callback):
     (slowest / fastest): steps go to whichever worker is free, so a slow worker runs fewer, slower steps.
     A worker on the chief's host (not every worker there) also gets ``worker/<i>/rest_compute_ms``:
     ``local_compute_ms``, timed on that host with the coordinator idle; its step time holds the
-    coordinator's dispatch beside it, which a ring would not (``tfdist.adapt.refit.ring_speeds``).
+    coordinator's dispatch beside it, which a ring would not (``tfdist.adapt.refit.speeds_at_rest``).
 
     The compute is timed on the chief's processor, which may differ from the workers'. Epoch-level
     hooks only, as parameter servers require. Needs a model with known input shapes (``Sequential`` with ``Input``

@@ -76,7 +76,7 @@ class WorkerEpoch:
     rest_compute_ms: for a parameter-server worker on the coordinator's host, one step's compute timed
     there at the epoch's end, the coordinator idle (``ParameterServerMetrics``); None elsewhere. Its
     ``compute_ms`` holds the coordinator's dispatch beside it, which a ring would not
-    (:func:`tfdist.adapt.refit.ring_speeds`).
+    (:func:`tfdist.adapt.refit.speeds_at_rest`).
     """
 
     compute_ms: float
