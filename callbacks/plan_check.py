@@ -144,9 +144,12 @@ def parameter_server_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
     figures = [{"compute_ms": step - communication, "communication_ms": communication, "examples_per_second": rate}
                for step, rate in zip(steps, rates)]
     for index, figure in enumerate(figures):  # a worker beside the coordinator: its host's compute at rest
-        rest = logs.get(f"worker/{index}/rest_compute_ms")
-        if isinstance(rest, (int, float)) and not isinstance(rest, bool) and math.isfinite(rest) and rest > 0:
-            figure["rest_compute_ms"] = float(rest)
+        try:
+            rest = float(logs.get(f"worker/{index}/rest_compute_ms", math.nan))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(rest) and rest > 0:
+            figure["rest_compute_ms"] = rest
     return figures
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from support import examples
 
 from tfdist.adapt import AdaptError, EpochMeasurement, WorkerEpoch, decide, epoch_seconds, refit
-from tfdist.adapt.refit import EVEN_SPEED, current_regime, ps_overhead_ms, regime_window, ring_overhead_ms, stragglers
+from tfdist.adapt.refit import (EVEN_SPEED, current_regime, ps_overhead_ms, regime_window, ring_overhead_ms,
+                                speeds_at_rest, stragglers)
 from tfdist.advise import cost
 from tfdist.advise.errors import AdviseError
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -340,3 +341,26 @@ def test_links_slowing_while_a_worker_straggles_are_not_seen_until_the_workers_a
     assert cluster.speeds == pytest.approx((1.0, 0.25)) and cluster.bandwidths == LAUNCHED.bandwidths
     even = dataclasses.replace(truth, speeds=(1.0, 1.0))
     assert refit(LAUNCHED, SMALL, [measure(even, SMALL, "horovod")])[0].bandwidths == pytest.approx((GBIT / 20,) * 2)
+
+
+def rested(epoch: int, computes: tuple[float, ...], rests: tuple[float | None, ...]) -> EpochMeasurement:
+    """A parameter-server epoch whose workers beside the coordinator have a time at rest (None: not beside)."""
+    return EpochMeasurement(epoch, "parameter_server", tuple(
+        WorkerEpoch(compute_ms=c, communication_ms=16.0, examples_per_second=1000.0, bytes_per_step=0.0,
+                    rest_compute_ms=r) for c, r in zip(computes, rests)))
+
+
+def test_a_worker_beside_the_coordinator_runs_a_ring_at_its_hosts_pace_at_rest():
+    even = [rested(e, (6.9, 2.4), (rest, None)) for e, rest in enumerate((2.2, 2.6, 2.4, 2.5, 2.3, 2.4))]
+    assert speeds_at_rest(even) == {0: 1.0}  # the medians of the first three and the last three: noise cancels
+    assert speeds_at_rest(even, ring_speeds=(0.25, 1.0)) == {0: 0.25}  # as slow as the ring last saw it
+    assert speeds_at_rest([rested(e, (6.9, 2.4), (None, None)) for e in range(4)]) == {}  # nobody beside it
+    assert speeds_at_rest([]) == {}
+    slowed = even[:3] + [rested(e, (27.6, 9.6), (9.6, None)) for e in range(3, 6)]  # its host at a quarter
+    assert speeds_at_rest(slowed) == {0: pytest.approx(0.25)}
+    recovered = [rested(e, (27.6, 9.6), (9.6, None)) for e in range(3)] + even[3:]
+    assert speeds_at_rest(recovered, ring_speeds=(0.25, 1.0)) == {0: 1.0}  # at most as fast as the fastest
+    both = [rested(e, (6.9, 6.9, 2.4), (2.4, 2.4, None)) for e in range(3)]  # two workers on the chief's host
+    assert speeds_at_rest(both) == {0: 1.0, 1: 1.0}
+    some = [rested(e, (6.9, 2.4), (2.4 if e % 2 else None, None)) for e in range(6)]  # not every epoch timed it
+    assert speeds_at_rest(some) == {0: 1.0}

@@ -83,3 +83,24 @@ def test_a_worker_beside_the_coordinator_carries_its_hosts_compute_at_rest():
     assert [w.get("rest_compute_ms") for w in worker_figures(found)] == [2.4, None]
     assert [w.get("rest_compute_ms") for w in worker_figures(found | {"worker/0/rest_compute_ms": math.nan})] == [
         None, None]
+
+
+def test_the_callbacks_ask_the_strategys_tf_config_who_shares_the_chiefs_host():
+    """A ParameterServerStrategy keeps no cluster resolver on the model's side: the lab run carried no
+    figure at rest until the callbacks asked tfdist's strategy for its TF_CONFIG."""
+    from types import SimpleNamespace
+
+    from tfdist.callbacks import _runtime
+    from tfdist.cluster import TFConfig
+    from tfdist.runtime.state import current_strategy, set_current
+
+    config = TFConfig(cluster={"chief": ("w1:1",), "worker": ("w1:2", "w2:2"), "ps": ("p:1",)}, task_type="chief",
+                      task_index=0)
+    before = current_strategy()
+    try:
+        set_current(SimpleNamespace(environment=SimpleNamespace(config=config)))
+        assert _runtime.workers_beside_chief() == frozenset({0})
+        set_current(None)
+        assert _runtime.workers_beside_chief(SimpleNamespace(distribute_strategy=None)) == frozenset()
+    finally:
+        set_current(before)

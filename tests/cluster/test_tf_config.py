@@ -269,3 +269,5 @@ def test_the_workers_beside_the_chief_are_those_on_its_host_unless_every_worker_
     assert config("w1:2223", "w1:2224").workers_beside_chief == frozenset()  # each alike: none singled out
     assert config("w1:2223", "w2:1", chief=None).workers_beside_chief == frozenset()
     assert config("[::1]:2", "[::2]:2", chief="[::1]:1").workers_beside_chief == frozenset({0})
+    assert config("W1:2223", "w2:2222").workers_beside_chief == frozenset({0})  # host names ignore case
+

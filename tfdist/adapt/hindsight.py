@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tfdist.adapt.errors import AdaptError
@@ -122,10 +122,13 @@ class Refitted(NamedTuple):
     at_rest: dict[int, float]
 
 
-def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> Refitted | None:
+def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any],
+             ring_speeds: Sequence[float] | None = None) -> Refitted | None:
     """The cluster re-fitted on ``record``'s epochs (``worker_epochs``, the job's ``params``) and every
-    plan predicted on it; None when the record has no per-worker epochs. Raises :class:`AdaptError`
-    (a malformed record, another worker count) or :class:`AdviseError` (values out of the model's range)."""
+    plan predicted on it; None when the record has no per-worker epochs. ``ring_speeds``: the workers'
+    speeds when a ring last ran, for :func:`tfdist.adapt.refit.speeds_at_rest`. Raises
+    :class:`AdaptError` (a malformed record, another worker count) or :class:`AdviseError` (values
+    out of the model's range)."""
     workload, epochs = _job_epochs(cluster, workload, variant, record)
     if not epochs:
         return None
@@ -134,7 +137,7 @@ def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping
                          "worker_count")
     fitted, fitted_workload = refit(cluster, workload, epochs)
     predictions = predict_all(fitted, fitted_workload)
-    at_rest = speeds_at_rest(epochs)
+    at_rest = speeds_at_rest(epochs, ring_speeds)
     if at_rest:
         predictions.update((name, prediction) for name, prediction
                            in predict_all(with_speeds(fitted, at_rest), fitted_workload).items()
@@ -179,7 +182,10 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     predict twice what the epoch ran. The plan that ran is given as measured because a ring with a
     straggler says nothing of its links (:func:`tfdist.adapt.refit._link_rates`): what its wait holds
     beyond them may be slow links or the straggler's slow forwarding, and the model re-predicted the
-    plan that ran at 1.9x what it measured (CI: a PowerSGD job, one rank at 0.63 of the other's speed)."""
+    plan that ran at 1.9x what it measured (CI: a PowerSGD job, one rank at 0.63 of the other's speed).
+    After parameter servers, the ring plans are predicted on the coordinator's compute (one pass of
+    zeros: on the lab 2.4 ms where a ring rank takes 5.4 under its own load), so they read optimistic
+    (the run's own decisions take the ring's measured compute, :func:`tfdist.adapt.replan.as_kind`)."""
     raw = record.get("worker_epochs")
     ran_epochs = record.get("epochs")
     if isinstance(raw, list) and len(raw) == 1 and (ran_epochs == 1 or ran_epochs is None):

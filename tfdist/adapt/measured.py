@@ -59,7 +59,8 @@ def _check_keys(raw: object, expected: Any, name: str, optional: Any = ()) -> Ma
     unknown = sorted(str(k) for k in raw if k not in expected and k not in optional)
     if missing or unknown:
         problem = f"missing {', '.join(missing)}" if missing else f"unknown key(s) {', '.join(unknown)}"
-        raise AdaptError(with_fix(f"`{name}`: {problem}", f"give exactly {', '.join(expected)}"), name)
+        also = f" (and optionally {', '.join(optional)})" if optional else ""
+        raise AdaptError(with_fix(f"`{name}`: {problem}", f"give exactly {', '.join(expected)}{also}"), name)
     return raw
 
 

@@ -169,25 +169,30 @@ def regime_window(epochs: Sequence[EpochMeasurement], last: int = DEFAULT_LAST_E
     return read_regime(epochs).window(last)
 
 
-def speeds_at_rest(epochs: Sequence[EpochMeasurement], *, last: int = DEFAULT_LAST_EPOCHS) -> dict[int, float]:
+def speeds_at_rest(epochs: Sequence[EpochMeasurement], ring_speeds: Sequence[float] | None = None, *,
+                   last: int = DEFAULT_LAST_EPOCHS) -> dict[int, float]:
     """The speed on a ring of each parameter-server worker that shares the coordinator's host
-    (``WorkerEpoch.rest_compute_ms``), by worker index: its shortest rest time over ``epochs`` over the
-    median of the :func:`regime_window`'s (at most 1). Its ``compute_ms`` holds the coordinator's
-    dispatch, which takes the host's CPU from the worker; a ring has no coordinator, and the worker
-    runs it at the pace its host shows at rest, as fast as the fastest worker at its best (a slower host
-    is not seen: the chief times no host at rest but its own). The pace is a ratio of CPU speed, so it
-    is not shifted like the other workers' (:func:`tfdist.adapt.replan.as_kind`). On the lab, with the
-    chief beside worker 0 on w1 and both workers even, worker 0 computed 6.2-7.8 ms a step on parameter
-    servers against worker 1's 2.1-2.7: a ring predicted at worker 0's 0.37 came out at 4,270
-    examples/s, where it had run 8,300, and a run whose straggler had recovered stayed on parameter
-    servers however long it had left."""
-    window = regime_window(epochs, last)
+    (``WorkerEpoch.rest_compute_ms``), by worker index, from one plan's ``epochs``: its speed when the
+    ring last ran (``ring_speeds``; as fast as the fastest worker when no ring ran), times how much
+    faster its host computes at rest now (the median over the :func:`regime_window`) than on the
+    plan's first ``last`` epochs (their median: one lucky epoch sets no reference), at most 1.
+
+    Its ``compute_ms`` holds the coordinator's dispatch, which takes the host's CPU from the worker; a
+    ring has no coordinator. On the lab, with the chief beside worker 0 on w1 and both workers even,
+    worker 0 computed 6.2-7.8 ms a step on parameter servers against worker 1's 2.1-2.7: a ring
+    predicted at worker 0's 0.35 came out at 4,270 examples/s, where it had run 8,300, and a run whose
+    straggler had recovered stayed on parameter servers however long it had left. The pace is a ratio
+    of CPU speed, so it is not shifted like the other workers' (:func:`tfdist.adapt.replan.as_kind`).
+    Not seen: a host that changed speed since the ring last ran but before this plan's first epochs."""
+    ordered = sorted(epochs, key=lambda e: e.epoch)
+    window = regime_window(ordered, last) if ordered else []
     found = {}
-    for worker in range(len(window[-1].workers) if window else 0):
+    for worker in range(len(ordered[0].workers) if ordered else 0):
+        first = [r for e in ordered[:last] if (r := e.workers[worker].rest_compute_ms) is not None]
         now = [r for e in window if (r := e.workers[worker].rest_compute_ms) is not None]
-        best = [r for e in epochs if (r := e.workers[worker].rest_compute_ms) is not None]
-        if now and best:
-            found[worker] = min(1.0, min(best) / statistics.median(now))
+        if first and now:
+            then = ring_speeds[worker] if ring_speeds is not None else 1.0
+            found[worker] = min(1.0, then * statistics.median(first) / statistics.median(now))
     return found
 
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from tfdist.adapt.refit import Regime, read_regime, with_speeds
+from tfdist.adapt.refit import CLEAR_STRAGGLER, Regime, read_regime, with_speeds
 from tfdist.adapt.decision import DEFAULT_MARGIN, DEFAULT_MIN_STAY, decide, epoch_seconds, needs_restart
 from tfdist.adapt.errors import AdaptError
 from tfdist.adapt.hindsight import Refitted, fixed_cost, fixed_cost_field, refitted
@@ -85,6 +85,15 @@ def as_kind(cluster: Cluster, workload: Workload, step_ms: float,
     return shifted, dataclasses.replace(workload, step_ms=step_ms)
 
 
+class _Inputs(NamedTuple):
+    """What a plan was predicted on: the cluster, the workload and the workers' speeds at rest in it
+    (:func:`tfdist.adapt.refit.speeds_at_rest`; a prediction made again keeps them as they are)."""
+
+    cluster: Cluster
+    workload: Workload
+    at_rest: Mapping[int, float]
+
+
 def _kind(variant: str) -> str:
     """``parameter_server`` or ``ring``: the two ways the workers' compute is timed."""
     return "parameter_server" if backend_of(variant) == "parameter_server" else "ring"
@@ -128,10 +137,12 @@ class Replanner:
         self.fixed_costs: dict[str, float] = {}
         #: Per kind of plan (``ring``, ``parameter_server``), the compute of a step its epochs measured last.
         self.computes: dict[str, float] = {}
-        #: Per variant, the (cluster, workload) its newest prediction was made on, and per variant switched
-        #: to, the one its promise was made on.
-        self._inputs: dict[str, tuple[Cluster, Workload]] = {}
-        self._promised_on: dict[str, tuple[Cluster, Workload]] = {}
+        #: Per variant, the (cluster, workload, speeds at rest) its newest prediction was made on, and per
+        #: variant switched to, the ones its promise was made on.
+        self._inputs: dict[str, _Inputs] = {}
+        self._promised_on: dict[str, _Inputs] = {}
+        #: Each worker's speed when a ring last ran (re-fitted), for a worker beside the coordinator.
+        self._ring_speeds: tuple[float, ...] | None = None
         #: Per variant switched to: the examples/s the re-fit predicted for it when the run switched (made
         #: again once the run measured that plan's fixed cost, which the promise took at its default).
         self.promised: dict[str, float] = {}
@@ -151,8 +162,10 @@ class Replanner:
         if promised is not None and promised.examples_per_second > 0:
             self.promised[variant] = promised.examples_per_second
             self.promised_for[variant] = self.straggling
-            if variant in self._inputs:
+            if variant in self._inputs:  # who straggles as the promise was predicted, not as the last plan ran
                 self._promised_on[variant] = self._inputs[variant]
+                speeds = self._inputs[variant].cluster.speeds
+                self.promised_for[variant] = frozenset(i for i, speed in enumerate(speeds) if speed < CLEAR_STRAGGLER)
         self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
         if took_s is not None:
             self.restart_s = took_s
@@ -201,7 +214,7 @@ class Replanner:
                   "matrices": report.get("matrices")}
         try:
             measured = self._measure_fixed_cost(record)
-            found = refitted(self.cluster, self.workload, self.current, record)
+            found = refitted(self.cluster, self.workload, self.current, record, self._ring_speeds)
             if found is None:
                 return Verdict(CONTINUE, None, f"{head}: the plan is kept")
             self.predictions = self._predict(found)
@@ -270,7 +283,8 @@ class Replanner:
         made_on = self._promised_on.get(self.current)
         if made_on is None:
             return
-        cluster, workload = as_kind(*made_on, self.computes[_kind(self.current)])
+        cluster, workload = as_kind(made_on.cluster, made_on.workload, self.computes[_kind(self.current)],
+                                    made_on.at_rest)
         again = predict_all(cluster, dataclasses.replace(workload, **{field: getattr(self.workload, field)}))
         if self.current in again and again[self.current].examples_per_second > 0:
             self.promised[self.current] = again[self.current].examples_per_second
@@ -286,18 +300,20 @@ class Replanner:
         rest (``Refitted.at_rest``)."""
         kind = _kind(self.current)
         self.computes[kind] = found.workload.step_ms
+        if kind == "ring":
+            self._ring_speeds = found.cluster.speeds
         predictions = dict(found.predictions)
-        ring = with_speeds(found.cluster, found.at_rest)
-        self._inputs = {name: (ring if _kind(name) == "ring" else found.cluster, found.workload)
+        ring = _Inputs(with_speeds(found.cluster, found.at_rest), found.workload, found.at_rest)
+        self._inputs = {name: ring if _kind(name) == "ring" else _Inputs(found.cluster, found.workload, {})
                         for name in predictions}
         for other, step_ms in self.computes.items():
             if other == kind:
                 continue
-            cluster, workload = as_kind(found.cluster, found.workload, step_ms,
-                                        found.at_rest if other == "ring" else None)
+            at_rest = found.at_rest if other == "ring" else {}
+            cluster, workload = as_kind(found.cluster, found.workload, step_ms, at_rest)
             for name, prediction in predict_all(cluster, workload).items():
                 if _kind(name) == other:
-                    predictions[name], self._inputs[name] = prediction, (cluster, workload)
+                    predictions[name], self._inputs[name] = prediction, _Inputs(cluster, workload, at_rest)
         return predictions
 
     def _keep(self, head: str, key: str, why: str) -> Verdict:

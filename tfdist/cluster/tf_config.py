@@ -18,7 +18,7 @@ from typing import Any
 from tfdist.cluster.ascii_input import ascii_problem
 from tfdist.cluster.errors import ClusterConfigError, Problem, shown
 from tfdist.cluster.limits import MAX_DIGITS, MAX_EVERY_TASK, limit_text
-from tfdist.cluster.spec import CHIEF, PS, TASK_TYPES, WORKER, ClusterSpec
+from tfdist.cluster.spec import CHIEF, PS, TASK_TYPES, WORKER, Address, ClusterSpec
 from tfdist.cluster.validate import read_tf_config
 
 #: Environment variable read by tf.distribute.cluster_resolver.TFConfigClusterResolver.
@@ -61,11 +61,6 @@ def grpc_task_env(environ: Mapping[str, str]) -> dict[str, str]:
     """
     return {GRPC_FAIL_FAST_ENV: environ.get(GRPC_FAIL_FAST_ENV, "use_caller"),
             GRPC_OPTIONS_ENV: merge_grpc_options(environ.get(GRPC_OPTIONS_ENV))}
-
-
-def address_host(address: str) -> str:
-    """The host part of a task address (``HOST:PORT``): ``h1`` of ``h1:2222``, ``::1`` of ``[::1]:2222``."""
-    return address.rpartition(":")[0].strip("[]")
 
 
 def task_name(task_type: str, index: int) -> str:
@@ -233,8 +228,8 @@ class TFConfig:
         chiefs = self.cluster.get(CHIEF, ())
         if not chiefs:
             return frozenset()
-        host = address_host(chiefs[0])
-        beside = frozenset(i for i, address in enumerate(self.cluster.get(WORKER, ())) if address_host(address) == host)
+        host = _host_of(chiefs[0])
+        beside = frozenset(i for i, address in enumerate(self.cluster.get(WORKER, ())) if _host_of(address) == host)
         return frozenset() if len(beside) == self.num_workers else beside
 
     def address(self, task_type: str, index: int) -> str:
@@ -257,3 +252,8 @@ class TFConfig:
         if self.environment is not None:
             obj["environment"] = self.environment
         return obj
+
+
+def _host_of(address: str) -> str:
+    """The host of a task address, as names compare (host names are case-insensitive)."""
+    return Address.parse(address).host.lower()
