@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.adapt.replan import Replanner
+from tfdist.adapt.replan import Replanner, Verdict
 from tfdist.advise.cost import predict_all, ps_fixed_s
 from tfdist.advise.model_inputs import Cluster, Workload
 
@@ -297,16 +297,22 @@ def test_parameter_servers_re_fitted_on_their_own_epochs_predict_what_they_ran()
         even["examples_per_second"], rel=0.02)
 
 
+def straggler_after_even_ring(computes: tuple[float, float] = (5.4, 21.6)) -> tuple[Replanner, Verdict]:
+    """The lab's scenario D up to the switch: three even ring epochs (5.4 ms of compute, 9.2 ms of wait),
+    then one whose ranks compute ``computes``; the planner and its verdict on that epoch."""
+    follow = lab_planner()
+    for epoch in range(3):
+        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
+    return follow, follow.on_epoch(report(3, computes, comm=9.2))
+
+
 def test_a_ring_predicted_from_parameter_server_epochs_takes_the_compute_the_ring_measured():
     """The lab (scenario D): the ring's ranks compute 5.4 ms a step and wait 9.2 (8,767 examples/s);
     on parameter servers the coordinator times one pass of zeros at 2.4 ms. Once w2 was even again the
     re-fit on the parameter servers' epochs predicted the ring at 10,376 examples/s on that 2.4 ms, and
     the run went back to it with three epochs left to run 6,800. The ring is predicted with its own
     compute: what it ran before, as long as the links and who straggles have not changed."""
-    follow = lab_planner()
-    for epoch in range(3):
-        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
-    follow.on_epoch(report(3, (5.4, 21.6), comm=9.2))
+    follow, _ = straggler_after_even_ring()
     follow.switched("parameter_server", at_epoch=4, took_s=15.0)
     for epoch in range(4, 7):
         follow.on_epoch(ps_report(epoch, (2.41, 26.73), comm=16.6))
@@ -339,10 +345,7 @@ def test_a_ring_predicted_from_parameter_servers_does_not_carry_the_coordinators
     it had run 8,300, and the run stayed on parameter servers with half the run left. Worker 0's host,
     timed at rest at each epoch's end, computes as fast as it did while w2 straggled: the ring is
     predicted even, as it ran, and the run goes back to it."""
-    follow = lab_planner()
-    for epoch in range(3):
-        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
-    follow.on_epoch(report(3, (5.4, 21.6), comm=9.2))
+    follow, _ = straggler_after_even_ring()
     follow.switched("parameter_server", at_epoch=4, took_s=15.0)
     for epoch in range(4, 7):
         assert follow.on_epoch(ps_report(epoch, (2.41, 26.73), comm=16.6, rest=2.41)).action == "continue"
@@ -399,10 +402,7 @@ def test_a_straggler_on_the_coordinators_host_still_paces_the_ring_until_it_reco
     pass at rest is slow from the plan's first epoch, so it says nothing changed, and worker 0 keeps
     the ring's 0.25 (taken as even, the run went back to a ring that waited for w1, then had to leave
     it again). Once w1 recovers, its pass at rest is 4x as fast, and so is worker 0 on the ring."""
-    follow = lab_planner()
-    for epoch in range(3):
-        follow.on_epoch(report(epoch, (5.4, 5.4), comm=9.2))
-    verdict = follow.on_epoch(report(3, (21.6, 5.4), comm=9.2))
+    follow, verdict = straggler_after_even_ring((21.6, 5.4))
     assert (verdict.action, verdict.to) == ("switch", "parameter_server"), verdict.line
     follow.switched("parameter_server", at_epoch=4, took_s=15.0)
     slow = [follow.on_epoch(ps_report(epoch, **W1_SLOW)) for epoch in range(4, 10)]
