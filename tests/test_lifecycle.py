@@ -80,3 +80,23 @@ def test_reachable_sees_a_listening_socket_and_not_a_closed_port():
         assert lifecycle.reachable(address)
     assert not lifecycle.reachable(address)
     assert not lifecycle.reachable("not-an-address")
+
+
+def test_a_task_killed_a_moment_ago_is_named_once_its_socket_is_gone():
+    """A SIGKILLed ps still accepted connections while the kernel tore it down, so the chief's error
+    said it lost "a task it cannot name" (seen under load in the suite's killed-ps test)."""
+    clock = FakeClock()
+    probe = _probe_from({"h:1": [(0, 1e9)], "h:2": [(0, 1.3)]}, clock)  # ps:0 listens 1.3 s more
+    assert lifecycle.silent_tasks({"worker:0": "h:1", "ps:0": "h:2"}, probe=probe, clock=clock,
+                                  sleep=clock.sleep) == ["ps:0"]
+    assert 1.3 <= clock.now < 2
+
+
+def test_silent_tasks_answers_at_once_when_one_is_silent_and_settles_when_none_is():
+    clock = FakeClock()
+    probe = _probe_from({"h:1": [(0, 1e9)]}, clock)
+    assert lifecycle.silent_tasks({"worker:0": "h:1", "ps:0": "h:2"}, probe=probe, clock=clock,
+                                  sleep=clock.sleep) == ["ps:0"]
+    assert clock.now == 0
+    assert lifecycle.silent_tasks({"worker:0": "h:1"}, settle=3, probe=probe, clock=clock, sleep=clock.sleep) == []
+    assert 3 <= clock.now < 4

@@ -4,6 +4,7 @@
   come and go, then ends the process (TensorFlow 2 has no clean server shutdown, hence an exit).
 * ``exit_when_chief_leaves``: the evaluator's watch, in a background thread.
 * ``wait_for_tasks``: the chief's start-up check that every task of the cluster answers.
+* ``silent_tasks``: after a gRPC failure, which tasks are gone.
 
 The contract between chief and servers (docs/parameter-servers.md, "When a task dies"): a server waits up to
 ``startup_timeout`` for the chief to appear, and ``grace`` after it disappeared for a restarted
@@ -79,10 +80,26 @@ def wait_for_tasks(addresses: Mapping[str, str], timeout: float, *, poll: float 
         sleep(poll)
 
 
-def silent_tasks(addresses: Mapping[str, str], *, probe: Probe = reachable) -> list[str]:
-    """The tasks (``{"ps:0": "host:port", ...}``) that do not answer now, by name: after a gRPC
-    failure, the ones that are really gone, whatever task TensorFlow's error text mentions first."""
-    return sorted(name for name, address in addresses.items() if not probe(address))
+#: how long a gRPC failure's tasks are probed again while every one of them still answers
+SETTLE_SECONDS = 5.0
+
+
+def silent_tasks(addresses: Mapping[str, str], *, settle: float | None = None, poll: float = 0.25,
+                 probe: Probe = reachable, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], object] = time.sleep) -> list[str]:
+    """The tasks (``{"ps:0": "host:port", ...}``) that do not answer, by name: after a gRPC failure,
+    the ones that are really gone, whatever task TensorFlow's error text mentions first.
+
+    While every task answers they are probed again for up to ``settle`` seconds
+    (:data:`SETTLE_SECONDS`): a process killed a moment ago keeps its listening socket until the
+    kernel has torn it down, which on a loaded machine outlasts the gRPC error by a second or more,
+    and the kernel completes connections to that socket meanwhile. Empty when all still answer then."""
+    deadline = clock() + (SETTLE_SECONDS if settle is None else settle)
+    while True:
+        silent = sorted(name for name, address in addresses.items() if not probe(address))
+        if silent or clock() >= deadline:
+            return silent
+        sleep(poll)
 
 
 def _flush() -> None:

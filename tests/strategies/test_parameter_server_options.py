@@ -11,6 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import tfdist  # noqa: E402
+from tfdist import lifecycle  # noqa: E402
 from tfdist.cluster import ClusterConfigError  # noqa: E402
 from tfdist.strategies.inputs import finite_eval_dataset  # noqa: E402
 from tfdist.strategies.parameter_server import (ParameterServerError, ParameterServerOptions,  # noqa: E402
@@ -174,7 +175,8 @@ def test_when_every_task_answers_the_error_says_it_cannot_name_one():
     try:
         cluster = {"chief": ["127.0.0.1:1"], "worker": [sockets[0][1]], "ps": [sockets[1][1]]}
         strategy = ParameterServerStrategy(ParameterServerOptions(cluster=cluster, task_type="worker"))
-        error = strategy._lost_task_error(tf.errors.AbortedError(None, None, "aborted"))
+        with mock.patch.object(lifecycle, "SETTLE_SECONDS", 0.5):  # probed again for that long
+            error = strategy._lost_task_error(tf.errors.AbortedError(None, None, "aborted"))
     finally:
         for server, _ in sockets:
             server.close()
