@@ -54,6 +54,39 @@ def sharded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
     return outdir, result, json.loads((outdir / "chief.json").read_text())
 
 
+def test_a_chief_restarted_alone_finds_the_servers_and_resumes(restart_alone, request):
+    """Servers used to leave 5 s after the chief died, so a chief restarted on its own (what an
+    orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds (60 s) for it.
+
+    Nothing here races the clock: the restarted chief is started first and imports TensorFlow while
+    the first one trains (start-up under load took more than the grace); the first kills itself only
+    once that import is done (``restart.ready``), and the restarted one joins when the test gives the
+    start signal (``restart``), after a back-off longer than the old 5 s grace. What is left between
+    the signal and its joining is a connection, seconds against the 50 s of grace left.
+
+    The module's first test: the servers' 60 s of grace after the restarted chief has gone pass while
+    the other tests run, and the last test checks that they then left by themselves."""
+    outdir = restart_alone.outdir
+    restart_alone.servers = restart_alone.start(["worker:0", "worker:1", "ps:0"])
+    signal = outdir / "restart"
+    second = restart_alone.start(["chief:0"], PS_TRAIN_START_SIGNAL=str(signal))["chief:0"]
+    first = restart_alone.start(["chief:0"], PS_TRAIN_KILL_AFTER=f"{signal}.ready")["chief:0"]
+    first_output, _ = first.communicate(timeout=300)
+    assert first.returncode == -9 and "killing chief-0" in first_output, first_output[-3000:]
+    assert [epoch for epoch, _ in epochs(outdir)] == [0, 1]
+    assert second.poll() is None, second.communicate()[0][-3000:]
+    # Kubernetes' first restart back-off, 10 s from the kill: longer than the servers' old 5 s grace.
+    time.sleep(max(0.0, float((outdir / "fault-time").read_text()) + 10 - time.time()))
+    signal.touch()
+    _wait_for_file(outdir / "restart.joined", second)
+    request.getfixturevalue("worker_dies_at_start")  # started now: their waits overlap this test's
+    request.getfixturevalue("lone_chief")
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output[-4000:]
+    assert [epoch for epoch, _ in epochs(outdir)] == [0, 1, 2, 3, 4]  # resumed: none lost, none repeated
+    restart_alone.resumed = True
+
+
 def test_auto_picks_parameter_server_from_tf_config(sharded):
     _, _, chief = sharded
     assert (chief["kind"], chief["num_workers"], chief["num_ps"]) == ("parameter_server", 2, 2)
@@ -239,23 +272,33 @@ def _end(processes: list[subprocess.Popen]) -> None:
         process.communicate()
 
 
-@pytest.fixture
-def hand_started_cluster(tmp_path):
-    cluster = _hand_cluster()
-    started: list[subprocess.Popen] = []
+class RestartAlone:
+    """The restart scenario's tasks, started by hand in one cluster (no tfdist launch), all ended at the
+    module's end: once the restarted chief is done its servers wait their 60 s of grace, and the
+    module's other tests run meanwhile; the module's last test checks that they left by themselves."""
 
-    def start(names: list[str], **env: str) -> dict[str, subprocess.Popen]:
-        processes = _start_tasks(names, cluster, "restart-alone", tmp_path, **env)
-        started.extend(processes.values())
+    def __init__(self, outdir: Path) -> None:
+        self.outdir, self.cluster = outdir, _hand_cluster()
+        self.processes: list[subprocess.Popen] = []
+        self.servers: dict[str, subprocess.Popen] = {}
+        self.resumed = False  # the restarted chief finished every epoch
+
+    def start(self, names: list[str], **env: str) -> dict[str, subprocess.Popen]:
+        processes = _start_tasks(names, self.cluster, "restart-alone", self.outdir, **env)
+        self.processes.extend(processes.values())
         return processes
 
-    yield start
-    _end(started)
+
+@pytest.fixture(scope="module")
+def restart_alone(tmp_path_factory):
+    scenario = RestartAlone(tmp_path_factory.mktemp("ps-restart-alone"))
+    yield scenario
+    _end(scenario.processes)
 
 
 # The next two jobs spend most of their time waiting on a timeout (15 s, 20 s) with TensorFlow
 # imported and nothing to compute; the restart test below starts them once its restarted chief has
-# joined (its servers then wait 60 s of grace at the end, idle too), and their tests read their output.
+# joined, and their tests read their output.
 @pytest.fixture(scope="module")
 def worker_dies_at_start(tmp_path_factory) -> tuple[Path, subprocess.Popen, Path]:
     """`tfdist launch --workers 2 --ps 1` in which worker:1 exits before serving (stdout to a file)."""
@@ -289,37 +332,6 @@ def _wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 300) 
         time.sleep(0.2)
 
 
-def test_a_chief_restarted_alone_finds_the_servers_and_resumes(hand_started_cluster, tmp_path, request):
-    """Servers used to leave 5 s after the chief died, so a chief restarted on its own (what an
-    orchestrator's OnFailure does) found nobody; now they wait chief_grace_seconds (60 s) for it.
-
-    Nothing here races the clock: the restarted chief is started first and imports TensorFlow while
-    the first one trains (start-up under load took more than the grace); the first kills itself only
-    once that import is done (``restart.ready``), and the restarted one joins when the test gives the
-    start signal (``restart``), after a back-off longer than the old 5 s grace. What is left between
-    the signal and its joining is a connection, seconds against the 50 s of grace left."""
-    servers = hand_started_cluster(["worker:0", "worker:1", "ps:0"])
-    signal = tmp_path / "restart"
-    second = hand_started_cluster(["chief:0"], PS_TRAIN_START_SIGNAL=str(signal))["chief:0"]
-    first = hand_started_cluster(["chief:0"], PS_TRAIN_KILL_AFTER=f"{signal}.ready")["chief:0"]
-    first_output, _ = first.communicate(timeout=300)
-    assert first.returncode == -9 and "killing chief-0" in first_output, first_output[-3000:]
-    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1]
-    assert second.poll() is None, second.communicate()[0][-3000:]
-    # Kubernetes' first restart back-off, 10 s from the kill: longer than the servers' old 5 s grace.
-    time.sleep(max(0.0, float((tmp_path / "fault-time").read_text()) + 10 - time.time()))
-    signal.touch()
-    _wait_for_file(tmp_path / "restart.joined", second)
-    request.getfixturevalue("worker_dies_at_start")  # started now: their waits overlap this test's
-    request.getfixturevalue("lone_chief")
-    output, _ = second.communicate(timeout=300)
-    assert second.returncode == 0, output[-4000:]
-    assert [epoch for epoch, _ in epochs(tmp_path)] == [0, 1, 2, 3, 4]  # resumed: none lost, none repeated
-    for name, server in servers.items():  # and they still leave by themselves afterwards
-        server_output, _ = server.communicate(timeout=180)
-        assert server.returncode == 0, f"{name}: {server_output[-2000:]}"
-
-
 def test_a_chief_restarted_after_the_servers_left_fails_fast_naming_them(lone_chief):
     output, _ = lone_chief.communicate(timeout=300)  # nobody else was ever started
     assert lone_chief.returncode != 0
@@ -336,3 +348,12 @@ def test_a_worker_that_dies_at_start_up_fails_the_chief_naming_it(worker_dies_at
     assert "worker:1 fails before serving, on purpose" in output
     assert "ParameterServerError: the chief waited 15s and these tasks never answered: worker:1 (" in output
     assert leftover_processes(outdir) == []
+
+
+def test_the_restarted_chiefs_servers_still_leave_by_themselves_afterwards(restart_alone):
+    """The module's last test: the servers of the restart scenario (its first test) have waited their
+    grace after the restarted chief, while the tests between ran."""
+    assert restart_alone.resumed, "the restart test failed first: see test_a_chief_restarted_alone_..."
+    for name, server in restart_alone.servers.items():
+        server_output, _ = server.communicate(timeout=180)
+        assert server.returncode == 0, f"{name}: {server_output[-2000:]}"
