@@ -1,7 +1,8 @@
-"""The serving-task lifecycle with a fake clock, probe and exit: no sockets, no waiting."""
+"""The serving-task lifecycle with a fake clock, probe and exit (two tests use a real socket): no waiting."""
 from __future__ import annotations
 
 import socket
+import threading
 
 from tfdist import lifecycle
 
@@ -100,3 +101,19 @@ def test_silent_tasks_answers_at_once_when_one_is_silent_and_settles_when_none_i
     assert clock.now == 0
     assert lifecycle.silent_tasks({"worker:0": "h:1"}, settle=3, probe=probe, clock=clock, sleep=clock.sleep) == []
     assert 3 <= clock.now < 4
+
+
+def test_a_socket_that_closes_a_moment_after_the_failure_is_named():
+    """The same with a real listening socket, closed half a second after the first probe, and the
+    defaults: before the fix the answer was empty (every task answered once)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    closing = threading.Timer(0.5, server.close)
+    closing.start()
+    try:
+        assert lifecycle.silent_tasks({"ps:0": address}) == ["ps:0"]
+    finally:
+        closing.cancel()
+        server.close()

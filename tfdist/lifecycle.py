@@ -90,10 +90,11 @@ def silent_tasks(addresses: Mapping[str, str], *, settle: float | None = None, p
     """The tasks (``{"ps:0": "host:port", ...}``) that do not answer, by name: after a gRPC failure,
     the ones that are really gone, whatever task TensorFlow's error text mentions first.
 
-    While every task answers they are probed again for up to ``settle`` seconds
-    (:data:`SETTLE_SECONDS`): a process killed a moment ago keeps its listening socket until the
-    kernel has torn it down, which on a loaded machine outlasts the gRPC error by a second or more,
-    and the kernel completes connections to that socket meanwhile. Empty when all still answer then."""
+    While every task answers they are probed again for up to ``settle`` seconds (``None``:
+    :data:`SETTLE_SECONDS`, read at the call): a process killed a moment ago keeps its listening socket
+    until the kernel has torn it down, which on a loaded machine outlasts the gRPC error by a second or
+    more, and the kernel completes connections to that socket meanwhile. Empty if all still answer
+    after ``settle`` seconds."""
     deadline = clock() + (SETTLE_SECONDS if settle is None else settle)
     while True:
         silent = sorted(name for name, address in addresses.items() if not probe(address))
