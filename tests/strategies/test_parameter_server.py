@@ -316,7 +316,7 @@ def restart_alone(tmp_path_factory):
 
 
 # The next two jobs spend most of their time waiting on a timeout (15 s, 20 s) with TensorFlow
-# imported and nothing to compute; the restart test below starts them once its restarted chief has
+# imported and nothing to compute; the restart test (the module's first) starts them once its restarted chief has
 # joined, and their tests read their output.
 @pytest.fixture(scope="module")
 def worker_dies_at_start(tmp_path_factory) -> tuple[Path, subprocess.Popen, Path]:
