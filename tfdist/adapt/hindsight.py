@@ -121,6 +121,11 @@ class Refitted(NamedTuple):
     workload: Workload
     at_rest: dict[int, float]
 
+    @property
+    def ring_cluster(self) -> Cluster:
+        """The cluster the ring plans were predicted on: the workers of ``at_rest`` at those speeds."""
+        return with_speeds(self.cluster, self.at_rest)
+
 
 def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any],
              ring_speeds: Sequence[float] | None = None) -> Refitted | None:
@@ -136,13 +141,13 @@ def refitted(cluster: Cluster, workload: Workload, variant: str, record: Mapping
         raise AdaptError(f"the record has {len(epochs[0].workers)} worker(s), the plan {cluster.workers}",
                          "worker_count")
     fitted, fitted_workload = refit(cluster, workload, epochs)
-    predictions = predict_all(fitted, fitted_workload)
-    at_rest = speeds_at_rest(epochs, ring_speeds)
-    if at_rest:
-        predictions.update((name, prediction) for name, prediction
-                           in predict_all(with_speeds(fitted, at_rest), fitted_workload).items()
-                           if backend_of(name) != "parameter_server")
-    return Refitted(fitted, predictions, epochs, fitted_workload, at_rest)
+    found = Refitted(fitted, predict_all(fitted, fitted_workload), epochs, fitted_workload,
+                     speeds_at_rest(epochs, ring_speeds))
+    if found.at_rest:
+        found.predictions.update((name, prediction) for name, prediction
+                                 in predict_all(found.ring_cluster, fitted_workload).items()
+                                 if backend_of(name) != "parameter_server")
+    return found
 
 
 def as_measured(predictions: Mapping[str, Prediction], variant: str, rate: float) -> dict[str, Prediction]:

@@ -185,9 +185,11 @@ def speeds_at_rest(epochs: Sequence[EpochMeasurement], ring_speeds: Sequence[flo
     of CPU speed, so it is not shifted like the other workers' (:func:`tfdist.adapt.replan.as_kind`).
     Not seen: a host that changed speed since the ring last ran but before this plan's first epochs."""
     ordered = sorted(epochs, key=lambda e: e.epoch)
-    window = regime_window(ordered, last) if ordered else []
+    if not ordered:
+        return {}
+    window = regime_window(ordered, last)
     found = {}
-    for worker in range(len(ordered[0].workers) if ordered else 0):
+    for worker in range(len(ordered[0].workers)):
         first = [r for e in ordered[:last] if (r := e.workers[worker].rest_compute_ms) is not None]
         now = [r for e in window if (r := e.workers[worker].rest_compute_ms) is not None]
         if first and now:

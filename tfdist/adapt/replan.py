@@ -303,7 +303,7 @@ class Replanner:
         if kind == "ring":
             self._ring_speeds = found.cluster.speeds
         predictions = dict(found.predictions)
-        ring = _Inputs(with_speeds(found.cluster, found.at_rest), found.workload, found.at_rest)
+        ring = _Inputs(found.ring_cluster, found.workload, found.at_rest)
         self._inputs = {name: ring if _kind(name) == "ring" else _Inputs(found.cluster, found.workload, {})
                         for name in predictions}
         for other, step_ms in self.computes.items():
