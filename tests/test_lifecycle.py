@@ -90,17 +90,31 @@ def test_a_task_killed_a_moment_ago_is_named_once_its_socket_is_gone():
     probe = _probe_from({"h:1": [(0, 1e9)], "h:2": [(0, 1.3)]}, clock)  # ps:0 listens 1.3 s more
     assert lifecycle.silent_tasks({"worker:0": "h:1", "ps:0": "h:2"}, probe=probe, clock=clock,
                                   sleep=clock.sleep) == ["ps:0"]
-    assert 1.3 <= clock.now < 2
+    assert 1.3 <= clock.now - lifecycle.COMPANION_SECONDS < 2  # then the others, for tasks that died with it
 
 
-def test_silent_tasks_answers_at_once_when_one_is_silent_and_settles_when_none_is():
+def test_silent_tasks_waits_for_companions_once_one_is_silent_and_settles_when_none_is():
     clock = FakeClock()
     probe = _probe_from({"h:1": [(0, 1e9)]}, clock)
     assert lifecycle.silent_tasks({"worker:0": "h:1", "ps:0": "h:2"}, probe=probe, clock=clock,
                                   sleep=clock.sleep) == ["ps:0"]
-    assert clock.now == 0
+    assert lifecycle.COMPANION_SECONDS <= clock.now < lifecycle.COMPANION_SECONDS + 1  # not the settle time
+    clock.now = 0
     assert lifecycle.silent_tasks({"worker:0": "h:1"}, settle=3, probe=probe, clock=clock, sleep=clock.sleep) == []
     assert 3 <= clock.now < 4
+    clock.now = 0
+    assert lifecycle.silent_tasks({"ps:0": "h:2", "ps:1": "h:3"}, probe=probe, clock=clock,
+                                  sleep=clock.sleep) == ["ps:0", "ps:1"]
+    assert clock.now == 0  # every task is silent: nothing left to wait for
+
+
+def test_tasks_killed_together_are_all_named_though_their_sockets_close_apart():
+    """The two ps tasks of a host killed together: ps:1's socket outlived ps:0's by 0.8 s, and the
+    chief named ps:0 alone, as if ps:1 still held its variables."""
+    clock = FakeClock()
+    probe = _probe_from({"h:1": [(0, 1e9)], "h:3": [(0, 0.8)]}, clock)  # ps:0 (h:2) gone at once
+    assert lifecycle.silent_tasks({"worker:0": "h:1", "ps:0": "h:2", "ps:1": "h:3"}, probe=probe, clock=clock,
+                                  sleep=clock.sleep) == ["ps:0", "ps:1"]
 
 
 def test_a_socket_that_closes_a_moment_after_the_failure_is_named():
@@ -117,3 +131,19 @@ def test_a_socket_that_closes_a_moment_after_the_failure_is_named():
     finally:
         closing.cancel()
         server.close()
+
+
+def test_two_real_sockets_closed_half_a_second_apart_are_both_named():
+    first, second = socket.socket(), socket.socket()
+    for server in (first, second):
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+    addresses = {f"ps:{i}": f"127.0.0.1:{server.getsockname()[1]}" for i, server in enumerate((first, second))}
+    first.close()
+    closing = threading.Timer(0.5, second.close)
+    closing.start()
+    try:
+        assert lifecycle.silent_tasks(addresses) == ["ps:0", "ps:1"]
+    finally:
+        closing.cancel()
+        second.close()

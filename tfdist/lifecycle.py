@@ -82,25 +82,36 @@ def wait_for_tasks(addresses: Mapping[str, str], timeout: float, *, poll: float 
 
 #: how long a gRPC failure's tasks are probed again while every one of them still answers
 SETTLE_SECONDS = 5.0
+#: how long, once one task is silent, the others are probed again for tasks that died with it
+COMPANION_SECONDS = 2.0
 
 
-def silent_tasks(addresses: Mapping[str, str], *, settle: float | None = None, poll: float = 0.25,
-                 probe: Probe = reachable, clock: Callable[[], float] = time.monotonic,
+def silent_tasks(addresses: Mapping[str, str], *, settle: float | None = None, companion: float | None = None,
+                 poll: float = 0.25, probe: Probe = reachable, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], object] = time.sleep) -> list[str]:
     """The tasks (``{"ps:0": "host:port", ...}``) that do not answer, by name: after a gRPC failure,
     the ones that are really gone, whatever task TensorFlow's error text mentions first.
 
-    While every task answers they are probed again for up to ``settle`` seconds (``None``:
-    :data:`SETTLE_SECONDS`, read at the call): a process killed a moment ago keeps its listening socket
-    until the kernel has torn it down, which on a loaded machine outlasts the gRPC error by a second or
-    more, and the kernel completes connections to that socket meanwhile. Empty if all still answer
-    after ``settle`` seconds."""
+    A process killed a moment ago keeps its listening socket until the kernel has torn it down, which on
+    a loaded machine outlasts the gRPC error by a second or more, and the kernel completes connections
+    to that socket meanwhile. So while every task answers they are probed again for up to ``settle``
+    seconds (``None``: :data:`SETTLE_SECONDS`, read at the call); and once one is silent, the others
+    are probed again for ``companion`` seconds (``None``: :data:`COMPANION_SECONDS`): the tasks of a
+    host that went down die together, and their sockets close one after the other. Empty if all still
+    answer after ``settle`` seconds."""
     deadline = clock() + (SETTLE_SECONDS if settle is None else settle)
+    silent: set[str] = set()
     while True:
-        silent = sorted(name for name, address in addresses.items() if not probe(address))
+        silent |= {name for name, address in addresses.items() if name not in silent and not probe(address)}
         if silent or clock() >= deadline:
-            return silent
+            break
         sleep(poll)
+    if silent:
+        deadline = clock() + (COMPANION_SECONDS if companion is None else companion)
+        while len(silent) < len(addresses) and clock() < deadline:
+            sleep(poll)
+            silent |= {name for name, address in addresses.items() if name not in silent and not probe(address)}
+    return sorted(silent)
 
 
 def _flush() -> None:
