@@ -161,11 +161,13 @@ class Replanner:
         promised = self.predictions.get(variant)
         if promised is not None and promised.examples_per_second > 0:
             self.promised[variant] = promised.examples_per_second
-            self.promised_for[variant] = self.straggling
-            if variant in self._inputs:  # who straggles as the promise was predicted, not as the last plan ran
-                self._promised_on[variant] = self._inputs[variant]
-                speeds = self._inputs[variant].cluster.speeds
-                self.promised_for[variant] = frozenset(i for i, speed in enumerate(speeds) if speed < CLEAR_STRAGGLER)
+            inputs = self._inputs.get(variant)
+            if inputs is None:
+                self.promised_for[variant] = self.straggling
+            else:  # who straggles as the promise was predicted, not as the last plan ran
+                self._promised_on[variant] = inputs
+                self.promised_for[variant] = frozenset(i for i, speed in enumerate(inputs.cluster.speeds)
+                                                       if speed < CLEAR_STRAGGLER)
         self.current, self.planned_at, self.segment, self.timed = variant, at_epoch, [], []
         if took_s is not None:
             self.restart_s = took_s
