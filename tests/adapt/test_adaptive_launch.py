@@ -22,18 +22,24 @@ from tfdist.probe import driver as probe
 EPOCHS = 20  # a switch at the fourth epoch pays back its 30 s restart
 
 
-@pytest.fixture
-def decision(monkeypatch):
+def _decide(monkeypatch, horovod_on_w2: bool = True):
     import tfdist.auto.adaptive
 
     monkeypatch.setattr(tfdist.auto.adaptive, "WATCH_POLL_S", 0.01)
     def fake(hosts_text, workers, ps, model=None, batch_size=None, **kwargs):
-        links = [probe.LinkMeasure(a, b, 10e9, 1e-4) for a, b in probe.ring(["w1", "w2", "p"])]
+        links = [probe.LinkMeasure(a, b, 10e9, 1e-4, target_horovod=horovod_on_w2 or b != "w2")
+                 for a, b in probe.ring(["w1", "w2", "p"])]
         return probe.aggregate(parse_hosts(hosts_text), links, steps={"w1": 10.0, "w2": 10.0}, params=669_706,
                                dtype_bytes=4, batch_size=batch_size)
 
     monkeypatch.setattr(probe, "probe_hosts", fake)
-    found = decide(AutoRequest(HostList.parse("w1:1,w2:1,p:1"), ps=1, batch_size=64, model="m:f"))
+    return decide(AutoRequest(HostList.parse("w1:1,w2:1,p:1"), ps=1, batch_size=64, model="m:f"),
+                  launcher_found=lambda: True)
+
+
+@pytest.fixture
+def decision(monkeypatch):
+    found = _decide(monkeypatch)
     assert found.advice.variant == "horovod"  # even workers on 10 Gbit/s links
     return found
 
@@ -235,3 +241,18 @@ def test_a_job_that_cannot_change_in_process_restarts_and_later_switches_are_pri
     assert adaptive.planner.in_process == frozenset()
     assert [s.in_process for s in adaptive.switches] == [False]
     assert not any(" in process " in line for line in lines)
+
+
+def test_a_run_on_a_cluster_without_horovod_never_switches_to_it(monkeypatch, tmp_path):
+    """w2 has no Horovod: the run starts on what can launch, and when the links slow down it does not
+    switch to Horovod's compression (which it did, and horovodrun would then have failed on w2)."""
+    decision = _decide(monkeypatch, horovod_on_w2=False)
+    assert decision.advice.variant == "multi_worker_mirrored" and "horovod" in decision.advice.unavailable
+    folder = tmp_path / "plan.run"
+    chief = Chief(folder, slow_from=EPOCHS, links_slow_from=3, even_wait_ms=1.0)
+    adaptive, code, lines = launch(decision, folder, chief)
+    assert code == 0, lines
+    ran = [variant for _, variant, _ in chief.segments]
+    taken = [verdict["to"] for verdict in chief.verdicts if verdict["action"] == "switch"]
+    assert not [name for name in ran + taken if name.startswith("horovod")], lines
+    assert not any("-> horovod" in line for line in lines), lines

@@ -287,6 +287,22 @@ def test_a_link_measured_over_loopback_by_real_agents():
     measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
     assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
     assert measured.target_memory is not None and measured.target_memory.usable > 2**20  # the receiver's host
+    assert measured.target_horovod is True  # this venv's Horovod, built with TensorFlow
+
+
+def test_a_receiver_whose_python_has_horovod_without_its_tensorflow_ops_says_so(tmp_path):
+    """The receiver's interpreter finds a ``horovod`` package first that has no TensorFlow extension
+    (Horovod installed for PyTorch only, say): the link is measured, and the host is reported without."""
+    (tmp_path / "horovod" / "tensorflow").mkdir(parents=True)
+    for name in ("horovod/__init__.py", "horovod/tensorflow/__init__.py"):
+        (tmp_path / name).write_text("")
+
+    def start(host, spec):
+        shadowed = ["env", f"PYTHONPATH={tmp_path}"] if spec["role"] == "receive" else []
+        return Agent([*shadowed, sys.executable, "-m", "tfdist.probe.agent"], spec, host)
+
+    measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
+    assert measured.rate_bps > 10e6 and measured.target_horovod is False
 
 
 def test_links_are_set_up_at_once_and_transfer_one_at_a_time_by_real_agents():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.advise import AdviseError, Cluster, Workload, advise, parse_rate
-from tfdist.advise.recommend import BACKENDS
+from tfdist.advise.recommend import BACKENDS, allowed
 
 MLPS = {"small": (669_706, 10.0), "large": (5_824_522, 70.0)}
 UNLIMITED = "10gbit"  # veth between namespaces
@@ -159,3 +159,33 @@ def test_fewer_epochs_for_parameter_servers_can_turn_the_answer_their_way_and_sa
     assert turned.reasons[0].startswith("parameter_server reaches the target accuracy sooner although "
                                         f"{plain.variant} is faster per example")
     assert f"so their {ps:,.0f} examples/s count as {ps / factor:,.0f} examples/s toward" in turned.reasons[0]
+
+
+NO_HOROVOD = {"horovod": "Horovod with its TensorFlow ops is not installed on h2; fix: build Horovod"}
+
+
+def test_a_backend_that_cannot_launch_is_never_recommended_and_the_first_reason_says_why():
+    """On a cluster without Horovod, even workers on unlimited links (where horovod is predicted
+    fastest) get the best backend that can launch, and the advice says what was left out."""
+    params, step_ms = MLPS["small"]
+    cluster = Cluster(workers=2, speeds=(1.0, 1.0), ps=1, bandwidths=(parse_rate(UNLIMITED),))
+    workload = Workload(params=params, batch_size=64, step_ms=step_ms)
+    advice = advise(cluster, workload, unavailable=NO_HOROVOD)
+    assert advice.recommended != "horovod" and not advice.variant.startswith("horovod")
+    assert advice.reasons[0] == f"horovod would be faster but cannot launch here: {NO_HOROVOD['horovod']}"
+    assert "of the backends that can launch" in advice.reasons[1]
+    assert "elastic Horovod" not in " ".join(advice.reasons)
+    assert advice.as_dict()["unavailable"] == NO_HOROVOD
+    assert allowed(advice.predictions, unavailable=NO_HOROVOD) == [
+        name for name in allowed(advice.predictions) if not name.startswith("horovod")]
+    assert "unavailable" not in advise(cluster, workload).as_dict()
+
+
+def test_a_backend_that_cannot_launch_and_is_slower_is_named_last():
+    advice = lab("small", UNLIMITED, speeds=(1.0, 0.25))
+    params, step_ms = MLPS["small"]
+    cluster = Cluster(workers=2, speeds=(1.0, 0.25), ps=1, bandwidths=(parse_rate(UNLIMITED),))
+    without = advise(cluster, Workload(params=params, batch_size=64, step_ms=step_ms), unavailable=NO_HOROVOD)
+    assert advice.recommended == without.recommended == "parameter_server"
+    assert without.reasons[-1] == f"horovod cannot launch here: {NO_HOROVOD['horovod']}"
+    assert without.reasons[:-1] == advice.reasons

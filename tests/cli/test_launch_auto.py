@@ -2,6 +2,7 @@
 on which hosts, with the probe and the launchers replaced (no ssh, no TensorFlow)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -130,8 +131,8 @@ def test_multi_worker_mirrored_runs_on_the_worker_hosts_only(monkeypatch, launch
     _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})
     real = tfdist.advise.advise
 
-    def mirrored(cluster, workload, memory=None):
-        advice = real(cluster, workload, memory)
+    def mirrored(cluster, workload, memory=None, unavailable=None):
+        advice = real(cluster, workload, memory, unavailable)
         return Advice("multi_worker_mirrored", "multi_worker_mirrored", advice.predictions, ("made up",))
 
     monkeypatch.setattr(tfdist.advise, "advise", mirrored)
@@ -139,6 +140,31 @@ def test_multi_worker_mirrored_runs_on_the_worker_hosts_only(monkeypatch, launch
                  "--batch-size", "64", *COMMAND)
     assert result.exit_code == 0, result.output
     assert launched == [("multi_worker_mirrored", "w1:2,w2:1", 3, 1)]
+
+
+def test_a_worker_host_without_horovod_gets_the_best_backend_that_can_launch(monkeypatch, launched):
+    """Even workers on fast links: horovod is predicted fastest, but w2's probe agent found no Horovod
+    TensorFlow extension. auto used to launch horovodrun there; now it launches what can run, and says why."""
+    links = [dataclasses.replace(link, target_horovod=link.target != "w2") for link in _links()]
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, links=links)
+    result = run(*AUTO, *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert "Recommended: multi_worker_mirrored" in result.output
+    assert "horovod would be faster but cannot launch here: Horovod with its TensorFlow ops is not installed " \
+           "on w2; fix: build Horovod with TensorFlow and Gloo" in " ".join(result.output.split())
+    assert launched == [("multi_worker_mirrored", "w1:1,w2:1", 2, 1)]
+
+
+def test_without_horovodrun_here_auto_plans_without_horovod(monkeypatch, launched):
+    import tfdist.auto.pipeline
+
+    monkeypatch.setattr(tfdist.auto.pipeline, "horovod_launcher", lambda: None)
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0})
+    result = run(*AUTO, "--ps", "1", *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert "horovodrun is neither beside this Python nor on PATH" in " ".join(result.output.split())
+    assert "Recommended: multi_worker_mirrored" in result.output  # horovod is predicted fastest here
+    assert launched == [("multi_worker_mirrored", "w1:1,w2:1", 2, 1)]
 
 
 def test_a_probe_failure_is_a_usage_error_and_nothing_is_launched(monkeypatch, launched):

@@ -58,6 +58,8 @@ def test_the_probe_measures_the_shaped_link_and_the_slow_worker(lab):
     assert hosts["p"]["rate_bps"] > 200e6, hosts["p"]
     assert hosts["w2"]["speed"] < 0.8 * hosts["w1"]["speed"], hosts
     assert hosts["p"]["step_ms"] is None  # a ps host runs no steps: not timed
+    assert all(h["horovod"] is True for h in hosts.values()), hosts  # each host's agent found Horovod's ops
+    assert "unavailable" not in data
     assert data["measured"]["params"] == PARAMS and data["measured"]["dtype_bytes"] == 4
     assert data["recommended"] in ("horovod", "parameter_server", "multi_worker_mirrored")
     assert all(0 < latency < 50 for latency in (h["latency_ms"] for h in hosts.values()))

@@ -15,6 +15,7 @@ does) and a margin inside the model's error.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tfdist.advise.model_inputs import Cluster, Workload
@@ -38,21 +39,26 @@ CLOSE_RATIO = 1.15
 class Advice:
     """recommended: one of BACKENDS; variant: the winning entry of ``predictions`` (e.g.
     ``horovod_fp16``); reasons: sentences, the deciding one first; memory: the memory verdict the
-    choice respected (None: no memory was described)."""
+    choice respected (None: no memory was described); unavailable: the backends that cannot launch on
+    the cluster, with why (Horovod not installed: :class:`tfdist.launch.installed.HorovodInstall`)."""
 
     recommended: str
     variant: str
     predictions: dict[str, Prediction]
     reasons: tuple[str, ...]
     memory: MemoryCheck | None = None
+    unavailable: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         """The ``--json`` object: recommended, variant, strategies {name: figures}, reasons; with a
         memory verdict also ``min_ps`` and ``min_ps_shards`` (the fewest ps tasks, and shards, that
-        fit ``--ps-memory``; null without it or when none fits) and ``memory`` (the figures)."""
+        fit ``--ps-memory``; null without it or when none fits) and ``memory`` (the figures); with a
+        backend that cannot launch, ``unavailable`` ({backend: why})."""
         data: dict[str, object] = {"recommended": self.recommended, "variant": self.variant,
                                    "strategies": {name: p.as_dict() for name, p in self.predictions.items()},
                                    "reasons": list(self.reasons)}
+        if self.unavailable:
+            data["unavailable"] = dict(self.unavailable)
         if self.memory is not None:
             figures = self.memory.as_dict()
             data.update(min_ps=figures["min_ps"], min_ps_shards=figures["min_ps_shards"], memory=figures)
@@ -76,14 +82,21 @@ def _toward_accuracy(prediction: Prediction, workload: Workload) -> float:
     return prediction.examples_per_second
 
 
-def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = None) -> Advice:
+def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = None,
+           unavailable: Mapping[str, str] | None = None) -> Advice:
     """Predict every strategy and recommend the one soonest to accuracy (without a measured epochs
     factor: the most examples/s), with reasons. With ``memory`` a backend whose tasks would not fit
-    is never recommended (the reasons say why, with the numbers); when none fits, AdviseError."""
+    is never recommended (the reasons say why, with the numbers); when none fits, AdviseError. Nor is
+    a backend of ``unavailable`` ({backend: why it cannot launch}); the reasons say why."""
     predictions = predict_all(cluster, workload)
+    unavailable = {backend: why for backend, why in (unavailable or {}).items()
+                   if any(backend_of(name) == backend for name in predictions)}
     unfit = {} if memory is None else {backend_of(name): memory.refusal(backend_of(name))
                                        for name in predictions if not memory.fits(backend_of(name))}
-    candidates = [predictions[name] for name in allowed(predictions, memory)]
+    candidates = [predictions[name] for name in allowed(predictions, memory, unavailable)]
+    if not candidates and memory is None:  # memory aside, MultiWorkerMirrored is always allowed
+        raise AdviseError(with_fix(f"no backend can launch: {'; '.join(unavailable.values())}",
+                                   "install what is said"), "backend")
     if not candidates:
         why: dict[str, list[str]] = {}
         for backend in unfit:
@@ -119,6 +132,8 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
                                 f"({_fmt(p.examples_per_second)})" for p in others.values())
         fit = " of the backends that fit" if any(
             _best_of(predictions, b).examples_per_second > best.examples_per_second for b in unfit) else ""
+        if any(_best_of(predictions, b).examples_per_second > best.examples_per_second for b in unavailable):
+            fit += " of the backends that can launch" if not fit else " and can launch"
         reasons.append(f"{best.name} is predicted fastest{fit}: {_fmt(best.examples_per_second)}"
                        + (f", {comparisons}" if comparisons else ""))
     reasons.append(f"{best.name} is limited by {best.explanation}")
@@ -130,7 +145,7 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
     if "parameter_server" not in predictions:
         reasons.append("parameter_server was not considered: no ps task (give --ps 1 or more to compare it)")
     reasons += _variant_hints(best, predictions, workload)
-    reasons += _caveats(recommended, predictions, cluster, workload)
+    reasons += _caveats(recommended, predictions, cluster, workload, horovod="horovod" not in unavailable)
     if workload.embeddings:
         reasons.append(SPARSE_UPDATE_CAVEAT)
     if memory is not None:
@@ -138,7 +153,11 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
         first = [f"{b} would be faster but does not fit: {unfit[b]}" for b in faster]
         later = [f"{b} does not fit: {unfit[b]}" for b in unfit if b not in faster]
         reasons = first + reasons + later + _memory_notes(memory, unfit)
-    return Advice(recommended, best.name, predictions, tuple(reasons), memory)
+    if unavailable:
+        faster = [b for b in unavailable if _best_of(predictions, b).examples_per_second > best.examples_per_second]
+        reasons = ([f"{b} would be faster but cannot launch here: {unavailable[b]}" for b in faster] + reasons
+                   + [f"{b} cannot launch here: {unavailable[b]}" for b in unavailable if b not in faster])
+    return Advice(recommended, best.name, predictions, tuple(reasons), memory, dict(unavailable))
 
 
 def _memory_notes(memory: MemoryCheck, unfit: dict[str, str]) -> list[str]:
@@ -163,12 +182,14 @@ SPARSE_UPDATE_CAVEAT = (
     "its slots each step (under parameter servers on the ps, once per worker step), work the model leaves out")
 
 
-def allowed(predictions: dict[str, Prediction], memory: MemoryCheck | None = None) -> list[str]:
+def allowed(predictions: dict[str, Prediction], memory: MemoryCheck | None = None,
+            unavailable: Mapping[str, str] | None = None) -> list[str]:
     """The variants of ``predictions`` the advisor may recommend: those whose backend fits ``memory``
-    (None: no memory was described), fp16 and PowerSGD only where the wire limits plain horovod. An
-    adaptive run switches only to these."""
+    (None: no memory was described) and can launch (not in ``unavailable``), fp16 and PowerSGD only
+    where the wire limits plain horovod. An adaptive run switches only to these."""
     return [name for name in predictions
-            if _may_recommend(name, predictions) and (memory is None or memory.fits(backend_of(name)))]
+            if _may_recommend(name, predictions) and (memory is None or memory.fits(backend_of(name)))
+            and backend_of(name) not in (unavailable or {})]
 
 
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:
@@ -208,8 +229,12 @@ def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workloa
 
 
 def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Cluster,
-             workload: Workload) -> list[str]:
+             workload: Workload, horovod: bool = True) -> list[str]:
+    """What argues the other way, and what the figures leave out; ``horovod``: whether Horovod can
+    launch (else elastic Horovod is not offered)."""
     caveats = []
+    elastic = (", elastic Horovod (tfdist launch --backend horovod --elastic) goes on after re-forming its ring"
+               if horovod else "")
     ps = predictions.get("parameter_server")
     factor = workload.ps_epochs_factor
     if recommended == "parameter_server" and factor is None:
@@ -231,11 +256,9 @@ def _caveats(recommended: str, predictions: dict[str, Prediction], cluster: Clus
     elif ps is not None:
         caveats.append(f"if the job must survive losing a worker, fault tolerance argues the other way: "
                        f"parameter_server goes on without it (at {_fmt(ps.examples_per_second)}); a plain "
-                       f"allreduce job stops, elastic Horovod (tfdist launch --backend horovod --elastic) "
-                       f"goes on after re-forming its ring")
+                       f"allreduce job stops{elastic}")
     else:
-        caveats.append("a plain allreduce job stops when a worker is lost; elastic Horovod (tfdist launch "
-                       "--backend horovod --elastic) goes on after re-forming its ring")
+        caveats.append(f"a plain allreduce job stops when a worker is lost{elastic.replace(',', ';', 1)}")
     mwms = predictions["multi_worker_mirrored"]
     if recommended == "horovod" and cluster.workers > 1:
         caveats.append(f"multi_worker_mirrored runs the same ring through TensorFlow's gRPC collectives "

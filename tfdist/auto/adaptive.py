@@ -184,8 +184,11 @@ class AdaptiveLaunch:
 
     def _candidates(self) -> tuple[str, ...]:
         """The variants a switch may take: every one whose backend a run can be stopped and resumed on
-        (weighed once a re-fit predicts it: PowerSGD needs the job's weight matrices)."""
-        return tuple(name for name in VARIANTS if backend_of(name) in run_channel.ADAPTIVE_BACKENDS)
+        and can launch on these hosts (weighed once a re-fit predicts it: PowerSGD needs the job's
+        weight matrices)."""
+        unavailable = self.decision.advice.unavailable
+        return tuple(name for name in VARIANTS if backend_of(name) in run_channel.ADAPTIVE_BACKENDS
+                     and backend_of(name) not in unavailable)
 
     def _watch(self, epoch: int, stop: threading.Event, pending: list[_Switch]) -> None:
         """Answer each epoch report from ``epoch`` on (the lowest unanswered one: a report the chief could

@@ -35,7 +35,9 @@ from tfdist.advise.user_inputs import memory_check
 from tfdist.errors import TfdistError
 from tfdist.launch.backends import Backend, backend_named
 from tfdist.launch.errors import LaunchError
+from tfdist.launch.commands import horovod_launcher
 from tfdist.launch.hosts import HostList, HostSlots, Placement, place_tasks
+from tfdist.launch.installed import HorovodInstall
 from tfdist.launch.remote import SshOptions
 from tfdist.plan import Plan, backend_of
 from tfdist.probe import driver
@@ -144,9 +146,12 @@ class Decision:
         return render_measured(self.found) + guess + "\n\n" + render(self.advice, self.cluster, self.workload)
 
 
-def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: None) -> Decision:
+def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: None,
+           launcher_found: Callable[[], bool] = lambda: horovod_launcher() is not None) -> Decision:
     """Probe ``request.hosts`` (progress through ``log``), build the advisor's inputs, check the memory,
-    advise and place: the :class:`Decision`. Raises :class:`MeasureError`, then :class:`AdviseError`."""
+    advise among the backends that can launch (:func:`unavailable`; ``launcher_found``: whether
+    horovodrun is here) and place: the :class:`Decision`. Raises :class:`MeasureError`, then
+    :class:`AdviseError`."""
     workers, found = _measure(request, log)
     guessed = request.first_guess and request.model is None and (request.params is None or request.step_ms is None)
     params, step_ms, batch_size = request.params, request.step_ms, request.batch_size
@@ -163,8 +168,8 @@ def decide(request: AutoRequest, log: Callable[[str], None] = lambda message: No
     probed = found.host_loads(workers, request.ps) if request.optimizer is not None else None
     memory = memory_check(cluster, workload, request.optimizer, request.largest_variable,
                           variables=found.variables, hosts=probed)
-    advice = advisor.advise(cluster, workload, memory)
     placements = tuple(place_tasks(request.hosts.slots, workers, request.ps))
+    advice = advisor.advise(cluster, workload, memory, unavailable(found, placements, launcher_found()))
     hosts = request.hosts if backend_named(advice.recommended).ps else _worker_hosts(placements)
     return Decision(found, cluster, workload, advice, workers, placements, hosts, request.hosts, guessed)
 
@@ -180,6 +185,16 @@ def _measure(request: AutoRequest, log: Callable[[str], None]) -> tuple[int, Pro
     except (AdviseError, LaunchError) as exc:
         raise MeasureError(exc) from None
     return workers, found
+
+
+def unavailable(found: ProbeResult, placements: tuple[Placement, ...], launcher: bool) -> dict[str, str]:
+    """The backends that cannot launch on the probed hosts, with why: Horovod without ``launcher``
+    (horovodrun here) or without its TensorFlow extension on a worker host, as the probe found
+    (:class:`tfdist.launch.installed.HorovodInstall`)."""
+    working = {placement.host for placement in placements if placement.task_type == "worker"}
+    why = HorovodInstall.of(launcher, [(host.host, host.horovod) for host in found.hosts
+                                       if host.host in working]).refusal()
+    return {} if why is None else {"horovod": why}
 
 
 def _worker_hosts(placements: tuple[Placement, ...]) -> HostList:

@@ -1,7 +1,8 @@
 """What ``tfdist advise --probe`` runs on each host: ``python -m tfdist.probe.agent``.
 
-May import :mod:`tfdist.errors`, :mod:`tfdist.probe.wire`, :mod:`tfdist.probe.host_memory` and
-``tfdist.launch.remote_task.bind_address`` (the address a task binds), and TensorFlow in the
+May import :mod:`tfdist.errors`, :mod:`tfdist.probe.wire`, :mod:`tfdist.probe.host_memory`,
+``tfdist.launch.remote_task.bind_address`` (the address a task binds) and
+:mod:`tfdist.launch.installed` (whether Horovod is installed), and TensorFlow in the
 ``compute`` role only: it runs on every probed host, so it stays light.
 
 The prober (:mod:`tfdist.probe.driver`) starts one agent per measurement, over ssh (or directly on
@@ -27,7 +28,8 @@ this machine), and writes its specification to the agent's stdin as one JSON lin
   PowerSGD's own work on the model's kernels (:func:`time_powersgd`, for the advisor's PowerSGD cost).
 
 The receiver also reports its host's memory (:mod:`tfdist.probe.host_memory`: the cgroup limit,
-MemTotal, MemAvailable): every probed host receives once.
+MemTotal, MemAvailable) and whether Horovod's TensorFlow extension is installed there
+(:func:`tfdist.launch.installed.horovod_with_tensorflow`): every probed host receives once.
 
 Every answer is one stdout line ``TFDIST_PROBE {json}`` (:mod:`tfdist.probe.wire`; ``{"error": ...}`` on
 failure, exit code 2). Every agent exits when its stdin ends (the prober stopped or its ssh session went away) and
@@ -167,10 +169,12 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
                     stopped = True
                     break  # closing with a zero linger resets the connection
     bits, moved, timed = rate_after_skip(samples, skip)
+    from tfdist.launch.installed import horovod_with_tensorflow
     from tfdist.probe.host_memory import read_host_memory
 
     return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed, "steady_stop": stopped,
-            "memory": read_host_memory().as_dict()}  # every probed host receives once
+            "memory": read_host_memory().as_dict(),  # every probed host receives once
+            "horovod": horovod_with_tensorflow()}
 
 
 def send(peer: str, port: int, seconds: float, pings: int,

@@ -179,10 +179,16 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
             sender.go()
             sent, received = sender.answer(timeout), receiver.answer(timeout)
             measured.append(LinkMeasure(source, target, float(received["rate_bps"]), float(sent["latency_s"]),
-                                        HostMemory.from_dict(received.get("memory"))))
+                                        HostMemory.from_dict(received.get("memory")),
+                                        _flag(received.get("horovod"))))
     finally:
         _close_all(agents)
     return measured
+
+
+def _flag(value: Any) -> bool | None:
+    """A receiver's yes or no; anything else (an older agent's silence) is None."""
+    return value if isinstance(value, bool) else None
 
 
 def _close_all(agents: Sequence[Agent]) -> None:

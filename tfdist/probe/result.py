@@ -47,20 +47,23 @@ class ProbeError(AdviseError):
 class LinkMeasure:
     """One measured direction: ``source`` sent to ``target`` at ``rate_bps`` (bits/s, measured by the
     receiver); ``latency_s`` is half the median round trip of one-byte pings; ``target_memory`` the
-    receiving host's memory as the receiver read it."""
+    receiving host's memory as the receiver read it; ``target_horovod`` whether Horovod's TensorFlow
+    extension is installed there (None: the receiver did not say)."""
 
     source: str
     target: str
     rate_bps: float
     latency_s: float
     target_memory: HostMemory | None = None
+    target_horovod: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class HostMeasure:
     """One host's figures: its link rate (bits/s, min of sent and received), the median latency of
-    its links, its step time (ms, None when not measured), its speed (fastest step / its step) and its
-    memory (None when the receiver reported none)."""
+    its links, its step time (ms, None when not measured), its speed (fastest step / its step), its
+    memory (None when the receiver reported none) and whether Horovod's TensorFlow extension is
+    installed there (None: not reported)."""
 
     host: str
     rate_bps: float
@@ -68,6 +71,7 @@ class HostMeasure:
     step_ms: float | None = None
     speed: float = 1.0
     memory: HostMemory | None = None
+    horovod: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +179,8 @@ class ProbeResult:
         """The ``"measured"`` object of ``--json``."""
         return {"hosts": {h.host: {"rate_bps": h.rate_bps, "latency_ms": h.latency_s * 1000,
                                    "step_ms": h.step_ms, "speed": h.speed,
-                                   "memory": h.memory.as_dict() if h.memory else None} for h in self.hosts},
+                                   "memory": h.memory.as_dict() if h.memory else None,
+                                   "horovod": h.horovod} for h in self.hosts},
                 "links": [{"from": link.source, "to": link.target, "rate_bps": link.rate_bps,
                            "latency_ms": link.latency_s * 1000} for link in self.links],
                 "latency_ms": self.latency_s * 1000, "params": self.params, "dtype_bytes": self.dtype_bytes,
@@ -234,7 +239,9 @@ def aggregate(slots: Sequence[HostSlots], links: Sequence[LinkMeasure],
         step = steps.get(host)
         speed = fastest / step if step and fastest else 1.0
         memory = next((link.target_memory for link in mine if link.target == host and link.target_memory), None)
-        measures.append(HostMeasure(host, rate, latency, step, speed, memory))
+        horovod = next((link.target_horovod for link in mine
+                        if link.target == host and link.target_horovod is not None), None)
+        measures.append(HostMeasure(host, rate, latency, step, speed, memory, horovod))
     listed = None if variables is None else tuple((tuple(int(d) for d in shape), int(size))
                                                   for shape, size in variables)
     tables = tuple(Embedding(int(rows), int(dim), float(lookups)) for rows, dim, lookups in embeddings)
