@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/time_to_accuracy.py --slow 50,10 --json tta.json
     .venv/bin/python benchmarks/time_to_accuracy.py --backends horovod,horovod_fp16
     .venv/bin/python benchmarks/time_to_accuracy.py --backends horovod,horovod_powersgd --repeats 1
+    .venv/bin/python benchmarks/time_to_accuracy.py --backends multi_worker_mirrored,multi_worker_mirrored_powersgd
 
 Asynchronous parameter-server updates can need more epochs than synchronous allreduce to reach the
 same accuracy, so a backend faster per example can be slower to a target. This driver builds a lab
@@ -19,7 +20,10 @@ same accuracy, so a backend faster per example can be slower to a target. This d
   --workers 2 --ps 1`` (the chief on c, workers on w1 and w2, the ps on p1);
 * ``horovod_powersgd`` (only when named in ``--backends``): the Horovod launch,
   ``make_strategy("horovod", compression="powersgd")`` (each weight matrix as two rank-4 factors, with
-  error feedback), against fp32 Horovod's time to the target and final accuracy.
+  error feedback), against fp32 Horovod's time to the target and final accuracy;
+* ``multi_worker_mirrored`` and ``multi_worker_mirrored_powersgd`` (only when named): ``tfdist launch
+  --backend multi_worker_mirrored --hosts w1:1,w2:1`` (a worker on w1 and w2, tf.distribute's
+  collectives), plain and with ``compression="powersgd"``: the plan for a cluster without Horovod.
 
 Each run stops at the first epoch whose validation accuracy reaches ``--target``, or after
 ``--max-epochs``; its job reports the strategy it really ran (``kind``, ``compression``), and a run
@@ -51,16 +55,21 @@ JOB = Path(__file__).resolve().parent / "tta_job.py"
 HOSTS = ["c", "w1", "w2", "p1"]
 BACKENDS = ("horovod", "horovod_fp16", "parameter_server")
 #: Run only when named in --backends.
-OPTIONAL_BACKENDS = ("horovod_powersgd",)
+OPTIONAL_BACKENDS = ("horovod_powersgd", "multi_worker_mirrored", "multi_worker_mirrored_powersgd")
 KNOWN = BACKENDS + OPTIONAL_BACKENDS
 LABELS = {"horovod": "Horovod (2 ranks)", "horovod_fp16": "Horovod fp16 (2 ranks)",
           "horovod_powersgd": "Horovod PowerSGD (2 ranks)",
+          "multi_worker_mirrored": "MultiWorkerMirrored (2 workers)",
+          "multi_worker_mirrored_powersgd": "MultiWorkerMirrored PowerSGD (2 workers)",
           "parameter_server": "PS (chief + 2 workers + 1 ps)"}
 _HOROVOD_LAUNCH = ["--backend", "horovod", "--hosts", "w1:1,w2:1", "--network-interface", "eth0"]
 LAUNCH = {
     "horovod": _HOROVOD_LAUNCH,
     "horovod_fp16": _HOROVOD_LAUNCH,
     "horovod_powersgd": _HOROVOD_LAUNCH,
+    "multi_worker_mirrored": ["--backend", "multi_worker_mirrored", "--hosts", "w1:1,w2:1", "--workers", "2"],
+    "multi_worker_mirrored_powersgd": ["--backend", "multi_worker_mirrored", "--hosts", "w1:1,w2:1",
+                                       "--workers", "2"],
     "parameter_server": ["--hosts", "w1:1,w2:1,p1:1,c:1", "--chief-host", "c", "--ps-hosts", "p1",
                          "--workers", "2", "--ps", "1"],
 }
@@ -68,9 +77,13 @@ LAUNCH = {
 JOB_OPTIONS = {"horovod": ["--backend", "horovod"],
                "horovod_fp16": ["--backend", "horovod", "--compression", "fp16"],
                "horovod_powersgd": ["--backend", "horovod", "--compression", "powersgd"],
+               "multi_worker_mirrored": ["--backend", "multi_worker_mirrored"],
+               "multi_worker_mirrored_powersgd": ["--backend", "multi_worker_mirrored", "--compression", "powersgd"],
                "parameter_server": ["--backend", "parameter_server"]}
 EXPECTED = {"horovod": ("horovod", "none"), "horovod_fp16": ("horovod", "fp16"),
             "horovod_powersgd": ("horovod", "powersgd"),
+            "multi_worker_mirrored": ("multi_worker_mirrored", "none"),
+            "multi_worker_mirrored_powersgd": ("multi_worker_mirrored", "powersgd"),
             "parameter_server": ("parameter_server", "none")}
 ACCURACY_POINTS = 0.5  # fp16 keeps accuracy when its final val_accuracy is within this of fp32's
 
@@ -244,6 +257,13 @@ def report(records: list[dict], links: list[float | None], target: float) -> tup
                        powersgd_minus_fp32_points=None if low_rank["final_val_accuracy"] is None
                        or hvd["final_val_accuracy"] is None
                        else 100 * (low_rank["final_val_accuracy"] - hvd["final_val_accuracy"]))
+        mirrored, mirrored_low_rank = figures["multi_worker_mirrored"], figures["multi_worker_mirrored_powersgd"]
+        summary.update(mwms_powersgd_over_mwms_time=_ratio(mirrored_low_rank, mirrored, "seconds"),
+                       mwms_powersgd_over_mwms_rate=_ratio(mirrored_low_rank, mirrored, "rate"))
+        if "multi_worker_mirrored_powersgd" in present and "multi_worker_mirrored" in present:
+            lines.append("MultiWorkerMirrored PowerSGD vs plain: time to target "
+                         f"{fmt(summary['mwms_powersgd_over_mwms_time'])}, examples/s "
+                         f"{fmt(summary['mwms_powersgd_over_mwms_rate'])}")
         if "horovod_powersgd" in present and "horovod" in present:
             points = summary["powersgd_minus_fp32_points"]
             lines.append(f"PowerSGD vs fp32 Horovod: time to target {fmt(summary['powersgd_over_horovod_time'])} "

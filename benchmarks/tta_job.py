@@ -66,18 +66,20 @@ class TimeToTarget(tf.keras.callbacks.Callback):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", required=True, choices=["horovod", "parameter_server"])
+    parser.add_argument("--backend", required=True, choices=["horovod", "parameter_server", "multi_worker_mirrored"])
     parser.add_argument("--compression", choices=["none", "fp16", "powersgd"], default="none",
-                        help="horovod: the allreduce's compression (make_strategy's option)")
+                        help="the allreduce's compression (make_strategy's option): horovod; powersgd also "
+                             "multi_worker_mirrored")
     parser.add_argument("--target", type=float, default=0.95, help="validation accuracy to reach")
     parser.add_argument("--max-epochs", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=32, help="per worker")
     parser.add_argument("--lr", type=float, default=1e-3, help="single-worker Adam rate (classifier.py's)")
     parser.add_argument("--out", required=True, help="JSON result, written by rank 0 / the chief")
     args = parser.parse_args(argv)
-    if args.compression != "none" and args.backend != "horovod":
-        parser.error(f"--compression {args.compression} applies to --backend horovod only; fix: drop it, "
-                     "or pick --backend horovod")
+    takes = {"horovod": ("fp16", "powersgd"), "multi_worker_mirrored": ("powersgd",)}.get(args.backend, ())
+    if args.compression != "none" and args.compression not in takes:
+        parser.error(f"--compression {args.compression} does not apply to --backend {args.backend}; fix: drop "
+                     "it, or pick --backend horovod")
 
     classifier = load_classifier()
     options = {"compression": args.compression} if args.compression != "none" else {}
