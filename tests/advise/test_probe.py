@@ -290,16 +290,17 @@ def test_a_link_measured_over_loopback_by_real_agents():
     assert measured.target_horovod is True  # this venv's Horovod, built with TensorFlow
 
 
-def test_a_receiver_whose_python_has_horovod_without_its_tensorflow_ops_says_so(tmp_path):
-    """The receiver's interpreter finds a ``horovod`` package first that has no TensorFlow extension
-    (Horovod installed for PyTorch only, say): the link is measured, and the host is reported without."""
+def test_a_receiver_finds_horovod_where_the_tasks_would_the_launchers_pythonpath_first(tmp_path, monkeypatch):
+    """The launcher's PYTHONPATH (which every task gets) finds a ``horovod`` package without its
+    TensorFlow extension first (Horovod installed for PyTorch only, say): the receiver, started without
+    it, is told it in its specification, and reports its host without Horovod."""
     (tmp_path / "horovod" / "tensorflow").mkdir(parents=True)
     for name in ("horovod/__init__.py", "horovod/tensorflow/__init__.py"):
         (tmp_path / name).write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
 
     def start(host, spec):
-        shadowed = ["env", f"PYTHONPATH={tmp_path}"] if spec["role"] == "receive" else []
-        return Agent([*shadowed, sys.executable, "-m", "tfdist.probe.agent"], spec, host)
+        return Agent(["env", "-u", "PYTHONPATH", sys.executable, "-m", "tfdist.probe.agent"], spec, host)
 
     measured = measure_link("127.0.0.1", "127.0.0.1", 0.5, start)
     assert measured.rate_bps > 10e6 and measured.target_horovod is False

@@ -23,14 +23,23 @@ def _package(tmp_path, *files: str):
 
 def test_the_extension_file_decides_not_the_package(tmp_path):
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    assert horovod_with_tensorflow(_package(tmp_path / "built", f"tensorflow/mpi_lib{suffix}")) is True
-    assert horovod_with_tensorflow(_package(tmp_path / "torch_only", f"torch/mpi_lib_v2{suffix}")) is False
-    assert horovod_with_tensorflow(lambda name: None) is False  # no horovod at all
+    assert horovod_with_tensorflow(find_spec=_package(tmp_path / "built", f"tensorflow/mpi_lib{suffix}")) is True
+    assert horovod_with_tensorflow(find_spec=_package(tmp_path / "torch_only", f"torch/mpi_lib_v2{suffix}")) is False
+    assert horovod_with_tensorflow(find_spec=lambda name: None) is False  # no horovod at all
 
     def broken(name):
         raise ImportError("a broken install")
 
-    assert horovod_with_tensorflow(broken) is False
+    assert horovod_with_tensorflow(find_spec=broken) is False
+
+
+def test_the_launchers_pythonpath_comes_first_as_it_does_for_the_tasks(tmp_path):
+    """The tasks get the launcher's PYTHONPATH: a ``horovod`` there without the TensorFlow extension is
+    what they would import, whatever this interpreter has."""
+    (tmp_path / "horovod" / "tensorflow").mkdir(parents=True)
+    (tmp_path / "horovod" / "__init__.py").write_text("")
+    assert horovod_with_tensorflow() is True  # this venv's
+    assert horovod_with_tensorflow([str(tmp_path)]) is False
 
 
 def test_this_venvs_horovod_is_found_without_importing_it():

@@ -15,7 +15,7 @@ a cluster without Horovod it weighs parameter servers and MultiWorkerMirrored, a
 from __future__ import annotations
 
 import importlib.machinery
-import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +28,15 @@ HOROVOD_FIX = ("build Horovod with TensorFlow and Gloo for the same Python on ev
                "(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install horovod; `make setup` does it here)")
 
 
-def horovod_with_tensorflow(find_spec: Callable[[str], Any] = importlib.util.find_spec) -> bool:
-    """Whether Horovod's TensorFlow extension is installed for this interpreter (a file beside
-    ``horovod/tensorflow/__init__.py`` named ``mpi_lib`` with an extension suffix); the ``horovod``
+def horovod_with_tensorflow(pythonpath: Sequence[str] = (),
+                            find_spec: Callable[[str], Any] | None = None) -> bool:
+    """Whether Horovod's TensorFlow extension is installed for this interpreter with ``pythonpath``
+    before its own path (the launcher's ``PYTHONPATH``, which every task gets): a file beside
+    ``horovod/tensorflow/__init__.py`` named ``mpi_lib`` with an extension suffix. The ``horovod``
     package is located, not imported."""
+    if find_spec is None:
+        def find_spec(name: str) -> Any:
+            return importlib.machinery.PathFinder.find_spec(name, [*pythonpath, *sys.path])
     try:
         spec = find_spec("horovod")
     except (ImportError, ValueError):

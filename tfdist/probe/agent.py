@@ -118,13 +118,14 @@ def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY
 
 def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
             resolve: Callable[[str], str] | None = None, wait: float | None = None,
-            stop_when_steady: bool = False) -> dict[str, Any]:
+            stop_when_steady: bool = False, pythonpath: str = "") -> dict[str, Any]:
     """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer. ``wait``:
     how long the sender may go quiet (default ``seconds`` + 60; a probe that transfers one link at a
     time gives its whole timeout, since the other links' transfers come first). ``stop_when_steady``:
     once the rate is :func:`steady`, reset the connection (the sender stops at once, its queued bytes
     dropped) and time what came so far; otherwise the transfer runs until the sender closes (after its
-    ``seconds``) and its queued bytes have arrived."""
+    ``seconds``) and its queued bytes have arrived. ``pythonpath``: the launcher's ``PYTHONPATH``, which
+    the tasks get, for where to look for Horovod."""
     from tfdist.launch.remote_task import bind_address
 
     address = bind_address(host) if resolve is None else bind_address(host, resolve)
@@ -174,7 +175,7 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
 
     return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed, "steady_stop": stopped,
             "memory": read_host_memory().as_dict(),  # every probed host receives once
-            "horovod": horovod_with_tensorflow()}
+            "horovod": horovod_with_tensorflow([p for p in pythonpath.split(os.pathsep) if p])}
 
 
 def send(peer: str, port: int, seconds: float, pings: int,
@@ -465,7 +466,8 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     role = spec["role"]
     if role == "receive":
         return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out,
-                       wait=float(spec["timeout"]), stop_when_steady=spec.get("steady") is True)
+                       wait=float(spec["timeout"]), stop_when_steady=spec.get("steady") is True,
+                       pythonpath=str(spec.get("pythonpath") or ""))
     if role == "send":
         gated = go is not None and spec.get("gated") is True
         return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]),

@@ -162,7 +162,8 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
         receivers = []
         for _, target in pairs:
             receivers.append(start(target, {"role": "receive", "host": target, "seconds": seconds,
-                                            "skip": SKIP_SECONDS, "timeout": timeout, "steady": True}))
+                                            "skip": SKIP_SECONDS, "timeout": timeout, "steady": True,
+                                            "pythonpath": os.environ.get("PYTHONPATH", "")}))
             agents.append(receivers[-1])
         senders = []
         for (source, target), receiver in zip(pairs, receivers):
