@@ -56,6 +56,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "horovod_hierarchical": ("horovod", {"hierarchical_allreduce": True}),
     "horovod_powersgd": ("horovod", {"compression": "powersgd"}),
     "multi_worker_mirrored": ("multi_worker_mirrored", {}),
+    "multi_worker_mirrored_powersgd": ("multi_worker_mirrored", {"compression": "powersgd"}),
     "parameter_server": ("parameter_server", {}),
 }
 

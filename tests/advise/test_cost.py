@@ -70,7 +70,8 @@ def test_hierarchical_equation_and_when_it_applies():
     expected = 2 * 3 / 4 * m / (10 * GBIT) + 2 * 1 * 1e-4 + 2 * 1 / 2 * m / GBIT
     assert p.communication_ms == pytest.approx(expected * 1000)
     # no ps task, and no matrices given for PowerSGD to compress
-    assert set(cost.predict_all(cluster, SMALL)) == set(cost.STRATEGY_NAMES) - {"parameter_server", "horovod_powersgd"}
+    assert set(cost.predict_all(cluster, SMALL)) == set(cost.STRATEGY_NAMES) - {
+        "parameter_server", "horovod_powersgd", "multi_worker_mirrored_powersgd"}
     assert "horovod_hierarchical" not in cost.predict_all(Cluster(workers=8, bandwidths=(GBIT,)), SMALL)
 
 

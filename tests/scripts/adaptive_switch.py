@@ -6,9 +6,10 @@
 The chief writes, under OUTDIR, what the tests compare across a switch: ``begin-<kind>-<N>.npz`` when
 training begins (after ``strategy.fit`` restored a switch's checkpoint; N: the first epoch it trains)
 and ``end-<E>.npz`` after each epoch E, each with the model's weights, the optimizer's variables (slots
-and iterations) in creation order; and ``wire-<E>.json``: the variant and compression the task's own
-strategy object held during epoch E, and the dtypes its traced train step allreduces gradients in
-(read from the graphs of the step that trained the epoch). The last line is ``DONE <kind>`` when fit ran to its end (a task
+and iterations) in creation order; and ``wire-<E>.json`` (Horovod, MultiWorkerMirrored): the variant and
+compression the task's own strategy object held during epoch E, and the dtypes its traced train step
+allreduces gradients in (read from the graphs of the step that trained the epoch; MultiWorkerMirrored:
+``["powersgd"]`` when its optimizer aggregates through PowerSGD, else none). The last line is ``DONE <kind>`` when fit ran to its end (a task
 that stops for a switch ends inside ``strategy.fit``). With ``again``, a second ``strategy.fit`` of one
 epoch follows (``AGAIN <kind>``): a process's later fits are not followed by the launcher. The first
 fit also records the run for TensorBoard in ``OUTDIR/runs/adaptive`` (``TensorBoardRun``).
@@ -71,6 +72,13 @@ class Snapshot(K.callbacks.Callback):
                 with open(os.path.join(OUTDIR, f"wire-{epoch}.json"), "w") as out:
                     json.dump({"variant": strategy.plan.variant, "compression": strategy.options.compression,
                                "dtypes": allreduced_dtypes(self.model.train_function)}, out)
+            elif strategy.kind == "multi_worker_mirrored":  # PowerSGD: whether the optimizer aggregates through it
+                from tfdist.runtime.collective_powersgd import aggregates_through_powersgd
+
+                with open(os.path.join(OUTDIR, f"wire-{epoch}.json"), "w") as out:
+                    json.dump({"variant": strategy.plan.variant, "compression": strategy.options.compression,
+                               "dtypes": ["powersgd"] if aggregates_through_powersgd(self.model.optimizer) else []},
+                              out)
 
 
 strategy = tfdist.make_strategy("auto")

@@ -20,15 +20,14 @@ import pytest
 from support import SCRIPTS, horovodrun, subprocess_env
 
 from tfdist import run_channel
-from tfdist.plan import Plan, plan_environment, variant_options
+from tfdist.plan import Plan, backend_of, plan_environment, variant_options
 
 pytestmark = [pytest.mark.horovod, pytest.mark.cluster]
 
 
 def plan_env(variant: str, folder: Path, ps: int = 0) -> dict[str, str]:
     """A task's environment under ``variant``'s plan, in the adaptive run ``folder``."""
-    backend = variant if variant in ("parameter_server", "multi_worker_mirrored") else "horovod"
-    plan = Plan(backend=backend, variant=variant, options=variant_options(variant), workers=2, ps=ps,
+    plan = Plan(backend=backend_of(variant), variant=variant, options=variant_options(variant), workers=2, ps=ps,
                 batch_size=16, predicted_examples_per_second=1000.0, predicted_step_ms=32.0, bottleneck="compute",
                 explanation="the workers' compute")
     return subprocess_env(**plan_environment(plan), **{run_channel.ADAPT_ENV: str(folder)})
@@ -80,9 +79,12 @@ def launch_mwm(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> su
 
 
 def test_horovod_to_parameter_servers_to_multi_worker_mirrored_and_back_resumes_the_exact_state(tmp_path):
+    """MultiWorkerMirrored runs with PowerSGD (as a plan for a cluster without Horovod has it): its state
+    is made by the resumed job and left behind by the next, whose checkpoint has none."""
     folder, out = tmp_path / "run", tmp_path / "out"
     out.mkdir()
-    verdicts(folder, "parameter_server", "multi_worker_mirrored", "horovod", "horovod_fp16" + IN_PROCESS, None)
+    verdicts(folder, "parameter_server", "multi_worker_mirrored_powersgd", "horovod", "horovod_fp16" + IN_PROCESS,
+             None)
     args = (str(out), "tf_keras", "5")
 
     first = horovodrun("adaptive_switch.py", *args, env=plan_env("horovod", folder))
@@ -98,14 +100,16 @@ def test_horovod_to_parameter_servers_to_multi_worker_mirrored_and_back_resumes_
     assert "resumed on parameter_server after epoch 1 (model and optimizer restored)" in second.stdout
     same_state(out / "end-0.npz", out / "begin-parameter_server-1.npz")
 
-    mirrored = launch_mwm(out, "tf_keras", 5, plan_env("multi_worker_mirrored", folder))
+    mirrored = launch_mwm(out, "tf_keras", 5, plan_env("multi_worker_mirrored_powersgd", folder))
     assert mirrored.returncode == 0, mirrored.stderr[-3000:]
     assert "DONE" not in mirrored.stdout, mirrored.stdout  # both workers stopped for the switch inside fit
     assert (mirrored.stdout + mirrored.stderr).count("switching to horovod; this task ends here") == 2, \
         mirrored.stderr[-3000:]
-    assert "resumed on multi_worker_mirrored after epoch 2 (model and optimizer restored)" in mirrored.stdout + \
+    assert "resumed on multi_worker_mirrored_powersgd after epoch 2 (model and optimizer restored)" in mirrored.stdout + \
         mirrored.stderr, mirrored.stderr[-3000:]
     same_state(out / "end-1.npz", out / "begin-multi_worker_mirrored-2.npz")
+    # the plan's, as the strategy says, and the optimizer aggregates through it
+    assert wire(out, 2) == ("multi_worker_mirrored_powersgd", "powersgd", ["powersgd"])
 
     third = horovodrun("adaptive_switch.py", *args, "again", env=plan_env("horovod", folder))
     assert third.returncode == 0, third.stderr[-3000:]
@@ -119,7 +123,7 @@ def test_horovod_to_parameter_servers_to_multi_worker_mirrored_and_back_resumes_
     assert third.stderr.count("changed to horovod_fp16 in this process after epoch 4") == 2, third.stderr[-3000:]
     assert wire(out, 3) == ("horovod", "none", ["float32"]) and wire(out, 4) == ("horovod_fp16", "fp16", ["float16"])
     assert json.loads((folder / "resumed-4.json").read_text())["in_process"] is True
-    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "multi_worker_mirrored", 3: "horovod",
+    assert reported(folder) == {0: "horovod", 1: "parameter_server", 2: "multi_worker_mirrored_powersgd", 3: "horovod",
                                 4: "horovod_fp16"}
     with np.load(out / "end-4.npz") as last:  # Adam counted every step once: 5 epochs of 8 steps
         assert int(last["o0"]) == 5 * 8, last["o0"]
@@ -138,7 +142,7 @@ def recorded_segments(runs: Path, switch_s: float) -> None:
     run = load_run(str(runs / "adaptive"))
     assert [(part.variant, part.first_epoch, part.last_epoch, part.predicted_examples_per_second)
             for part in segments(run)] == [("horovod", 0, 1, 1000.0), ("parameter_server", 1, 2, 1000.0),
-                                           ("multi_worker_mirrored", 2, 3, 1000.0), ("horovod", 3, 4, 1000.0),
+                                           ("multi_worker_mirrored_powersgd", 2, 3, 1000.0), ("horovod", 3, 4, 1000.0),
                                            ("horovod_fp16", 4, 5, 1000.0)]
     wall = run.series(TRAIN, WALL_TIME_TAG)
     assert wall.steps == (0, 1, 2, 3, 4), wall

@@ -60,6 +60,37 @@ def one_worker():
 
 
 @pytest.mark.no_gpu
+def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_and_refused_under_a_plan(one_worker, caplog,
+                                                                                             monkeypatch):
+    """Compiled with a plain optimizer, fit trained on Keras' own whole-gradient aggregation without a
+    word while the strategy said PowerSGD. The script's own compression is now said, with the fix; a
+    plan's is refused (the run would be recorded as the plan's PowerSGD)."""
+    import numpy as np
+    import tf_keras
+
+    from tfdist.plan import Plan
+
+    with one_worker.scope():
+        model = tf_keras.Sequential([tf_keras.Input((16,)), tf_keras.layers.Dense(32), tf_keras.layers.Dense(1)])
+        model.compile(optimizer=tf_keras.optimizers.SGD(0.05), loss="mse")
+    x = np.zeros((64, 16), "float32")
+    with caplog.at_level("WARNING", logger="tfdist"):
+        one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+    said = [r.getMessage() for r in caplog.records if "did not go through strategy.optimizer()" in r.getMessage()]
+    assert said == ["tfdist: `compression` is 'powersgd', but the model's optimizer (SGD) did not go through "
+                    "strategy.optimizer(), so its gradients are averaged whole, without PowerSGD; fix: compile with "
+                    "optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"], said
+    planned = Plan(backend="multi_worker_mirrored", variant="multi_worker_mirrored_powersgd",
+                   options={"compression": "powersgd"}, workers=1, ps=0, batch_size=16,
+                   predicted_examples_per_second=1e3, predicted_step_ms=16.0, bottleneck="network", explanation="")
+    monkeypatch.setattr(one_worker, "plan", planned)
+    with pytest.raises(OptionValueError) as info:
+        one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+    assert str(info.value).startswith("the plan's `compression` is 'powersgd', but the model's optimizer (SGD) "
+                                      "did not go through strategy.optimizer()"), str(info.value)
+
+
+@pytest.mark.no_gpu
 def test_a_keras_3_model_trains_through_powersgd_and_its_loss_scaling_is_refused(one_worker):
     """Keras 3's optimizer sums the replicas' gradients in ``_all_reduce_sum_gradients``, where PowerSGD
     goes (the two-worker job: tests/strategies/test_multi_worker_mirrored_powersgd.py). Its

@@ -86,7 +86,7 @@ PS_SERIALIZE_BYTES_PER_S = 4e9
 POWERSGD_MATRIX_BYTES_PER_S = 5e8
 
 STRATEGY_NAMES = ("horovod", "horovod_fp16", "horovod_hierarchical", "horovod_powersgd", "parameter_server",
-                  "multi_worker_mirrored")
+                  "multi_worker_mirrored", "multi_worker_mirrored_powersgd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,24 +176,44 @@ def horovod_powersgd(cluster: Cluster, workload: Workload, settings: PowerSGDSet
     goes whole. Its own work (about five passes over each compressed matrix) is time the step adds, at
     the rate the probe timed on the model's kernels (``workload.powersgd_bytes_per_s``), else at
     POWERSGD_MATRIX_BYTES_PER_S. ``workload.matrices`` says what is compressed."""
+    return _powersgd("horovod_powersgd", cluster, workload, settings)
+
+
+def multi_worker_mirrored_powersgd(cluster: Cluster, workload: Workload,
+                                   settings: PowerSGDSettings = PowerSGDSettings()) -> Prediction:
+    """MultiWorkerMirrored with PowerSGD (``make_strategy('multi_worker_mirrored', compression='powersgd')``,
+    ``tfdist/runtime/collective_powersgd.py``): as :func:`horovod_powersgd`, through TensorFlow's
+    collectives as :func:`multi_worker_mirrored` takes them (MWMS_BANDWIDTH_FACTOR of the link, its
+    extra fixed cost a round, three gathers per embedding table, no overlap)."""
+    return _powersgd("multi_worker_mirrored_powersgd", cluster, workload, settings)
+
+
+def _powersgd(name: str, cluster: Cluster, workload: Workload, settings: PowerSGDSettings) -> Prediction:
+    """PowerSGD's two rounds on the ring of ``name``'s backend (Horovod, or tf.distribute's collectives)."""
     n, width = cluster.workers, workload.dtype_bytes
+    collectives = name.startswith("multi_worker_mirrored")
     shapes = list(workload.matrices)
     squeezed = [(m, k) for m, k in shapes if compressed((m, k), settings)]
     numbers = wire_numbers(shapes, settings) + (workload.params - workload.sparse_params
                                                 - sum(m * k for m, k in shapes))
     wire = float(numbers * width)
     extra = sum(m * k for m, k in squeezed) * width / (workload.powersgd_bytes_per_s or POWERSGD_MATRIX_BYTES_PER_S)
+    overlap = 0.0 if collectives else workload.overlap
     if n == 1:
-        return _sync_prediction("horovod_powersgd", cluster, workload, 0.0, 0.0, workload.overlap, "", 0.0)
-    rounds = 2 * max(1, math.ceil(wire / HOROVOD_FUSION_BYTES)) if squeezed else max(
-        1, math.ceil(wire / HOROVOD_FUSION_BYTES))
+        return _sync_prediction(name, cluster, workload, 0.0, 0.0, overlap, "", 0.0)
     ring_rate, ring_text = ring_link(cluster)
-    comm = rounds * 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * wire / ring_rate
-    gather, gathered = _allgather(cluster, workload, ring_rate, gathers_per_table=2)
+    if collectives:  # one batch_reduce_to a round, whatever its size
+        rounds, rate, fixed = (2 if squeezed else 1), ring_rate * MWMS_BANDWIDTH_FACTOR, MWMS_EXTRA_OVERHEAD_S
+        ring_text += f" at an assumed {MWMS_BANDWIDTH_FACTOR:g} of its rate through gRPC"
+    else:
+        fused = max(1, math.ceil(wire / HOROVOD_FUSION_BYTES))
+        rounds, rate, fixed = (2 * fused if squeezed else fused), ring_rate, 0.0
+    comm = rounds * 2 * (n - 1) * cluster.latency_s + 2 * (n - 1) / n * wire / rate
+    gather, gathered = _allgather(cluster, workload, rate, gathers_per_table=3 if collectives else 2)
     # its own work runs between the two allreduces on every worker: never hidden, slower on a slow worker
-    overhead = workload.allreduce_overhead_ms / 1000 * (2 if squeezed else 1) + extra
-    return _sync_prediction("horovod_powersgd", cluster, workload, comm + gather, overhead,
-                            workload.overlap, ring_text, 2 * (n - 1) / n * wire + gathered)
+    overhead = (workload.allreduce_overhead_ms / 1000 + fixed) * (2 if squeezed else 1) + extra
+    return _sync_prediction(name, cluster, workload, comm + gather, overhead, overlap, ring_text,
+                            2 * (n - 1) / n * wire + gathered)
 
 
 def ring_link(cluster: Cluster) -> tuple[float, str]:
@@ -367,17 +387,21 @@ def predict_all(cluster: Cluster, workload: Workload) -> dict[str, Prediction]:
     """Every strategy that applies to the cluster, by name (a subset of STRATEGY_NAMES, in that order).
 
     ``horovod_fp16`` needs dtype_bytes > 2; ``horovod_hierarchical`` needs several hosts with several
-    workers each; ``horovod_powersgd`` needs the model's matrices (``Workload.matrices``) and one of them
-    worth compressing at the default rank; ``parameter_server`` needs ps >= 1.
+    workers each; ``horovod_powersgd`` and ``multi_worker_mirrored_powersgd`` need the model's matrices
+    (``Workload.matrices``) and one of them worth compressing at the default rank; ``parameter_server``
+    needs ps >= 1.
     """
     found = {"horovod": horovod(cluster, workload)}
     if workload.dtype_bytes > 2 and cluster.workers > 1:
         found["horovod_fp16"] = horovod(cluster, workload, compression="fp16")
     if cluster.hosts > 1 and cluster.workers_per_host > 1:
         found["horovod_hierarchical"] = horovod(cluster, workload, hierarchical=True)
-    if cluster.workers > 1 and any(compressed(shape, PowerSGDSettings()) for shape in workload.matrices):
+    low_rank = cluster.workers > 1 and any(compressed(shape, PowerSGDSettings()) for shape in workload.matrices)
+    if low_rank:
         found["horovod_powersgd"] = horovod_powersgd(cluster, workload)
     if cluster.ps >= 1:
         found["parameter_server"] = parameter_server(cluster, workload)
     found["multi_worker_mirrored"] = multi_worker_mirrored(cluster, workload)
+    if low_rank:
+        found["multi_worker_mirrored_powersgd"] = multi_worker_mirrored_powersgd(cluster, workload)
     return found

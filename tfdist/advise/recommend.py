@@ -192,10 +192,15 @@ def allowed(predictions: dict[str, Prediction], memory: MemoryCheck | None = Non
             and backend_of(name) not in (unavailable or {})]
 
 
+#: Each compressed variant and the plain one whose wire it relieves.
+_COMPRESSED = {"horovod_fp16": "horovod", "horovod_powersgd": "horovod",
+               "multi_worker_mirrored_powersgd": "multi_worker_mirrored"}
+
+
 def _may_recommend(name: str, predictions: dict[str, Prediction]) -> bool:
-    """Compression only where the wire limits plain horovod: elsewhere fp16's casts and PowerSGD's own
-    work cost time, and their rounding or low rank buys nothing."""
-    return name not in ("horovod_fp16", "horovod_powersgd") or predictions["horovod"].bottleneck == "network"
+    """Compression only where the wire limits its plain backend: elsewhere fp16's casts and PowerSGD's
+    own work cost time, and their rounding or low rank buys nothing."""
+    return name not in _COMPRESSED or predictions[_COMPRESSED[name]].bottleneck == "network"
 
 
 def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workload: Workload) -> list[str]:
@@ -215,6 +220,14 @@ def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workloa
         gain = best.examples_per_second / plain.examples_per_second
         hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): {halved}, "
                      f"{gain:.2f}x plain horovod; gradients are rounded to float16 for the allreduce")
+    elif best.name == "multi_worker_mirrored_powersgd":
+        mirrored = predictions["multi_worker_mirrored"]
+        hints.append(f"use PowerSGD (make_strategy('multi_worker_mirrored', compression='powersgd')): each "
+                     f"weight matrix sent as two rank-4 factors, "
+                     f"{mirrored.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "
+                     f"{best.examples_per_second / mirrored.examples_per_second:.2f}x plain multi_worker_mirrored; "
+                     "it changes the optimisation (a low-rank gradient with error feedback), which may need more "
+                     "epochs to the same accuracy: compare time to accuracy, not only examples/s")
     elif best.name == "horovod_powersgd":
         hints.append(f"use PowerSGD (make_strategy('horovod', compression='powersgd')): each weight matrix "
                      f"sent as two rank-4 factors, {plain.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "

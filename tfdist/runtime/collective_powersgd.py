@@ -103,6 +103,13 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
     return optimizer
 
 
+def aggregates_through_powersgd(optimizer: Any) -> bool:
+    """Whether ``optimizer`` (or the one a tf-keras ``LossScaleOptimizer`` wraps) went through
+    :func:`powersgd_optimizer`."""
+    inner = _inner_or_none(optimizer)
+    return getattr(optimizer if inner is None else inner, COLLECTIVE_POWERSGD_MARK, None) is not None
+
+
 def local_replicas(strategy: Any) -> int:
     """The replicas ``strategy`` runs in this process (its local devices)."""
     return len(strategy.extended.worker_devices)
@@ -214,5 +221,5 @@ def _inner_or_none(optimizer: Any) -> Any:
         return None
 
 
-__all__ = ["allreduce_mean", "local_replicas", "powersgd_optimizer", "refuse_compiled_keras3_loss_scale",
+__all__ = ["aggregates_through_powersgd", "allreduce_mean", "local_replicas", "powersgd_optimizer", "refuse_compiled_keras3_loss_scale",
            "synchronize_powersgd"]

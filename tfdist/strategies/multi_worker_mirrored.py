@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from typing import Any, Literal
 
@@ -19,6 +20,8 @@ from tfdist.strategies.checkpoints import CheckpointError
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
 from tfdist.strategies.powersgd_options import check_powersgd_options, powersgd_settings
 from tfdist.strategies.registry import STRATEGIES
+
+log = logging.getLogger("tfdist")
 
 _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
 _FP16_REFUSAL = with_fix(
@@ -112,6 +115,20 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         if settings is None:
             return optimizer
         return collective_powersgd.powersgd_optimizer(optimizer, settings, self._strategy)
+
+    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
+        """With ``compression="powersgd"``, the compiled optimizer should aggregate through PowerSGD: Keras'
+        own aggregation averages whole gradients. A plan's PowerSGD (``make_strategy("auto")``) is refused
+        then, since the run would be recorded as PowerSGD; the script's own is said once, with the fix."""
+        super()._check_model(model, callbacks)
+        if self.options.compression != "powersgd" or collective_powersgd.aggregates_through_powersgd(model.optimizer):
+            return
+        what = (f"the model's optimizer ({type(model.optimizer).__name__}) did not go through strategy.optimizer(), "
+                "so its gradients are averaged whole")
+        fix = "compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"
+        if self.plan is not None and self.plan.options.get("compression") == "powersgd":
+            raise OptionValueError(with_fix(f"the plan's `compression` is 'powersgd', but {what}", fix))
+        log.warning("tfdist: `compression` is 'powersgd', but %s, without PowerSGD; fix: %s", what, fix)
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
         """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``);
