@@ -81,6 +81,8 @@ def test_nothing_to_decide():
     ("horovod", "parameter_server", True), ("parameter_server", "multi_worker_mirrored", True),
     # PowerSGD's error feedback and factors start with the job: to or from it is a restart
     ("horovod", "horovod_powersgd", True), ("horovod_powersgd", "horovod_fp16", True),
+    ("multi_worker_mirrored", "multi_worker_mirrored_powersgd", True),
+    ("multi_worker_mirrored_powersgd", "multi_worker_mirrored", True),
 ])
 def test_which_switches_need_a_new_cluster(a, b, restart):
     assert needs_restart(a, b) is restart

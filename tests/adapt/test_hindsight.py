@@ -161,3 +161,14 @@ def test_a_parameter_server_run_predicts_the_ring_without_the_coordinators_load_
     # at its measured rate, so the re-fit's own prediction is compared)
     assert (refitted(LAUNCHED, WORKLOAD, "parameter_server", ps_record(*beside, rest=10.0)).predictions["parameter_server"]
             == refitted(LAUNCHED, WORKLOAD, "parameter_server", ps_record(*beside)).predictions["parameter_server"])
+
+
+def test_a_backend_that_cannot_launch_here_is_not_offered_in_hindsight():
+    """A parameter-server run on hosts without Horovod: the ring through Horovod is predicted fastest,
+    and the line offered it, a plan the user could not run; it now names the best that can launch."""
+    even = record((30.0, 30.0), (10.0, 10.0), (10.0, 10.0), comm=12.0)
+    offered = hindsight(LAUNCHED, WORKLOAD, "parameter_server", even)
+    assert "horovod_fp16 would have been " in offered, offered
+    line = hindsight(LAUNCHED, WORKLOAD, "parameter_server", even, unavailable={"horovod"})
+    assert "horovod" not in line and "parameter_server " in line and "(ran)" in line, line
+    assert line.endswith("multi_worker_mirrored would have been 1.39x faster"), line

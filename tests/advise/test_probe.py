@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
 import struct
 import sys
@@ -288,6 +289,16 @@ def test_a_link_measured_over_loopback_by_real_agents():
     assert measured.rate_bps > 10e6 and 0 < measured.latency_s < 0.05
     assert measured.target_memory is not None and measured.target_memory.usable > 2**20  # the receiver's host
     assert measured.target_horovod is True  # this venv's Horovod, built with TensorFlow
+
+
+def test_the_launchers_pythonpath_is_sent_as_the_tasks_search_it():
+    """The tasks run in the launcher's working directory: a relative entry is taken from there, not from
+    the receiver's ssh home."""
+    from tfdist.probe.driver import task_pythonpath
+
+    assert task_pythonpath({"PYTHONPATH": f"src{os.pathsep}{os.pathsep}/opt/lib"}, cwd="/work/job") == [
+        "/work/job/src", "/opt/lib"]
+    assert task_pythonpath({}, cwd="/work/job") == []
 
 
 def test_a_receiver_finds_horovod_where_the_tasks_would_the_launchers_pythonpath_first(tmp_path, monkeypatch):

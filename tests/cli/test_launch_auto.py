@@ -155,6 +155,16 @@ def test_a_worker_host_without_horovod_gets_the_best_backend_that_can_launch(mon
     assert launched == [("multi_worker_mirrored", "w1:1,w2:1", 2, 1)]
 
 
+def test_a_ps_host_without_horovod_does_not_keep_horovod_off_the_workers(monkeypatch, launched):
+    """Only the hosts that get a worker run Horovod's ranks: p, the ps host, need not have it."""
+    links = [dataclasses.replace(link, target_horovod=link.target != "p") for link in _links()]
+    _fake_probe(monkeypatch, {"w1": 10.0, "w2": 10.0}, links=links)
+    result = run(*AUTO, *COMMAND)
+    assert result.exit_code == 0, result.output
+    assert "Recommended: horovod" in result.output and "cannot launch" not in result.output
+    assert launched == [("horovod", "w1:1,w2:1", None, None)]
+
+
 def test_without_horovodrun_here_auto_plans_without_horovod(monkeypatch, launched):
     import tfdist.auto.pipeline
 

@@ -60,22 +60,30 @@ def one_worker():
 
 
 @pytest.mark.no_gpu
-def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_and_refused_under_a_plan(one_worker, caplog,
-                                                                                             monkeypatch):
+def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_once_and_a_plans_powersgd_applied(
+        one_worker, caplog, monkeypatch):
     """Compiled with a plain optimizer, fit trained on Keras' own whole-gradient aggregation without a
-    word while the strategy said PowerSGD. The script's own compression is now said, with the fix; a
-    plan's is refused (the run would be recorded as the plan's PowerSGD)."""
+    word while the strategy said PowerSGD. The script's own compression is now said once, with the fix
+    (evaluate says nothing: it aggregates no gradients); a plan's PowerSGD, which the script did not ask
+    for (an adaptive run switches to it), is applied to the compiled optimizer."""
     import numpy as np
     import tf_keras
 
     from tfdist.plan import Plan
+    from tfdist.runtime.allreduce import powersgd_state
 
-    with one_worker.scope():
-        model = tf_keras.Sequential([tf_keras.Input((16,)), tf_keras.layers.Dense(32), tf_keras.layers.Dense(1)])
-        model.compile(optimizer=tf_keras.optimizers.SGD(0.05), loss="mse")
-    x = np.zeros((64, 16), "float32")
+    def compiled():
+        with one_worker.scope():
+            model = tf_keras.Sequential([tf_keras.Input((16,)), tf_keras.layers.Dense(32), tf_keras.layers.Dense(1)])
+            model.compile(optimizer=tf_keras.optimizers.SGD(0.05), loss="mse")
+        return model
+
+    x = np.random.default_rng(0).normal(size=(64, 16)).astype("float32")
+    model = compiled()
     with caplog.at_level("WARNING", logger="tfdist"):
-        one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+        for _ in range(2):
+            one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+        one_worker.evaluate(model, x, x[:, :1], batch_size=16, verbose=0)
     said = [r.getMessage() for r in caplog.records if "did not go through strategy.optimizer()" in r.getMessage()]
     assert said == ["tfdist: `compression` is 'powersgd', but the model's optimizer (SGD) did not go through "
                     "strategy.optimizer(), so its gradients are averaged whole, without PowerSGD; fix: compile with "
@@ -84,10 +92,13 @@ def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_and_refused_u
                    options={"compression": "powersgd"}, workers=1, ps=0, batch_size=16,
                    predicted_examples_per_second=1e3, predicted_step_ms=16.0, bottleneck="network", explanation="")
     monkeypatch.setattr(one_worker, "plan", planned)
-    with pytest.raises(OptionValueError) as info:
+    model = compiled()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tfdist"):
         one_worker.fit(model, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
-    assert str(info.value).startswith("the plan's `compression` is 'powersgd', but the model's optimizer (SGD) "
-                                      "did not go through strategy.optimizer()"), str(info.value)
+    assert "tfdist plan: the model's optimizer (SGD) did not go through strategy.optimizer(); the plan's PowerSGD " \
+           "now aggregates its gradients" in caplog.text
+    assert int(powersgd_state(model.optimizer).step.numpy()) == 4  # 64 examples, batch 16: every step through it
 
 
 @pytest.mark.no_gpu

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tfdist.adapt.errors import AdaptError
@@ -174,8 +174,10 @@ def _slower(prediction: Prediction, rate: float) -> Prediction:
                                step_ms=prediction.step_ms * prediction.examples_per_second / rate)
 
 
-def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any]) -> str | None:
-    """One line: every plan's examples/s on the cost model re-fitted from ``record``'s epochs, fastest
+def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mapping[str, Any],
+              unavailable: Collection[str] = ()) -> str | None:
+    """One line: every plan's examples/s on the cost model re-fitted from ``record``'s epochs (but the
+    plans of the ``unavailable`` backends, which cannot launch on these hosts), fastest
     first, the one that ran marked, at what it measured over the epochs the re-fit read (as the
     Replanner weighs the plan running); and whether another would have been faster by more than
     ``CLOSE_RATIO``. None when the record has no per-worker epochs (a backend that does not measure
@@ -209,6 +211,8 @@ def hindsight(cluster: Cluster, workload: Workload, variant: str, record: Mappin
     if found is None:
         return None
     fitted, predictions, epochs = found.cluster, found.predictions, found.epochs
+    predictions = {name: p for name, p in predictions.items()
+                   if name == variant or backend_of(name) not in unavailable}
     if variant in predictions:
         window = regime_window(epochs)
         predictions = as_measured(predictions, variant, statistics.median(e.examples_per_second for e in window))

@@ -65,6 +65,7 @@ from tfdist.advise.errors import AdviseError
 from tfdist.advise.units import format_bytes, format_rate
 from tfdist.errors import with_fix
 from tfdist.runtime.lowrank import PowerSGDSettings, compressed, wire_numbers
+from tfdist.plan import backend_of
 
 #: Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD default, 64 MiB): one allreduce per buffer.
 HOROVOD_FUSION_BYTES = 64 * 2**20
@@ -189,9 +190,11 @@ def multi_worker_mirrored_powersgd(cluster: Cluster, workload: Workload,
 
 
 def _powersgd(name: str, cluster: Cluster, workload: Workload, settings: PowerSGDSettings) -> Prediction:
-    """PowerSGD's two rounds on the ring of ``name``'s backend (Horovod, or tf.distribute's collectives)."""
+    """PowerSGD's two rounds on the ring of ``name``'s backend (Horovod, or tf.distribute's collectives).
+    Embedding tables are taken as allgathered rows, as without PowerSGD; the runtime sends their
+    gradients dense (and may compress them as matrices), which the model leaves out."""
     n, width = cluster.workers, workload.dtype_bytes
-    collectives = name.startswith("multi_worker_mirrored")
+    collectives = backend_of(name) == "multi_worker_mirrored"
     shapes = list(workload.matrices)
     squeezed = [(m, k) for m, k in shapes if compressed((m, k), settings)]
     numbers = wire_numbers(shapes, settings) + (workload.params - workload.sparse_params

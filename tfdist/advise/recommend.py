@@ -94,13 +94,14 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
     unfit = {} if memory is None else {backend_of(name): memory.refusal(backend_of(name))
                                        for name in predictions if not memory.fits(backend_of(name))}
     candidates = [predictions[name] for name in allowed(predictions, memory, unavailable)]
-    if not candidates and memory is None:  # memory aside, MultiWorkerMirrored is always allowed
-        raise AdviseError(with_fix(f"no backend can launch: {'; '.join(unavailable.values())}",
-                                   "install what is said"), "backend")
-    if not candidates:
+    if not candidates:  # MultiWorkerMirrored can always launch: only memory leaves nothing
+        assert memory is not None, "multi_worker_mirrored is always predicted and allowed"
         why: dict[str, list[str]] = {}
         for backend in unfit:
-            why.setdefault(memory.refusal(backend, detail=False), []).append(backend)
+            if backend not in unavailable:
+                why.setdefault(memory.refusal(backend, detail=False), []).append(backend)
+        for backend, text in unavailable.items():
+            why.setdefault(f"cannot launch here ({text})", []).append(backend)
         if memory.probed:  # --probe refuses --ps-memory and --worker-memory: name what it measured
             where, fix, field = ("the probed hosts' memory",
                                  "give the probed hosts more memory, or more ps tasks as said", "hosts")
@@ -113,7 +114,7 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
     fastest = max(candidates, key=lambda p: p.examples_per_second)
     best = max(candidates, key=lambda p: _toward_accuracy(p, workload))
     recommended = backend_of(best.name)
-    others = {b: p for b in BACKENDS if b != recommended
+    others = {b: p for b in BACKENDS if b != recommended and b not in unavailable  # said first, below
               for p in [_best_of(predictions, b)] if p is not None}
     # the contrast: parameter servers against allreduce, else the best other backend
     contrast = others.get("parameter_server") or max(others.values(), key=lambda p: p.examples_per_second,
@@ -220,18 +221,11 @@ def _variant_hints(best: Prediction, predictions: dict[str, Prediction], workloa
         gain = best.examples_per_second / plain.examples_per_second
         hints.append(f"use fp16 compression (make_strategy('horovod', compression='fp16')): {halved}, "
                      f"{gain:.2f}x plain horovod; gradients are rounded to float16 for the allreduce")
-    elif best.name == "multi_worker_mirrored_powersgd":
-        mirrored = predictions["multi_worker_mirrored"]
-        hints.append(f"use PowerSGD (make_strategy('multi_worker_mirrored', compression='powersgd')): each "
-                     f"weight matrix sent as two rank-4 factors, "
-                     f"{mirrored.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "
-                     f"{best.examples_per_second / mirrored.examples_per_second:.2f}x plain multi_worker_mirrored; "
-                     "it changes the optimisation (a low-rank gradient with error feedback), which may need more "
-                     "epochs to the same accuracy: compare time to accuracy, not only examples/s")
-    elif best.name == "horovod_powersgd":
-        hints.append(f"use PowerSGD (make_strategy('horovod', compression='powersgd')): each weight matrix "
-                     f"sent as two rank-4 factors, {plain.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "
-                     f"{best.examples_per_second / plain.examples_per_second:.2f}x plain horovod; it changes the "
+    elif best.name in ("horovod_powersgd", "multi_worker_mirrored_powersgd"):
+        base = predictions[_COMPRESSED[best.name]]
+        hints.append(f"use PowerSGD (make_strategy('{base.name}', compression='powersgd')): each weight matrix "
+                     f"sent as two rank-4 factors, {base.wire_bytes / max(best.wire_bytes, 1):.0f}x fewer bytes, "
+                     f"{best.examples_per_second / base.examples_per_second:.2f}x plain {base.name}; it changes the "
                      "optimisation (a low-rank gradient with error feedback), which may need more epochs to the "
                      "same accuracy: compare time to accuracy, not only examples/s")
     elif best.name == "horovod_hierarchical":

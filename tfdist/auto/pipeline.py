@@ -126,15 +126,16 @@ class Decision:
     def hindsight(self, result_path: str) -> str | None:
         """The run looked back on: every plan predicted again on the cost model re-fitted from the
         chief's record at ``result_path`` (:func:`tfdist.adapt.hindsight.hindsight`), with this decision's
-        workload (after an adaptive run, as the run measured it); None without a readable record or
-        per-worker epochs in it."""
+        workload (after an adaptive run, as the run measured it), leaving out the backends that cannot
+        launch here; None without a readable record or per-worker epochs in it."""
         try:
             with open(result_path) as handle:
                 record = json.load(handle)
         except (OSError, ValueError):
             return None
-        return hindsight(self.cluster, self.workload, self.advice.variant, record) if isinstance(record, dict) \
-            else None
+        if not isinstance(record, dict):
+            return None
+        return hindsight(self.cluster, self.workload, self.advice.variant, record, self.advice.unavailable)
 
     def describe(self) -> str:
         """What was measured, then the advisor's table: what both commands print."""

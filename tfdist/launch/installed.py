@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.errors import with_fix
+from tfdist.launch.horovod_launcher import EXTENSION_LIBRARIES
 
 #: How to install what a Horovod plan needs (scripts/setup.sh builds it so for this repository's venv).
 HOROVOD_FIX = ("build Horovod with TensorFlow and Gloo for the same Python on every host "
@@ -42,7 +43,8 @@ def horovod_with_tensorflow(pythonpath: Sequence[str] = (),
     except (ImportError, ValueError):
         return False
     locations = list(getattr(spec, "submodule_search_locations", None) or []) if spec is not None else []
-    return any((Path(location) / "tensorflow" / f"mpi_lib{suffix}").is_file()
+    library = dict(EXTENSION_LIBRARIES)["tensorflow"]
+    return any((Path(location) / "tensorflow" / f"{library}{suffix}").is_file()
                for location in locations for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 

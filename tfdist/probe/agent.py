@@ -48,7 +48,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from tfdist.errors import TfdistError, with_fix
@@ -118,14 +118,14 @@ def steady(samples: list[tuple[float, int]], skip: float, window: float = STEADY
 
 def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
             resolve: Callable[[str], str] | None = None, wait: float | None = None,
-            stop_when_steady: bool = False, pythonpath: str = "") -> dict[str, Any]:
+            stop_when_steady: bool = False, pythonpath: Sequence[str] = ()) -> dict[str, Any]:
     """Listen on ``host``'s address, announce the port, echo pings, time the bulk transfer. ``wait``:
     how long the sender may go quiet (default ``seconds`` + 60; a probe that transfers one link at a
     time gives its whole timeout, since the other links' transfers come first). ``stop_when_steady``:
     once the rate is :func:`steady`, reset the connection (the sender stops at once, its queued bytes
     dropped) and time what came so far; otherwise the transfer runs until the sender closes (after its
-    ``seconds``) and its queued bytes have arrived. ``pythonpath``: the launcher's ``PYTHONPATH``, which
-    the tasks get, for where to look for Horovod."""
+    ``seconds``) and its queued bytes have arrived. ``pythonpath``: the launcher's ``PYTHONPATH`` as the
+    tasks search it (absolute entries), for where to look for Horovod."""
     from tfdist.launch.remote_task import bind_address
 
     address = bind_address(host) if resolve is None else bind_address(host, resolve)
@@ -175,7 +175,7 @@ def receive(host: str, seconds: float, skip: float, out: IO[str] = sys.stdout,
 
     return {"rate_bps": bits, "bytes": total, "timed_bytes": moved, "timed_seconds": timed, "steady_stop": stopped,
             "memory": read_host_memory().as_dict(),  # every probed host receives once
-            "horovod": horovod_with_tensorflow([p for p in pythonpath.split(os.pathsep) if p])}
+            "horovod": horovod_with_tensorflow(pythonpath)}
 
 
 def send(peer: str, port: int, seconds: float, pings: int,
@@ -467,7 +467,7 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     if role == "receive":
         return receive(str(spec["host"]), float(spec["seconds"]), float(spec["skip"]), out,
                        wait=float(spec["timeout"]), stop_when_steady=spec.get("steady") is True,
-                       pythonpath=str(spec.get("pythonpath") or ""))
+                       pythonpath=[str(entry) for entry in _listed(spec.get("pythonpath"))])
     if role == "send":
         gated = go is not None and spec.get("gated") is True
         return send(str(spec["peer"]), int(spec["port"]), float(spec["seconds"]), int(spec["pings"]),
@@ -475,6 +475,11 @@ def run(spec: Mapping[str, Any], out: IO[str] = sys.stdout,
     _enter(spec)
     return compute(str(spec["model"]), int(spec["batch_size"]), int(spec["steps"]),
                    float(spec["min_seconds"]), ready=None if go is None else _gate(go, out))
+
+
+def _listed(value: Any) -> list[Any]:
+    """A specification's list, or nothing (an older prober's missing field)."""
+    return value if isinstance(value, list) else []
 
 
 def main(stdin: IO[bytes] | None = None, out: IO[str] = sys.stdout) -> int:

@@ -163,7 +163,7 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
         for _, target in pairs:
             receivers.append(start(target, {"role": "receive", "host": target, "seconds": seconds,
                                             "skip": SKIP_SECONDS, "timeout": timeout, "steady": True,
-                                            "pythonpath": os.environ.get("PYTHONPATH", "")}))
+                                            "pythonpath": task_pythonpath()}))
             agents.append(receivers[-1])
         senders = []
         for (source, target), receiver in zip(pairs, receivers):
@@ -185,6 +185,13 @@ def measure_links(pairs: Sequence[tuple[str, str]], seconds: float,
     finally:
         _close_all(agents)
     return measured
+
+
+def task_pythonpath(environ: Mapping[str, str] | None = None, cwd: str | None = None) -> list[str]:
+    """The launcher's ``PYTHONPATH`` as the tasks will search it: every entry made absolute against the
+    launcher's working directory, where every task runs."""
+    value = (os.environ if environ is None else environ).get("PYTHONPATH", "")
+    return [os.path.join(cwd or os.getcwd(), entry) for entry in value.split(os.pathsep) if entry]
 
 
 def _flag(value: Any) -> bool | None:

@@ -74,6 +74,9 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     options: MultiWorkerMirroredOptions
     environment: TFConfigEnvironment
 
+    #: Whether fit said once that the compiled optimizer averages whole gradients under compression="powersgd".
+    _said_whole_gradients = False
+
     @property
     def _processes_sharding_their_own_copy(self) -> int:
         return self.num_workers if self.options.shard_data else 1
@@ -116,19 +119,30 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
             return optimizer
         return collective_powersgd.powersgd_optimizer(optimizer, settings, self._strategy)
 
-    def _check_model(self, model: Any, callbacks: list | None = None) -> None:
+    def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
+        """As every backend's; with ``compression="powersgd"`` the compiled optimizer's gradients go
+        through PowerSGD (:meth:`_powersgd_aggregation`)."""
+        self._powersgd_aggregation(model)
+        return super().fit(model, x, y, **fit_kwargs)
+
+    def _powersgd_aggregation(self, model: Any) -> None:
         """With ``compression="powersgd"``, the compiled optimizer should aggregate through PowerSGD: Keras'
-        own aggregation averages whole gradients. A plan's PowerSGD (``make_strategy("auto")``) is refused
-        then, since the run would be recorded as PowerSGD; the script's own is said once, with the fix."""
-        super()._check_model(model, callbacks)
-        if self.options.compression != "powersgd" or collective_powersgd.aggregates_through_powersgd(model.optimizer):
+        own aggregation averages whole gradients. A plan's PowerSGD (``make_strategy("auto")``: the script
+        did not ask for it, and an adaptive run switches to it) is applied to the optimizer here, said in
+        one line; the script's own is said once, with the fix, and left as the script compiled it."""
+        optimizer = getattr(model, "optimizer", None)
+        if (self.options.compression != "powersgd" or optimizer is None
+                or collective_powersgd.aggregates_through_powersgd(optimizer)):
             return
-        what = (f"the model's optimizer ({type(model.optimizer).__name__}) did not go through strategy.optimizer(), "
-                "so its gradients are averaged whole")
-        fix = "compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"
+        what = f"the model's optimizer ({type(optimizer).__name__}) did not go through strategy.optimizer()"
         if self.plan is not None and self.plan.options.get("compression") == "powersgd":
-            raise OptionValueError(with_fix(f"the plan's `compression` is 'powersgd', but {what}", fix))
-        log.warning("tfdist: `compression` is 'powersgd', but %s, without PowerSGD; fix: %s", what, fix)
+            collective_powersgd.powersgd_optimizer(optimizer, powersgd_settings(self.options), self._strategy)
+            log.warning("tfdist plan: %s; the plan's PowerSGD now aggregates its gradients", what)
+        elif not self._said_whole_gradients:
+            self._said_whole_gradients = True
+            log.warning("tfdist: `compression` is 'powersgd', but %s, so its gradients are averaged whole, without "
+                        "PowerSGD; fix: compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) "
+                        "inside strategy.scope()", what)
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
         """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``);
