@@ -116,6 +116,30 @@ def equivalence(outdir: str) -> None:
     dump(outdir, strategy.rank, payload)
 
 
+def raw(outdir: str) -> None:
+    # An optimizer compiled without strategy.optimizer() averages nothing: fit refuses it (the ranks
+    # trained apart and the job exited 0). Horovod's own tf-keras wrapper, kept by a port, is taken.
+    strategy = tfdist.make_strategy("horovod")
+    with strategy.scope():
+        model = build_model(seed=1)
+        model.compile(optimizer=K.optimizers.SGD(LR), loss="mse")
+    payload: dict = {"refused": None}
+    try:
+        strategy.fit(model, *data(seed=strategy.rank), batch_size=16, epochs=1, verbose=0)
+        payload["trained"] = weights(model)
+    except ValueError as exc:
+        payload["refused"] = str(exc)
+    if tfdist.keras_compat.flavour_of(model) == tfdist.keras_compat.TF_KERAS:
+        import horovod.tensorflow.keras as hvd
+
+        with strategy.scope():
+            ported = build_model(seed=1)
+            ported.compile(optimizer=hvd.DistributedOptimizer(K.optimizers.SGD(LR)), loss="mse")
+        strategy.fit(ported, *data(seed=strategy.rank), batch_size=16, epochs=1, verbose=0)
+        payload["horovods_own"] = weights(ported)
+    dump(outdir, strategy.rank, payload)
+
+
 def lazy(outdir: str, kind: str) -> None:
     # Models that create their weights lazily (Horovod's own example has no Input): ranks start
     # from different weights, Adam (slots), and must match one process with twice the batch.
@@ -193,7 +217,7 @@ def resume(outdir: str) -> None:
     strategy.fit(model, *data(), batch_size=16, epochs=4, callbacks=[backup, Progress()])
 
 
-MODES = {"train": train, "equivalence": equivalence, "resume": resume,
+MODES = {"train": train, "equivalence": equivalence, "resume": resume, "raw": raw,
          "lazy": lambda outdir: lazy(outdir, sys.argv[3])}
 
 

@@ -21,8 +21,8 @@ from support import horovodrun
 _LAZY = [f"lazy/{kind}" for kind in ("sequential", "subclassed", "functional")]
 #: (the Keras of the models, what tf.keras is) -> the parts of its job
 HOROVOD_PARTS: dict[tuple[str, str], list[str]] = {
-    ("tf_keras", "tf_keras"): ["train", *_LAZY, "equivalence", "resume"],
-    ("keras_3", "tf_keras"): ["train", *_LAZY, "resume"],
+    ("tf_keras", "tf_keras"): ["train", *_LAZY, "equivalence", "raw", "resume"],
+    ("keras_3", "tf_keras"): ["train", *_LAZY, "raw", "resume"],
     ("keras_3", "keras_3"): ["equivalence"],
     ("tf_keras", "keras_3"): ["equivalence"],
 }

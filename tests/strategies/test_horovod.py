@@ -130,6 +130,22 @@ def test_lazily_built_models_start_identical_and_match_one_process(horovod_jobs,
         assert error <= 1e-5, f"{kind}: relative error {error:.2e}"
 
 
+@pytest.mark.parametrize("keras", FLAVOURS)
+def test_an_optimizer_that_averages_nothing_is_refused_before_the_ranks_train_apart(horovod_jobs, keras):
+    """Compiled without strategy.optimizer(), the ranks trained each on its own shard, ended with
+    different weights, and the job exited 0. Horovod's own tf-keras wrapper (a port that kept
+    hvd.DistributedOptimizer) averages, and is taken."""
+    rank0, rank1 = horovod_jobs(keras, "tf_keras", "raw")
+    for rank in (rank0, rank1):
+        assert rank["refused"] == (
+            "the model's optimizer (SGD) does not average its gradients over the 2 Horovod ranks (it did not go "
+            "through strategy.optimizer()), so each rank would train its own copy on its own shard; fix: compile "
+            "with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"), rank
+    if keras == "tf_keras":
+        for w0, w1 in zip(rank0["horovods_own"], rank1["horovods_own"]):
+            np.testing.assert_allclose(np.array(w0), np.array(w1), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("keras, tf_keras_is", [("tf_keras", "tf_keras"), ("keras_3", "keras_3"),
                                                ("tf_keras", "keras_3")])
 def test_two_ranks_equal_one_process_with_twice_the_batch(horovod_jobs, keras, tf_keras_is):

@@ -159,6 +159,17 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
     return wrapped
 
 
+def averages_over_ranks(optimizer: Any) -> bool:
+    """Whether ``optimizer`` (or the one a loss-scale optimizer wraps) averages its gradients over the
+    Horovod ranks: set up by :func:`distributed_optimizer` (``strategy.optimizer``, tfdist.horovod's
+    ``DistributedOptimizer``), or Horovod's own tf-keras wrapper (its ``_allreduce_grads``)."""
+    for candidate in (optimizer, upstream.loss_scale_inner(optimizer)):
+        if candidate is not None and (getattr(candidate, ALLREDUCE_MARK, None) is not None
+                                      or callable(getattr(candidate, "_allreduce_grads", None))):
+            return True
+    return False
+
+
 def refuse_tf_keras_loss_scale_accumulation(optimizer: Any, backward_passes_per_step: int) -> None:
     """Refuse Horovod's local accumulation under a tf-keras ``LossScaleOptimizer``: the loss-scale
     optimizer skips non-finite micro-steps on its own rank, which Horovod's step counter never hears

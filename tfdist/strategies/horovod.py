@@ -16,7 +16,7 @@ from tfdist.callbacks.metric_average import average_over_ranks
 from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
-from tfdist.runtime.allreduce import (AllreduceSettings, distributed_optimizer, positional_broadcast,
+from tfdist.runtime.allreduce import (AllreduceSettings, averages_over_ranks, distributed_optimizer, positional_broadcast,
                                       refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale,
                                       synchronize_powersgd, tf_variables)
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
@@ -242,10 +242,24 @@ class HorovodStrategy(DistributedStrategy):
     # --- training -----------------------------------------------------------------------------
     def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
         """``model.fit`` on every rank; with ``elastic=True`` under Horovod's elastic loop, which
-        survives ranks leaving and joining (see ``tfdist.strategies.horovod_elastic``)."""
+        survives ranks leaving and joining (see ``tfdist.strategies.horovod_elastic``). A model whose
+        optimizer does not average over the ranks is refused: each rank would train on its own shard."""
+        self._refuse_rank_local_optimizer(model)
         if not self.options.elastic:
             return super().fit(model, x, y, **fit_kwargs)
         return elastic_fit(self, model, x, y, fit_kwargs)
+
+    def _refuse_rank_local_optimizer(self, model: Any) -> None:
+        """Refuse, with several ranks, a compiled optimizer that averages nothing: the ranks started
+        equal (the broadcast) and ended apart, and the job exited 0."""
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is None or self.size < 2 or averages_over_ranks(optimizer):
+            return
+        raise ArgumentValueError(with_fix(
+            f"the model's optimizer ({type(optimizer).__name__}) does not average its gradients over the "
+            f"{self.size} Horovod ranks (it did not go through strategy.optimizer()), so each rank would train "
+            "its own copy on its own shard",
+            "compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"))
 
     # --- the hooks elastic fit drives (tfdist.strategies.horovod_elastic) ------------------------------
     def check_fit(self, model: Any, callbacks: list) -> None:
