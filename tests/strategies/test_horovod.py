@@ -130,6 +130,27 @@ def test_lazily_built_models_start_identical_and_match_one_process(horovod_jobs,
         assert error <= 1e-5, f"{kind}: relative error {error:.2e}"
 
 
+def test_horovods_own_wrapper_counts_as_averaging_on_tf_keras_only():
+    """Around a Keras 3 optimizer, Horovod's own DistributedOptimizer allreduces in methods Keras 3 never
+    calls (horovod/horovod#4290): its ``_allreduce_grads`` says nothing there."""
+    import keras
+    import tf_keras
+
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK, averages_over_ranks
+
+    def marked(optimizer, **attributes):
+        for name, value in attributes.items():
+            setattr(optimizer, name, value)
+        return optimizer
+
+    assert averages_over_ranks(marked(tf_keras.optimizers.SGD(0.1), _allreduce_grads=lambda *a: a))
+    assert not averages_over_ranks(marked(keras.optimizers.SGD(0.1), _allreduce_grads=lambda *a: a))
+    assert averages_over_ranks(marked(keras.optimizers.SGD(0.1), **{ALLREDUCE_MARK: object()}))
+    assert averages_over_ranks(keras.optimizers.LossScaleOptimizer(
+        marked(keras.optimizers.SGD(0.1), **{ALLREDUCE_MARK: object()})))  # the mark on the inner one
+    assert not averages_over_ranks(tf_keras.optimizers.SGD(0.1))
+
+
 @pytest.mark.parametrize("keras", FLAVOURS)
 def test_an_optimizer_that_averages_nothing_is_refused_before_the_ranks_train_apart(horovod_jobs, keras):
     """Compiled without strategy.optimizer(), the ranks trained each on its own shard, ended with

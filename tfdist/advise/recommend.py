@@ -94,8 +94,10 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
     unfit = {} if memory is None else {backend_of(name): memory.refusal(backend_of(name))
                                        for name in predictions if not memory.fits(backend_of(name))}
     candidates = [predictions[name] for name in allowed(predictions, memory, unavailable)]
-    if not candidates:  # MultiWorkerMirrored can always launch: only memory leaves nothing
-        assert memory is not None, "multi_worker_mirrored is always predicted and allowed"
+    if not candidates and memory is None:  # only a caller's unavailable list can leave nothing here
+        raise AdviseError(with_fix(f"no backend can launch: {'; '.join(unavailable.values())}",
+                                   "install a backend on the hosts as said"), "hosts")
+    if not candidates:
         why: dict[str, list[str]] = {}
         for backend in unfit:
             if backend not in unavailable:

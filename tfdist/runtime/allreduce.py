@@ -162,10 +162,14 @@ def _horovod_keras_optimizer(optimizer: Any, settings: AllreduceSettings) -> Any
 def averages_over_ranks(optimizer: Any) -> bool:
     """Whether ``optimizer`` (or the one a loss-scale optimizer wraps) averages its gradients over the
     Horovod ranks: set up by :func:`distributed_optimizer` (``strategy.optimizer``, tfdist.horovod's
-    ``DistributedOptimizer``), or Horovod's own tf-keras wrapper (its ``_allreduce_grads``)."""
+    ``DistributedOptimizer``), or Horovod's own wrapper of a tf-keras optimizer (its ``_allreduce_grads``;
+    around a Keras 3 optimizer it allreduces in methods Keras 3 never calls, horovod/horovod#4290)."""
     for candidate in (optimizer, upstream.loss_scale_inner(optimizer)):
-        if candidate is not None and (getattr(candidate, ALLREDUCE_MARK, None) is not None
-                                      or callable(getattr(candidate, "_allreduce_grads", None))):
+        if candidate is None:
+            continue
+        if getattr(candidate, ALLREDUCE_MARK, None) is not None:
+            return True
+        if flavour_of(candidate) == TF_KERAS and callable(getattr(candidate, "_allreduce_grads", None)):
             return True
     return False
 

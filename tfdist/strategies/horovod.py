@@ -253,12 +253,14 @@ class HorovodStrategy(DistributedStrategy):
         """Refuse, with several ranks, a compiled optimizer that averages nothing: the ranks started
         equal (the broadcast) and ended apart, and the job exited 0."""
         optimizer = getattr(model, "optimizer", None)
-        if optimizer is None or self.size < 2 or averages_over_ranks(optimizer):
-            return
+        if optimizer is None or averages_over_ranks(optimizer) or (self.size < 2 and not self.options.elastic):
+            return  # an elastic job started alone is checked too: the ranks that join would train apart
+        if type(model).train_step is not keras_compat.keras_of(model, "model").Model.train_step:
+            return  # the model's own train step, which may average itself (DistributedGradientTape)
         raise ArgumentValueError(with_fix(
             f"the model's optimizer ({type(optimizer).__name__}) does not average its gradients over the "
-            f"{self.size} Horovod ranks (it did not go through strategy.optimizer()), so each rank would train "
-            "its own copy on its own shard",
+            f"{'ranks of this elastic job' if self.options.elastic else f'{self.size} Horovod ranks'} (it did not "
+            "go through strategy.optimizer()), so each rank would train its own copy on its own shard",
             "compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"))
 
     # --- the hooks elastic fit drives (tfdist.strategies.horovod_elastic) ------------------------------

@@ -119,12 +119,6 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
             return optimizer
         return collective_powersgd.powersgd_optimizer(optimizer, settings, self._strategy)
 
-    def fit(self, model: Any, x: Any = None, y: Any = None, **fit_kwargs: Any) -> Any:
-        """As every backend's; with ``compression="powersgd"`` the compiled optimizer's gradients go
-        through PowerSGD (:meth:`_powersgd_aggregation`)."""
-        self._powersgd_aggregation(model)
-        return super().fit(model, x, y, **fit_kwargs)
-
     def _powersgd_aggregation(self, model: Any) -> None:
         """With ``compression="powersgd"``, the compiled optimizer should aggregate through PowerSGD: Keras'
         own aggregation averages whole gradients. A plan's PowerSGD (``make_strategy("auto")``: the script
@@ -137,6 +131,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         what = f"the model's optimizer ({type(optimizer).__name__}) did not go through strategy.optimizer()"
         if self.plan is not None and self.plan.options.get("compression") == "powersgd":
             collective_powersgd.powersgd_optimizer(optimizer, powersgd_settings(self.options), self._strategy)
+            model.make_train_function(force=True)  # a step traced before (an earlier fit) is traced again
             log.warning("tfdist plan: %s; the plan's PowerSGD now aggregates its gradients", what)
         elif not self._said_whole_gradients:
             self._said_whole_gradients = True
@@ -192,6 +187,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:  # compile may have wrapped ours in a LossScaleOptimizer (mixed_float16)
             collective_powersgd.refuse_compiled_keras3_loss_scale(optimizer)
+        self._powersgd_aggregation(model)
         one_replicas_step_logs(model)
         keras3_multi_worker.prepare(model)  # what Keras 3's fit lacks here (keras-team/keras#20585)
 
