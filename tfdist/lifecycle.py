@@ -99,18 +99,21 @@ def silent_tasks(addresses: Mapping[str, str], *, settle: float | None = None, c
     are probed again for ``companion`` seconds (``None``: :data:`COMPANION_SECONDS`): the tasks of a
     host that went down die together, and their sockets close one after the other. Empty if all still
     answer after ``settle`` seconds."""
-    deadline = clock() + (SETTLE_SECONDS if settle is None else settle)
     silent: set[str] = set()
-    while True:
-        silent |= {name for name, address in addresses.items() if name not in silent and not probe(address)}
-        if silent or clock() >= deadline:
-            break
+
+    def probe_the_rest() -> None:
+        silent.update(name for name, address in addresses.items() if name not in silent and not probe(address))
+
+    deadline = clock() + (SETTLE_SECONDS if settle is None else settle)
+    probe_the_rest()
+    while not silent and clock() < deadline:
         sleep(poll)
+        probe_the_rest()
     if silent:
         deadline = clock() + (COMPANION_SECONDS if companion is None else companion)
         while len(silent) < len(addresses) and clock() < deadline:
             sleep(poll)
-            silent |= {name for name, address in addresses.items() if name not in silent and not probe(address)}
+            probe_the_rest()
     return sorted(silent)
 
 

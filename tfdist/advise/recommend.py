@@ -115,6 +115,8 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
             f"{', '.join(names)}: {text}" for text, names in why.items()), fix), field)
     fastest = max(candidates, key=lambda p: p.examples_per_second)
     best = max(candidates, key=lambda p: _toward_accuracy(p, workload))
+    faster_unavailable = [b for b in unavailable
+                          if _best_of(predictions, b).examples_per_second > best.examples_per_second]
     recommended = backend_of(best.name)
     others = {b: p for b in BACKENDS if b != recommended and b not in unavailable  # said first, below
               for p in [_best_of(predictions, b)] if p is not None}
@@ -135,7 +137,7 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
                                 f"({_fmt(p.examples_per_second)})" for p in others.values())
         fit = " of the backends that fit" if any(
             _best_of(predictions, b).examples_per_second > best.examples_per_second for b in unfit) else ""
-        if any(_best_of(predictions, b).examples_per_second > best.examples_per_second for b in unavailable):
+        if faster_unavailable:
             fit += " of the backends that can launch" if not fit else " and can launch"
         reasons.append(f"{best.name} is predicted fastest{fit}: {_fmt(best.examples_per_second)}"
                        + (f", {comparisons}" if comparisons else ""))
@@ -157,9 +159,9 @@ def advise(cluster: Cluster, workload: Workload, memory: MemoryCheck | None = No
         later = [f"{b} does not fit: {unfit[b]}" for b in unfit if b not in faster]
         reasons = first + reasons + later + _memory_notes(memory, unfit)
     if unavailable:
-        faster = [b for b in unavailable if _best_of(predictions, b).examples_per_second > best.examples_per_second]
-        reasons = ([f"{b} would be faster but cannot launch here: {unavailable[b]}" for b in faster] + reasons
-                   + [f"{b} cannot launch here: {unavailable[b]}" for b in unavailable if b not in faster])
+        reasons = ([f"{b} would be faster but cannot launch here: {unavailable[b]}" for b in faster_unavailable]
+                   + reasons + [f"{b} cannot launch here: {unavailable[b]}" for b in unavailable
+                                if b not in faster_unavailable])
     return Advice(recommended, best.name, predictions, tuple(reasons), memory, dict(unavailable))
 
 

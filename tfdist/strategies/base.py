@@ -22,6 +22,9 @@ from tfdist.strategies.checkpoints import LoopCheckpoint
 from tfdist.strategies.options import StrategyOptions
 
 log = logging.getLogger("tfdist")
+#: The fix for a model compiled with an optimizer that did not go through ``strategy.optimizer()``.
+COMPILE_THROUGH_OPTIMIZER = ("compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside "
+                             "strategy.scope()")
 _SCALED_MARK = "_tfdist_lr_scaled"
 
 

@@ -21,7 +21,7 @@ from tfdist.runtime.allreduce import (AllreduceSettings, averages_over_ranks, di
                                       synchronize_powersgd, tf_variables)
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, loop, outputs
-from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.base import COMPILE_THROUGH_OPTIMIZER, DistributedStrategy
 from tfdist.strategies.horovod_elastic import elastic_fit
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool, require_number
 from tfdist.strategies.powersgd_options import check_powersgd_options, powersgd_settings
@@ -261,7 +261,7 @@ class HorovodStrategy(DistributedStrategy):
             f"the model's optimizer ({type(optimizer).__name__}) does not average its gradients over the "
             f"{'ranks of this elastic job' if self.options.elastic else f'{self.size} Horovod ranks'} (it did not "
             "go through strategy.optimizer()), so each rank would train its own copy on its own shard",
-            "compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"))
+            COMPILE_THROUGH_OPTIMIZER))
 
     # --- the hooks elastic fit drives (tfdist.strategies.horovod_elastic) ------------------------------
     def check_fit(self, model: Any, callbacks: list) -> None:

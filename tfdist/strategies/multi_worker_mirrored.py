@@ -15,7 +15,7 @@ from tfdist.errors import with_fix
 from tfdist.runtime import collective_powersgd
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
 from tfdist.strategies import inputs, keras3_multi_worker
-from tfdist.strategies.base import DistributedStrategy
+from tfdist.strategies.base import COMPILE_THROUGH_OPTIMIZER, DistributedStrategy
 from tfdist.strategies.checkpoints import CheckpointError
 from tfdist.strategies.options import OptionValueError, StrategyOptions, require_bool
 from tfdist.strategies.powersgd_options import check_powersgd_options, powersgd_settings
@@ -135,9 +135,8 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
             log.warning("tfdist plan: %s; the plan's PowerSGD now aggregates its gradients", what)
         elif not self._said_whole_gradients:
             self._said_whole_gradients = True
-            log.warning("tfdist: `compression` is 'powersgd', but %s, so its gradients are averaged whole, without "
-                        "PowerSGD; fix: compile with optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) "
-                        "inside strategy.scope()", what)
+            log.warning("tfdist: %s", with_fix(f"`compression` is 'powersgd', but {what}, so its gradients are "
+                                               "averaged whole, without PowerSGD", COMPILE_THROUGH_OPTIMIZER))
 
     def _fit_callbacks(self, callbacks: list, kwargs: dict) -> list:
         """Keras 3's BackupAndRestore writes on the chief alone (``keras3_multi_worker.worker_backups``);
