@@ -136,7 +136,7 @@ def test_horovods_own_wrapper_counts_as_averaging_on_tf_keras_only():
     import keras
     import tf_keras
 
-    from tfdist.runtime.allreduce import ALLREDUCE_MARK, averages_over_ranks
+    from tfdist.runtime.allreduce import ALLREDUCE_MARK, averages_over_ranks, averages_through_horovods_own
 
     def marked(optimizer, **attributes):
         for name, value in attributes.items():
@@ -149,13 +149,57 @@ def test_horovods_own_wrapper_counts_as_averaging_on_tf_keras_only():
     assert averages_over_ranks(keras.optimizers.LossScaleOptimizer(
         marked(keras.optimizers.SGD(0.1), **{ALLREDUCE_MARK: object()})))  # the mark on the inner one
     assert not averages_over_ranks(tf_keras.optimizers.SGD(0.1))
+    # whose allreduce the strategy's options cannot reach: Horovod's own, unless tfdist's mark says it is tfdist's
+    assert averages_through_horovods_own(marked(tf_keras.optimizers.SGD(0.1), _allreduce_grads=lambda *a: a))
+    assert not averages_through_horovods_own(marked(tf_keras.optimizers.SGD(0.1), _allreduce_grads=lambda *a: a,
+                                                    **{ALLREDUCE_MARK: object()}))
+    assert not averages_through_horovods_own(marked(keras.optimizers.SGD(0.1), _allreduce_grads=lambda *a: a))
+
+
+@pytest.mark.parametrize("keras", FLAVOURS)
+def test_an_elastic_job_started_alone_is_checked_and_a_models_own_train_step_is_left_to_it(keras):
+    """The refusal's two edges, on the strategy's own check with its size and options given: one rank
+    of an elastic job is refused (the ranks that join later would train apart), one rank of a plain
+    job is not (there is nothing to average), and a model with its own ``train_step`` is left to it
+    (it may average with DistributedGradientTape). The shared job checks two ranks, refused."""
+    import importlib
+    from types import SimpleNamespace
+
+    from tfdist.errors import ArgumentValueError
+    from tfdist.strategies.horovod import HorovodStrategy
+
+    package = importlib.import_module("tf_keras" if keras == "tf_keras" else "keras")
+
+    class OwnStep(package.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    def compiled(model_class: type) -> object:
+        model = model_class([package.Input((3,)), package.layers.Dense(1)])
+        model.compile(optimizer=package.optimizers.SGD(0.1), loss="mse")
+        return model
+
+    def check(model: object, size: int, elastic: bool) -> None:
+        job = SimpleNamespace(size=size, options=SimpleNamespace(elastic=elastic))
+        HorovodStrategy._refuse_rank_local_optimizer(job, model)
+
+    plain, own_step = compiled(package.Sequential), compiled(OwnStep)
+    with pytest.raises(ArgumentValueError, match=r"does not average its gradients over the ranks of this "
+                                                 r"elastic job .*; fix: compile with optimizer=strategy\.optimizer"):
+        check(plain, size=1, elastic=True)
+    check(plain, size=1, elastic=False)
+    check(own_step, size=2, elastic=False)
+    check(own_step, size=1, elastic=True)
+    with pytest.raises(ArgumentValueError, match="over the 2 Horovod ranks"):
+        check(plain, size=2, elastic=False)
 
 
 @pytest.mark.parametrize("keras", FLAVOURS)
 def test_an_optimizer_that_averages_nothing_is_refused_before_the_ranks_train_apart(horovod_jobs, keras):
     """Compiled without strategy.optimizer(), the ranks trained each on its own shard, ended with
     different weights, and the job exited 0. Horovod's own tf-keras wrapper (a port that kept
-    hvd.DistributedOptimizer) averages, and is taken."""
+    hvd.DistributedOptimizer) averages, and is taken; the strategy's compression, which cannot reach it,
+    is said to be left out, once."""
     rank0, rank1 = horovod_jobs(keras, "tf_keras", "raw")
     for rank in (rank0, rank1):
         assert rank["refused"] == (
@@ -165,6 +209,11 @@ def test_an_optimizer_that_averages_nothing_is_refused_before_the_ranks_train_ap
     if keras == "tf_keras":
         for w0, w1 in zip(rank0["horovods_own"], rank1["horovods_own"]):
             np.testing.assert_allclose(np.array(w0), np.array(w1), rtol=1e-6, atol=1e-7)
+        for rank in (rank0, rank1):  # the strategy's compression cannot reach Horovod's own wrapper: said once
+            assert [line for line in rank["said"] if "Horovod's own DistributedOptimizer" in line] == [
+                "tfdist: the model's optimizer is Horovod's own DistributedOptimizer, which combines the gradients "
+                "as it was built, so `compression`='fp16' is not applied; fix: compile with "
+                "optimizer=strategy.optimizer(tf.keras.optimizers.Adam(...)) inside strategy.scope()"], rank["said"]
 
 
 @pytest.mark.parametrize("keras, tf_keras_is", [("tf_keras", "tf_keras"), ("keras_3", "keras_3"),

@@ -164,14 +164,26 @@ def averages_over_ranks(optimizer: Any) -> bool:
     Horovod ranks: set up by :func:`distributed_optimizer` (``strategy.optimizer``, tfdist.horovod's
     ``DistributedOptimizer``), or Horovod's own wrapper of a tf-keras optimizer (its ``_allreduce_grads``;
     around a Keras 3 optimizer it allreduces in methods Keras 3 never calls, horovod/horovod#4290)."""
-    for candidate in (optimizer, upstream.loss_scale_inner(optimizer)):
-        if candidate is None:
-            continue
-        if getattr(candidate, ALLREDUCE_MARK, None) is not None:
-            return True
-        if flavour_of(candidate) == TF_KERAS and callable(getattr(candidate, "_allreduce_grads", None)):
-            return True
-    return False
+    candidates = _self_and_inner(optimizer)
+    return any(getattr(candidate, ALLREDUCE_MARK, None) is not None for candidate in candidates) \
+        or any(_horovods_own(candidate) for candidate in candidates)
+
+
+def averages_through_horovods_own(optimizer: Any) -> bool:
+    """Whether ``optimizer`` averages through Horovod's own tf-keras wrapper, not tfdist's: it combines
+    the gradients as it was built, so the strategy's allreduce options do not reach it."""
+    candidates = _self_and_inner(optimizer)
+    return not any(getattr(candidate, ALLREDUCE_MARK, None) is not None for candidate in candidates) \
+        and any(_horovods_own(candidate) for candidate in candidates)
+
+
+def _self_and_inner(optimizer: Any) -> list:
+    """``optimizer`` and, for a loss-scale optimizer, the one it wraps."""
+    return [candidate for candidate in (optimizer, upstream.loss_scale_inner(optimizer)) if candidate is not None]
+
+
+def _horovods_own(candidate: Any) -> bool:
+    return flavour_of(candidate) == TF_KERAS and callable(getattr(candidate, "_allreduce_grads", None))
 
 
 def refuse_tf_keras_loss_scale_accumulation(optimizer: Any, backward_passes_per_step: int) -> None:

@@ -16,7 +16,8 @@ from tfdist.callbacks.metric_average import average_over_ranks
 from tfdist.environments import ClusterEnvironment, HorovodRunEnvironment, detect_environment
 from tfdist.errors import ArgumentTypeError, ArgumentValueError, TfdistError, with_fix
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
-from tfdist.runtime.allreduce import (AllreduceSettings, averages_over_ranks, distributed_optimizer, positional_broadcast,
+from tfdist.runtime.allreduce import (AllreduceSettings, averages_over_ranks, averages_through_horovods_own,
+                                      distributed_optimizer, positional_broadcast,
                                       refuse_tf_keras_loss_scale_accumulation, rehome_under_loss_scale,
                                       synchronize_powersgd, tf_variables)
 from tfdist.runtime.lowrank import DEFAULT_MIN_COMPRESSION_RATE, DEFAULT_RANK, DEFAULT_START_ITER
@@ -138,6 +139,10 @@ class HorovodStrategy(DistributedStrategy):
     options: HorovodOptions
     #: Set by ``setup`` and a loop checkpoint's ``restore``: broadcast before the next step.
     _loop_broadcast_pending: bool = False
+    #: The options that reach the gradients only through ``optimizer()`` (tfdist's allreduce).
+    IGNORED_BY_HOROVODS_OWN = ("compression", "powersgd_rank", "powersgd_start_iter",
+                               "powersgd_min_compression_rate", "backward_passes_per_step", "average_gradients")
+    _said_horovods_own: bool = False
 
     def __init__(self, options: HorovodOptions, environment: ClusterEnvironment | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:
@@ -245,6 +250,7 @@ class HorovodStrategy(DistributedStrategy):
         survives ranks leaving and joining (see ``tfdist.strategies.horovod_elastic``). A model whose
         optimizer does not average over the ranks is refused: each rank would train on its own shard."""
         self._refuse_rank_local_optimizer(model)
+        self._say_options_horovods_own_wrapper_ignores(model)
         if not self.options.elastic:
             return super().fit(model, x, y, **fit_kwargs)
         return elastic_fit(self, model, x, y, fit_kwargs)
@@ -262,6 +268,22 @@ class HorovodStrategy(DistributedStrategy):
             f"{'ranks of this elastic job' if self.options.elastic else f'{self.size} Horovod ranks'} (it did not "
             "go through strategy.optimizer()), so each rank would train its own copy on its own shard",
             COMPILE_THROUGH_OPTIMIZER))
+
+    def _say_options_horovods_own_wrapper_ignores(self, model: Any) -> None:
+        """Horovod's own tf-keras ``DistributedOptimizer`` combines the gradients as it was built: the
+        strategy's (or the plan's) compression, accumulation and averaging do not reach it. Said once."""
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is None or self._said_horovods_own or not averages_through_horovods_own(optimizer):
+            return
+        defaults = HorovodOptions()
+        ignored = [f"`{name}`={getattr(self.options, name)!r}" for name in self.IGNORED_BY_HOROVODS_OWN
+                   if getattr(self.options, name) != getattr(defaults, name)]
+        if ignored:
+            self._said_horovods_own = True
+            log.warning("tfdist: %s", with_fix(
+                f"the model's optimizer is Horovod's own DistributedOptimizer, which combines the gradients as "
+                f"it was built, so {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not applied",
+                COMPILE_THROUGH_OPTIMIZER))
 
     # --- the hooks elastic fit drives (tfdist.strategies.horovod_elastic) ------------------------------
     def check_fit(self, model: Any, callbacks: list) -> None:
