@@ -71,6 +71,7 @@ def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_once_and_a_pl
 
     from tfdist.plan import Plan
     from tfdist.runtime.allreduce import powersgd_state
+    from tfdist.runtime.collective_powersgd import aggregates_through_powersgd
 
     def compiled():
         with one_worker.scope():
@@ -99,6 +100,19 @@ def test_an_optimizer_that_did_not_go_through_the_strategy_is_said_once_and_a_pl
     assert "tfdist plan: the model's optimizer (SGD) did not go through strategy.optimizer(); the plan's PowerSGD " \
            "now aggregates its gradients" in caplog.text
     assert int(powersgd_state(model.optimizer).step.numpy()) == 4  # 64 examples, batch 16: every step through it
+    # a legacy tf-keras optimizer aggregates where PowerSGD cannot go: it trains on whole gradients, said once
+    with one_worker.scope():
+        legacy = tf_keras.Sequential([tf_keras.Input((16,)), tf_keras.layers.Dense(1)])
+        legacy.compile(optimizer=tf_keras.optimizers.legacy.SGD(0.05), loss="mse")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tfdist"):
+        for _ in range(2):
+            one_worker.fit(legacy, x, x[:, :1], batch_size=16, epochs=1, verbose=0)
+    said = [r.getMessage() for r in caplog.records if "legacy" in r.getMessage()]
+    assert said == ["tfdist plan: the model's optimizer (SGD) did not go through strategy.optimizer(), and it is a "
+                    "legacy tf-keras optimizer, which the plan's PowerSGD cannot go into, so its gradients are "
+                    "averaged whole; fix: use tf_keras.optimizers.SGD instead of tf_keras.optimizers.legacy"], said
+    assert not aggregates_through_powersgd(legacy.optimizer)
 
 
 @pytest.mark.no_gpu

@@ -76,6 +76,7 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
 
     #: Whether fit said once that the compiled optimizer averages whole gradients under compression="powersgd".
     _said_whole_gradients = False
+    _said_legacy = False
 
     @property
     def _processes_sharding_their_own_copy(self) -> int:
@@ -123,13 +124,23 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         """With ``compression="powersgd"``, the compiled optimizer should aggregate through PowerSGD: Keras'
         own aggregation averages whole gradients. A plan's PowerSGD (``make_strategy("auto")``: the script
         did not ask for it, and an adaptive run switches to it) is applied to the optimizer here, said in
-        one line; the script's own is said once, with the fix, and left as the script compiled it."""
+        one line (a legacy tf-keras optimizer, which it cannot go into, is said once and averaged whole); the
+        script's own is said once, with the fix, and left as the script compiled it."""
         optimizer = getattr(model, "optimizer", None)
         if (self.options.compression != "powersgd" or optimizer is None
                 or collective_powersgd.aggregates_through_powersgd(optimizer)):
             return
-        what = f"the model's optimizer ({type(optimizer).__name__}) did not go through strategy.optimizer()"
-        if self.plan is not None and self.plan.options.get("compression") == "powersgd":
+        name = type(optimizer).__name__
+        what = f"the model's optimizer ({name}) did not go through strategy.optimizer()"
+        if (self.plan is not None and self.plan.options.get("compression") == "powersgd"
+                and keras_compat.is_keras(optimizer, "optimizers.legacy.Optimizer")):
+            if not self._said_legacy:  # tf-keras' legacy optimizers aggregate where PowerSGD cannot go
+                self._said_legacy = True
+                log.warning("tfdist plan: %s", with_fix(
+                    f"{what}, and it is a legacy tf-keras optimizer, which the plan's PowerSGD cannot go into, "
+                    "so its gradients are averaged whole",
+                    f"use tf_keras.optimizers.{name} instead of tf_keras.optimizers.legacy"))
+        elif self.plan is not None and self.plan.options.get("compression") == "powersgd":
             collective_powersgd.powersgd_optimizer(optimizer, powersgd_settings(self.options), self._strategy)
             model.make_train_function(force=True)  # a step traced before (an earlier fit) is traced again
             log.warning("tfdist plan: %s; the plan's PowerSGD now aggregates its gradients", what)
