@@ -8,7 +8,7 @@
 | LearningRateScale       | multiply the rate over a range of epochs (step decay, ...)         |
 | ChiefOnly               | run any callback on the chief only                                  |
 | Throughput              | examples/s, step time and wall time into the epoch logs             |
-| WorkerMetrics           | every Horovod rank's step time, allreduce time, straggler spread    |
+| WorkerMetrics           | each worker's step, exchange time, straggler spread (Horovod, MWMS) |
 | ParameterServerMetrics  | coordinator step time vs. local compute time (parameter servers)   |
 | progress_lines          | Keras' progress line without those two's per-worker figures       |
 | SystemMetrics           | CPU, memory, network, GPU of every task into <run>/system/<task>/   |
@@ -16,7 +16,8 @@
 | SafeBackup              | BackupAndRestore with a verified previous copy and clean failures  |
 
 Each works with tf-keras and Keras 3 models, and on every backend, as a no-op where the backend
-already does the job; WorkerMetrics (Horovod) and ParameterServerMetrics refuse the other backends
+already does the job; WorkerMetrics (Horovod; MultiWorkerMirrored through strategy.metrics) and
+ParameterServerMetrics refuse the other backends
 (``strategy.metrics(batch_size)`` picks the right one, on one ``EpochClock`` with ``Throughput``, and
 keeps their figures off the progress line). Modules: one per concern (``throughput``,
 ``horovod_metrics``, ``ps_metrics``, ``epoch_clock``, ``progress``, ...).

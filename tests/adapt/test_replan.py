@@ -60,6 +60,22 @@ def test_a_straggler_switches_to_parameter_servers_at_its_first_epoch():
     assert "paid back after" in verdicts[-1].line
 
 
+def test_a_multi_worker_mirrored_run_with_a_straggler_switches_to_parameter_servers():
+    """On a cluster without Horovod the plan is MultiWorkerMirrored; its per-worker figures (each worker's
+    compute and wait, WorkerMetrics) make a straggler seen as on the ring, and the run leaves it."""
+    follow = Replanner(LAUNCHED, WORKLOAD, "multi_worker_mirrored", predict_all(LAUNCHED, WORKLOAD),
+                       candidates=("multi_worker_mirrored", "parameter_server"))
+    computes = [(10.0, 10.0)] * 2 + [(10.0, 40.0)] * 18
+    verdicts = []
+    for epoch, figures in enumerate(computes):
+        verdicts.append(follow.on_epoch(report(epoch, figures, variant="multi_worker_mirrored")))
+        if verdicts[-1].action == "switch":
+            break
+    assert verdicts[-1].action == "switch" and verdicts[-1].to == "parameter_server", [v.line for v in verdicts]
+    assert "switch multi_worker_mirrored -> parameter_server" in verdicts[-1].line
+    assert all(": stay on multi_worker_mirrored: " in v.line for v in verdicts[1:2]), [v.line for v in verdicts]
+
+
 def test_a_new_plan_is_kept_for_min_stay_epochs_and_its_first_epoch_is_not_refitted_on():
     follow = planner()
     follow.switched("parameter_server", at_epoch=4, took_s=12.0)

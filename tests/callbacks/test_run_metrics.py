@@ -12,7 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tfdist.callbacks import ParameterServerMetrics, TensorBoardRun, Throughput, WorkerMetrics  # noqa: E402
 from tfdist.callbacks.tensorboard import parse_targets  # noqa: E402
-from tfdist.callbacks.horovod_metrics import worker_logs  # noqa: E402
+from tfdist.callbacks.horovod_metrics import with_waits_at_step_start, worker_logs  # noqa: E402
 from tfdist.callbacks.ps_metrics import _in_thread, parameter_server_logs  # noqa: E402
 from tfdist.errors import TfdistError  # noqa: E402
 
@@ -146,6 +146,19 @@ def test_worker_logs_show_the_straggler_in_the_spread():
     assert set(logs) == {f"worker/{r}/{k}" for r in (0, 1) for k in
                          ("step_time_ms", "examples_per_second", "comm_time_ms", "compute_time_ms")} | {
         "worker_step_time_spread"}
+
+
+def test_a_wait_at_the_step_start_is_counted_as_communication_beyond_the_stragglers_rest():
+    """MultiWorkerMirrored: worker 0 waits for worker 1 in the iterator's all-reduce at the step's start,
+    outside both timed windows; worker 1, the straggler, waits least, so its rest (8 ms) is the loop's
+    own overhead, and worker 0's rest beyond it (29.5 ms) is waiting."""
+    rows = [[40.0, 2.0, 400.0, 0.5], [40.0, 1.5, 400.0, 30.5]]  # step, exchange, examples/s, forward-backward
+    split, mine = with_waits_at_step_start(rows, rows[0])
+    assert split == [[40.0, 31.5, 400.0], [40.0, 1.5, 400.0]] and mine == 31.5
+    logs = worker_logs(split)
+    assert (logs["worker/0/compute_time_ms"], logs["worker/1/compute_time_ms"]) == (8.5, 38.5)
+    # a worker without a timed forward pass (a custom loop) keeps its exchange alone
+    assert with_waits_at_step_start([[40.0, 2.0, 400.0, math.nan]] * 2, [40.0, 2.0, 400.0, math.nan])[1] == 2.0
 
 
 def test_worker_metrics_refuses_to_run_outside_horovod():

@@ -125,7 +125,7 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
     assert len(measured) == 1 and " predicted " in measured[0], output[-3000:]
     print(measured[0])
     refitted = [text for text in output.splitlines() if text.startswith("tfdist launch: re-fitted on the job's own")]
-    if backend == "horovod":  # every rank's compute and allreduce wait came back in the chief's record
+    if backend in ("horovod", "multi_worker_mirrored"):  # every worker's compute and wait came back in the record
         assert len(refitted) == 1 and " (ran)" in refitted[0], output[-3000:]
         assert re.search(r"\(worker speeds [\d.]+, [\d.]+\): ", refitted[0]), refitted[0]
         assert refitted[0].endswith((" still holds", "x faster")), refitted[0]
@@ -137,8 +137,6 @@ def test_launch_backend_auto_runs_the_recommended_backend(lab, slow_cores, shape
         ran = float(re.search(r" ([\d,]+) \(ran\)", refitted[0]).group(1).replace(",", ""))
         rate = float(re.search(r"measured ([\d,]+) examples/s", measured[0]).group(1).replace(",", ""))
         assert 0.7 < ran / rate < 1.4, (refitted[0], measured[0])
-    else:  # the other backends do not split a worker's step into compute and communication yet
-        assert refitted == [], refitted
     if backend == "parameter_server":  # the ps cluster, placed as --backend parameter_server would
         assert "[chief:0@w1]" in output and "[ps:0@p]" in output and "[worker:1@w2]" in output
     elif backend == "multi_worker_mirrored":  # on the worker hosts only

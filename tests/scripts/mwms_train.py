@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import tfdist  # noqa: F401  (before tensorflow)
 
@@ -11,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 OUTDIR = sys.argv[1]
+STRAGGLE_S = 0.03  # s per step on worker 1: well above what a busy 2-core host adds to a step of this model
 strategy = tfdist.make_strategy("auto")  # TF_CONFIG with workers only -> multi_worker_mirrored
 rng = np.random.default_rng(0)
 x = rng.normal(size=(500, 8)).astype("float32")  # global batches of 32: the last one partial
@@ -20,6 +22,8 @@ seen: list[list[int]] = []  # per epoch, the examples this worker trained on, in
 
 
 def record(features):
+    if strategy.rank == 1:  # worker 1 straggles: its forward pass takes longer, and worker 0 waits for it
+        time.sleep(STRAGGLE_S)
     seen[-1].extend(index_of[float(value)] for value in features.numpy()[:, 0])
     return features
 
@@ -39,8 +43,9 @@ with strategy.scope():
                                  tf.keras.layers.Dense(1)])
     model.compile(optimizer=strategy.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
 epochs = tf.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: seen.append([]))
-history = strategy.fit(model, x, y, batch_size=16, epochs=4, callbacks=[epochs])
+history = strategy.fit(model, x, y, batch_size=16, epochs=4, callbacks=[epochs, *strategy.metrics(16, show_workers=True)])
 with open(os.path.join(OUTDIR, f"worker{strategy.rank}.json"), "w") as f:
     json.dump({"kind": strategy.kind, "rank": strategy.rank, "is_chief": strategy.is_chief,
                "replicas": strategy.num_replicas_in_sync, "loss": history.history["loss"],
-               "weights": [w.tolist() for w in model.get_weights()], "seen": seen}, f)
+               "weights": [w.tolist() for w in model.get_weights()], "seen": seen,
+               "figures": {key: values for key, values in history.history.items() if "worker" in key or "comm" in key}}, f)

@@ -66,6 +66,12 @@ def reported(folder: Path) -> dict[int, str]:
     return {int(p.stem.split("-")[1]): json.loads(p.read_text())["variant"] for p in folder.glob("epoch-*.json")}
 
 
+def assert_split_per_worker(folder: Path, epoch: int) -> None:
+    """The chief's report of ``epoch`` splits each worker's step into compute and communication."""
+    workers = json.loads((folder / f"epoch-{epoch}.json").read_text())["workers"]
+    assert len(workers) == 2 and all(w["compute_ms"] > 0 and w["communication_ms"] >= 0 for w in workers), workers
+
+
 def launch_ps(outdir: Path, keras: str, epochs: int, env: dict[str, str]) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "tfdist", "launch", "--workers", "2", "--ps", "1", "--grace", "2", "--",
                sys.executable, str(SCRIPTS / "adaptive_switch.py"), str(outdir), keras, str(epochs)]
@@ -110,6 +116,7 @@ def test_horovod_to_parameter_servers_to_multi_worker_mirrored_and_back_resumes_
     same_state(out / "end-1.npz", out / "begin-multi_worker_mirrored-2.npz")
     # the plan's, as the strategy says, and the optimizer aggregates through it
     assert wire(out, 2) == ("multi_worker_mirrored_powersgd", "powersgd", ["powersgd"])
+    assert_split_per_worker(folder, 2)  # what the launcher re-fits on, so a run on it can switch away
 
     third = horovodrun("adaptive_switch.py", *args, "again", env=plan_env("horovod", folder))
     assert third.returncode == 0, third.stderr[-3000:]
@@ -176,6 +183,7 @@ def test_keras_3_changes_the_compression_in_process_then_restarts_for_a_change_i
     third = launch_mwm(out, "keras_3", 6, plan_env("multi_worker_mirrored", folder))
     assert third.returncode == 0 and "DONE" not in third.stdout, third.stderr[-3000:]
     same_state(out / "end-2.npz", out / "begin-multi_worker_mirrored-3.npz")
+    assert_split_per_worker(folder, 3)
     # and on to parameter servers, where Keras 3's fit runs on tfdist's loop (keras-team/keras#18624)
     fourth = launch_ps(out, "keras_3", 6, plan_env("parameter_server", folder, ps=1))
     assert fourth.returncode == 0 and "DONE" not in fourth.stdout, fourth.stderr[-3000:]

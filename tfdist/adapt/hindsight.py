@@ -2,8 +2,8 @@
 
 ``tfdist launch --backend auto`` chose its plan from a probe. The chief's record of the run
 (``TFDIST_PLAN_RESULT``, written by ``tfdist.callbacks.plan_check.PlanCheck``) carries each epoch's
-per-worker figures where the backend measures them (Horovod's ``WorkerMetrics``: compute and
-communication time and examples/s per rank). :func:`hindsight` re-fits the launch-time cost model on
+per-worker figures where the backend measures them (``WorkerMetrics`` of Horovod and
+MultiWorkerMirrored: compute and communication time and examples/s per rank). :func:`hindsight` re-fits the launch-time cost model on
 them and on the job's own model (its parameter count, in place of the probe's stand-in model's), with
 :func:`tfdist.adapt.refit`: each worker's speed, the step's compute time and, on a ring, the effective
 link rate (the bytes the model says each rank moves, over its measured allreduce wait; the record has

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import tensorflow as tf
 
 from tfdist import keras_compat
+from tfdist.callbacks import WorkerMetrics
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
 from tfdist.errors import with_fix
@@ -215,6 +216,21 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
     def _workers_where(self, condition: bool) -> int:
         """How many workers found ``condition`` true (an all-reduced count, one per worker)."""
         return self._sum_over_workers(1 if condition else 0)
+
+    def _worker_figures(self, batch_size: int, clock: Any, optional: bool = False) -> list:
+        """Every worker's step, compute and communication time (``WorkerMetrics``, gathered through this
+        strategy's own collectives), for ``metrics`` and an adaptive run's re-fit. A faster worker waits
+        for a straggler at the next step's start (the distributed iterator agrees on every step with an
+        all-reduce) as much as in the gradients' all-reduce: ``waits_at_step_start``."""
+        return [WorkerMetrics(batch_size, clock=clock, gather=self._gather_worker_rows, waits_at_step_start=True)]
+
+    def _gather_worker_rows(self, row: list[float]) -> list[list[float]]:
+        """Every worker's ``row``, worker 0 first: one all-gather over the replicas, a worker's local
+        replicas (which all hold its row) taken once."""
+        strategy = self._strategy
+        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
+        mine = strategy.run(lambda: tf.constant([row], tf.float64))
+        return strategy.gather(mine, axis=0).numpy().tolist()[::replicas_per_worker]
 
     def _sum_over_workers(self, value: int) -> int:
         """The sum of each worker's ``value`` (an all-reduce over the replicas: each worker's counted once)."""
