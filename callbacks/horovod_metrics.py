@@ -1,4 +1,5 @@
-"""Every Horovod worker's step time, and the time its steps wait in the gradient allreduce.
+"""Every worker's step time, and the time its steps wait in the gradient allreduce (Horovod, and
+MultiWorkerMirrored through its strategy).
 
     strategy.fit(model, x, y, batch_size=64, callbacks=[
         *strategy.metrics(64), TensorBoardRun("runs", strategy=strategy)])
@@ -31,17 +32,17 @@ by an earlier ``fit``, or a custom ``train_step`` that calls neither, has no mar
 comm figures are NaN. Cost per step: two timestamps, an identity per gradient, a read per variable
 and two variable updates; per epoch: one allgather of 3 numbers per rank.
 
-Under MultiWorkerMirrored (``strategy.metrics`` of that strategy: ``gather`` is its own all-gather,
-``waits_at_step_start=True``) a faster worker also waits for a straggler at the next step's start,
-where the distributed iterator agrees on every step with an all-reduce, outside the window above. So
-the forward and backward pass is timed too (from the step's data to its gradients, ``train_step``
-wrapped like the optimizer), and what a step holds beyond both windows, less the least any worker
-shows (the straggler's: the loop's own overhead), counts as waiting (``with_waits_at_step_start``).
-The counters are variables synchronised on read, each replica adding to its own, read per worker.
+Under MultiWorkerMirrored, ``strategy.metrics`` of that strategy passes ``gather``, its own all-gather,
+in place of Horovod's. The counters are variables synchronised on read (each replica adds to its own
+copy), read per worker without a collective. A worker slow outside its train step there (its input,
+the loop, its callbacks) makes the others wait at the next step's start, in the distributed
+iterator's all-reduce, which this window does not time: that reads as every worker's compute, not as
+a straggler. A worker slow in its forward and backward pass shows as under Horovod.
 
 Put it after ``MetricAverage`` (``strategy.fit`` puts its own first), so the chief's view stays
 its own, and before ``TensorBoardRun``. Horovod, or MultiWorkerMirrored through its strategy:
-elsewhere it refuses to run. The keys it
+elsewhere it refuses to run. Under XLA (``jit_compile=True``), which has no kernel for
+``tf.timestamp``, nothing is timed and the comm figures are NaN. The keys it
 added last are its ``logged_keys``: ``strategy.metrics`` keeps them off the progress line
 (``tfdist.callbacks.progress``), and the epoch clock is ``tfdist.callbacks.epoch_clock``'s.
 ``ParameterServerMetrics`` (``tfdist.callbacks.ps_metrics``) is the parameter-server counterpart.
@@ -74,26 +75,6 @@ def worker_logs(gathered: list[list[float]]) -> dict[str, float]:
     fastest = min(compute) if compute else math.nan
     logs["worker_step_time_spread"] = max(compute) / fastest if fastest > 0 else math.nan
     return logs
-
-
-def with_waits_at_step_start(rows: list[list[float]], mine: list[float]) -> tuple[list[list[float]], float]:
-    """``[step_ms, comm_ms, examples_per_second]`` per worker, and this worker's ``comm_ms`` (``mine``
-    is its row), from rows that add the forward and backward pass (``[step_ms, exchange_ms,
-    examples_per_second, forward_backward_ms]``), where a faster worker also waits for a straggler at
-    the next step's start (MultiWorkerMirrored's distributed iterator agrees on every step with an
-    all-reduce). What a step holds besides both windows is each worker's own overhead (the loop, the
-    input, the update) plus that wait; the worker that waits least (the straggler) shows the overhead
-    alone, so each worker's wait is its rest beyond the least one's."""
-    def rest(row: list[float]) -> float:
-        return row[0] - row[1] - row[3]
-
-    known = [rest(row) for row in rows if math.isfinite(rest(row))]
-    least = min(known) if known else math.nan
-
-    def comm(row: list[float]) -> float:
-        return row[1] + (rest(row) - least if math.isfinite(rest(row)) else 0.0)
-
-    return [[row[0], comm(row), row[2]] for row in rows], comm(mine)
 
 
 def _stamped(grads: Any) -> tuple[Any, tf.Tensor]:
@@ -141,17 +122,14 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
     ``EpochClock`` shared with other callbacks (``strategy.metrics`` shares ``Throughput``'s)."""
 
     def __init__(self, batch_size: int, clock: EpochClock | None = None,
-                 gather: Callable[[list[float]], list[list[float]]] | None = None,
-                 waits_at_step_start: bool = False) -> None:
+                 gather: Callable[[list[float]], list[list[float]]] | None = None) -> None:
         super().__init__()
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise ArgumentValueError(with_fix(
                 f"`batch_size` must be a positive integer, got {batch_size!r}",
                 "pass the batch one rank consumes per step"))
         self.batch_size = batch_size
-        self.waits_at_step_start = waits_at_step_start
         self._gather = gather
-        self._step_start: tf.Tensor | None = None  # while a train step is traced: when its data was there
         self._replicas: Any = None  # the tf.distribute strategy the two variables below were made in
         self._seconds: tf.Variable | None = None
         self._count: tf.Variable | None = None
@@ -161,41 +139,11 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         self.gathered: list[list[list[float]]] = []  # per epoch: one [step, comm, rate] row per rank
 
     # --- instrumentation ----------------------------------------------------------------------
-    def _add(self, ready: tf.Tensor, after: list) -> None:
-        """Time one step: ``ready`` is when its gradients exist, ``after`` what waits for its update. The
-        exchange runs from ``ready`` to the update; with ``waits_at_step_start``, the forward and backward
-        pass too, from the step's data to ``ready``."""
-        with tf.control_dependencies([ready, *after]):
+    def _add(self, start: tf.Tensor, after: list) -> None:
+        with tf.control_dependencies([start, *after]):
             end = tf.timestamp()
-        self._seconds.assign_add(tf.maximum(end - ready, 0.0))
+        self._seconds.assign_add(tf.maximum(end - start, 0.0))
         self._count.assign_add(1)
-        if self.waits_at_step_start and self._step_start is not None:  # None: no train_step (a custom loop)
-            self._compute_seconds.assign_add(tf.maximum(ready - self._step_start, 0.0))
-            self._compute_count.assign_add(1)
-
-    def _instrument_step(self) -> Callable[[], None]:
-        """Stamp when each train step's data is there (``waits_at_step_start``); returns the undo."""
-        model = self.model
-        original = model.train_step
-        had_own, previous = "train_step" in vars(model), vars(model).get("train_step")
-
-        def timed_step(data: Any) -> Any:
-            with tf.control_dependencies([t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor)]):
-                self._step_start = tf.timestamp()
-            try:
-                return original(data)
-            finally:
-                self._step_start = None
-
-        model.train_step = timed_step
-
-        def restore() -> None:
-            if had_own:
-                model.train_step = previous
-            else:
-                delattr(model, "train_step")
-
-        return restore
 
     def _instrument(self, optimizer: Any) -> None:
         """Wrap the optimizer method that allreduces and updates (see the module docstring); a tf-keras
@@ -232,15 +180,12 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
                 return result
 
         setattr(optimizer, name, timed)
-        restore_step = self._instrument_step() if self.waits_at_step_start else None
 
         def restore() -> None:
             if had_own:
                 setattr(optimizer, name, previous)
             else:
                 delattr(optimizer, name)
-            if restore_step is not None:
-                restore_step()
 
         self._restore = restore
 
@@ -253,11 +198,6 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         if hvd is None:
             return None
         return hvd.allgather(tf.constant([mine], dtype=tf.float64), name="tfdist.worker_metrics").numpy().tolist()
-
-    def _mean_ms(self, seconds: tf.Variable, count: tf.Variable) -> float:
-        """This worker's mean over its timed steps, in ms (NaN when none was timed)."""
-        timed = int(self._here(count))
-        return 1000.0 * self._here(seconds) / timed if timed else math.nan
 
     def _here(self, variable: tf.Variable) -> float:
         """This worker's own value of ``variable``: each of its replicas adds to its own copy (a
@@ -278,17 +218,25 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
             raise ArgumentValueError(with_fix("WorkerMetrics needs a compiled model",
                                               "compile the model before fit"))
         self._replicas = tf.distribute.get_strategy()
+        if getattr(self.model, "jit_compile", None) is True:  # XLA has no tf.timestamp: nothing is timed
+            self._seconds = self._count = None
+            self.gathered = []
+            self.clock.train_begin()
+            return
         own = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
                "aggregation": tf.VariableAggregation.NONE}
         self._seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_comm_seconds", **own)
         self._count = tf.Variable(0, dtype=tf.int64, name="tfdist_comm_steps", **own)
-        self._compute_seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_compute_seconds", **own)
-        self._compute_count = tf.Variable(0, dtype=tf.int64, name="tfdist_compute_steps", **own)
         self.gathered = []
         self._instrument(optimizer)
         self.clock.train_begin()
 
     def on_train_end(self, logs=None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give the optimizer its own method back (``on_train_end``; ``strategy.fit`` calls it when fit
+        raises, which Keras does not tell callbacks)."""
         if self._restore is not None:
             self._restore()
             self._restore = None
@@ -296,7 +244,7 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self.clock.epoch_begin()
         if self._seconds is not None:
-            for variable in (self._seconds, self._count, self._compute_seconds, self._compute_count):
+            for variable in (self._seconds, self._count):
                 for part in self._replicas.experimental_local_results(variable):
                     part.assign(tf.zeros_like(part))
 
@@ -306,18 +254,16 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         elapsed = self.clock.epoch_end()
         steps = (self.params or {}).get("steps")
-        if self._seconds is None or elapsed is None or not steps:
+        if elapsed is None or not steps:
             return
-        step_ms = 1000.0 * elapsed / steps
-        mine = [step_ms, self._mean_ms(self._seconds, self._count), steps * self.batch_size / elapsed]
-        if self.waits_at_step_start:
-            mine.append(self._mean_ms(self._compute_seconds, self._compute_count))
+        timed = int(self._here(self._count)) if self._count is not None else 0
+        comm_ms = 1000.0 * self._here(self._seconds) / timed if timed else math.nan
+        mine = [1000.0 * elapsed / steps, comm_ms, steps * self.batch_size / elapsed]
         rows = self._rows(mine)
         if rows is None:
             return
-        rows, comm_ms = with_waits_at_step_start(rows, mine) if self.waits_at_step_start else (rows, mine[1])
         self.gathered.append(rows)
         if logs is not None:
-            added = {**worker_logs(rows), "comm_time_ms": comm_ms, "comm_share": comm_ms / step_ms}
+            added = {**worker_logs(rows), "comm_time_ms": comm_ms, "comm_share": comm_ms / mine[0]}
             logs.update(added)
             self.logged_keys = frozenset(added)

@@ -12,7 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tfdist.callbacks import ParameterServerMetrics, TensorBoardRun, Throughput, WorkerMetrics  # noqa: E402
 from tfdist.callbacks.tensorboard import parse_targets  # noqa: E402
-from tfdist.callbacks.horovod_metrics import with_waits_at_step_start, worker_logs  # noqa: E402
+from tfdist.callbacks.horovod_metrics import worker_logs  # noqa: E402
 from tfdist.callbacks.ps_metrics import _in_thread, parameter_server_logs  # noqa: E402
 from tfdist.errors import TfdistError  # noqa: E402
 
@@ -148,19 +148,6 @@ def test_worker_logs_show_the_straggler_in_the_spread():
         "worker_step_time_spread"}
 
 
-def test_a_wait_at_the_step_start_is_counted_as_communication_beyond_the_stragglers_rest():
-    """MultiWorkerMirrored: worker 0 waits for worker 1 in the iterator's all-reduce at the step's start,
-    outside both timed windows; worker 1, the straggler, waits least, so its rest (8 ms) is the loop's
-    own overhead, and worker 0's rest beyond it (29.5 ms) is waiting."""
-    rows = [[40.0, 2.0, 400.0, 0.5], [40.0, 1.5, 400.0, 30.5]]  # step, exchange, examples/s, forward-backward
-    split, mine = with_waits_at_step_start(rows, rows[0])
-    assert split == [[40.0, 31.5, 400.0], [40.0, 1.5, 400.0]] and mine == 31.5
-    logs = worker_logs(split)
-    assert (logs["worker/0/compute_time_ms"], logs["worker/1/compute_time_ms"]) == (8.5, 38.5)
-    # a worker without a timed forward pass (a custom loop) keeps its exchange alone
-    assert with_waits_at_step_start([[40.0, 2.0, 400.0, math.nan]] * 2, [40.0, 2.0, 400.0, math.nan])[1] == 2.0
-
-
 def test_worker_metrics_refuses_to_run_outside_horovod():
     import tf_keras
 
@@ -168,6 +155,35 @@ def test_worker_metrics_refuses_to_run_outside_horovod():
         _classifier(tf_keras).fit(*_separable(32), epochs=1, verbose=0, callbacks=[WorkerMetrics(16)])
     with pytest.raises(TfdistError, match="`batch_size` must be a positive integer"):
         WorkerMetrics(0)
+
+
+def test_worker_metrics_times_a_step_and_leaves_an_xla_step_untimed(K):
+    """The backend's own gather (MultiWorkerMirrored's, here one worker's row) in place of Horovod's. Under
+    XLA, which has no kernel for tf.timestamp, the step trains untimed (the comm figures NaN) where it
+    failed to compile; an adaptive MultiWorkerMirrored run adds WorkerMetrics by itself."""
+    for jit in (False, True):
+        model = _classifier(K)
+        model.compile(optimizer=K.optimizers.Adam(0.1), loss="binary_crossentropy", jit_compile=jit)
+        metrics = WorkerMetrics(16, gather=lambda row: [row])
+        history = model.fit(*_separable(64), batch_size=16, epochs=2, verbose=0, callbacks=[metrics])
+        comm = history.history["worker/0/comm_time_ms"]
+        assert len(metrics.gathered) == 2 and all(rate > 0 for rate in history.history["worker/0/examples_per_second"])
+        assert all(math.isnan(value) for value in comm) if jit else all(value > 0 for value in comm), (jit, comm)
+
+
+def test_a_failed_fit_gives_the_optimizer_its_own_method_back(K):
+    """Keras calls no on_train_end when fit raises: strategy.fit undoes WorkerMetrics' timing itself."""
+    import tfdist
+
+    class Fail(K.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            raise RuntimeError("stopped on purpose")
+
+    model = _classifier(K)
+    with pytest.raises(RuntimeError, match="stopped on purpose"):
+        tfdist.make_strategy("single").fit(model, *_separable(32), batch_size=16, epochs=1, verbose=0,
+                                           callbacks=[WorkerMetrics(16, gather=lambda row: [row]), Fail()])
+    assert not {"minimize", "apply"} & set(vars(model.optimizer)), sorted(vars(model.optimizer))
 
 
 def test_parameter_server_share_is_what_compute_leaves_of_a_workers_step():

@@ -165,21 +165,24 @@ def averages_over_ranks(optimizer: Any) -> bool:
     ``DistributedOptimizer``), or Horovod's own wrapper of a tf-keras optimizer (its ``_allreduce_grads``;
     around a Keras 3 optimizer it allreduces in methods Keras 3 never calls, horovod/horovod#4290)."""
     candidates = _self_and_inner(optimizer)
-    return any(getattr(candidate, ALLREDUCE_MARK, None) is not None for candidate in candidates) \
-        or any(_horovods_own(candidate) for candidate in candidates)
+    return _marked(candidates) or any(_horovods_own(candidate) for candidate in candidates)
 
 
 def averages_through_horovods_own(optimizer: Any) -> bool:
     """Whether ``optimizer`` averages through Horovod's own tf-keras wrapper, not tfdist's: it combines
     the gradients as it was built, so the strategy's allreduce options do not reach it."""
     candidates = _self_and_inner(optimizer)
-    return not any(getattr(candidate, ALLREDUCE_MARK, None) is not None for candidate in candidates) \
-        and any(_horovods_own(candidate) for candidate in candidates)
+    return not _marked(candidates) and any(_horovods_own(candidate) for candidate in candidates)
 
 
 def _self_and_inner(optimizer: Any) -> list:
     """``optimizer`` and, for a loss-scale optimizer, the one it wraps."""
     return [candidate for candidate in (optimizer, upstream.loss_scale_inner(optimizer)) if candidate is not None]
+
+
+def _marked(candidates: list) -> bool:
+    """Whether one of ``candidates`` went through :func:`distributed_optimizer` (tfdist's mark)."""
+    return any(getattr(candidate, ALLREDUCE_MARK, None) is not None for candidate in candidates)
 
 
 def _horovods_own(candidate: Any) -> bool:

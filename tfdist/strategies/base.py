@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import tensorflow as tf
 
 from tfdist import keras_compat, upstream
-from tfdist.callbacks import Throughput, progress_lines
+from tfdist.callbacks import Throughput, WorkerMetrics, progress_lines
 from tfdist.callbacks.backup import SafeBackup
 from tfdist.callbacks.learning_rate import learning_rate_value, uses_schedule
 from tfdist.callbacks.plan_check import PlanCheck
@@ -526,11 +526,12 @@ class DistributedStrategy:
 
 
 def _stop_samplers(callbacks: list) -> None:
-    """Stop the background threads of ``SystemMetrics`` callbacks: neither Keras calls
-    ``on_train_end`` when ``fit`` raises, and a failed run must leave no thread behind."""
+    """Stop the background threads of ``SystemMetrics`` callbacks and undo ``WorkerMetrics``' timing of
+    the optimizer: neither Keras calls ``on_train_end`` when ``fit`` raises, and a failed run must leave
+    no thread behind (nor an optimizer that still times into a finished callback)."""
     for callback in callbacks:
         inner = getattr(callback, "callback", callback)
-        if isinstance(inner, SystemMetrics):
+        if isinstance(inner, (SystemMetrics, WorkerMetrics)):
             inner.close()
 
 

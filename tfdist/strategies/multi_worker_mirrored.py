@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import tensorflow as tf
 
-from tfdist import keras_compat
+from tfdist import keras_compat, upstream
 from tfdist.callbacks import WorkerMetrics
 from tfdist.callbacks.powersgd import SynchronizePowerSGD
 from tfdist.environments import ClusterEnvironment, TFConfigEnvironment
@@ -131,17 +131,17 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         if (self.options.compression != "powersgd" or optimizer is None
                 or collective_powersgd.aggregates_through_powersgd(optimizer)):
             return
-        name = type(optimizer).__name__
-        what = f"the model's optimizer ({name}) did not go through strategy.optimizer()"
-        if (self.plan is not None and self.plan.options.get("compression") == "powersgd"
-                and keras_compat.is_keras(optimizer, "optimizers.legacy.Optimizer")):
+        what = f"the model's optimizer ({type(optimizer).__name__}) did not go through strategy.optimizer()"
+        planned = self.plan is not None and self.plan.options.get("compression") == "powersgd"
+        if planned and keras_compat.is_keras(optimizer, "optimizers.legacy.Optimizer"):
             if not self._said_legacy:  # tf-keras' legacy optimizers aggregate where PowerSGD cannot go
                 self._said_legacy = True
+                inner = type(upstream.loss_scale_inner(optimizer) or optimizer).__name__
                 log.warning("tfdist plan: %s", with_fix(
                     f"{what}, and it is a legacy tf-keras optimizer, which the plan's PowerSGD cannot go into, "
                     "so its gradients are averaged whole",
-                    f"use tf_keras.optimizers.{name} instead of tf_keras.optimizers.legacy"))
-        elif self.plan is not None and self.plan.options.get("compression") == "powersgd":
+                    f"use tf_keras.optimizers.{inner} instead of tf_keras.optimizers.legacy"))
+        elif planned:
             collective_powersgd.powersgd_optimizer(optimizer, powersgd_settings(self.options), self._strategy)
             model.make_train_function(force=True)  # a step traced before (an earlier fit) is traced again
             log.warning("tfdist plan: %s; the plan's PowerSGD now aggregates its gradients", what)
@@ -218,26 +218,26 @@ class MultiWorkerMirroredStrategy(DistributedStrategy):
         return self._sum_over_workers(1 if condition else 0)
 
     def _worker_figures(self, batch_size: int, clock: Any, optional: bool = False) -> list:
-        """Every worker's step, compute and communication time (``WorkerMetrics``, gathered through this
-        strategy's own collectives), for ``metrics`` and an adaptive run's re-fit. A faster worker waits
-        for a straggler at the next step's start (the distributed iterator agrees on every step with an
-        all-reduce) as much as in the gradients' all-reduce: ``waits_at_step_start``."""
-        return [WorkerMetrics(batch_size, clock=clock, gather=self._gather_worker_rows, waits_at_step_start=True)]
+        """Every worker's step, all-reduce and compute time (``WorkerMetrics``, gathered through this
+        strategy's own collectives), for ``metrics`` and an adaptive run's re-fit. ``batch_size`` is per
+        replica; a worker trains that on each of its replicas."""
+        return [WorkerMetrics(batch_size * self._replicas_per_worker, clock=clock, gather=self._gather_worker_rows)]
+
+    @property
+    def _replicas_per_worker(self) -> int:
+        return max(1, self.num_replicas_in_sync // max(1, self.num_workers))
 
     def _gather_worker_rows(self, row: list[float]) -> list[list[float]]:
         """Every worker's ``row``, worker 0 first: one all-gather over the replicas, a worker's local
         replicas (which all hold its row) taken once."""
-        strategy = self._strategy
-        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
-        mine = strategy.run(lambda: tf.constant([row], tf.float64))
-        return strategy.gather(mine, axis=0).numpy().tolist()[::replicas_per_worker]
+        mine = self._strategy.run(lambda: tf.constant([row], tf.float64))
+        return self._strategy.gather(mine, axis=0).numpy().tolist()[::self._replicas_per_worker]
 
     def _sum_over_workers(self, value: int) -> int:
         """The sum of each worker's ``value`` (an all-reduce over the replicas: each worker's counted once)."""
         strategy = self._strategy
-        replicas_per_worker = max(1, self.num_replicas_in_sync // max(1, self.num_workers))
         mine = strategy.run(lambda: tf.constant(value, tf.int64))
-        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // replicas_per_worker
+        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None).numpy()) // self._replicas_per_worker
 
     def _loop_agree_epoch(self, epoch: int) -> int:
         """The chief's epoch; a worker that restored another one fails on every worker (each restores
