@@ -42,7 +42,7 @@ a straggler. A worker slow in its forward and backward pass shows as under Horov
 Put it after ``MetricAverage`` (``strategy.fit`` puts its own first), so the chief's view stays
 its own, and before ``TensorBoardRun``. Horovod, or MultiWorkerMirrored through its strategy:
 elsewhere it refuses to run. Under XLA (``jit_compile=True``), which has no kernel for
-``tf.timestamp``, nothing is timed and the comm figures are NaN. The keys it
+``tf.timestamp``, nothing is timed: the comm and compute figures, the share and the spread are NaN. The keys it
 added last are its ``logged_keys``: ``strategy.metrics`` keeps them off the progress line
 (``tfdist.callbacks.progress``), and the epoch clock is ``tfdist.callbacks.epoch_clock``'s.
 ``ParameterServerMetrics`` (``tfdist.callbacks.ps_metrics``) is the parameter-server counterpart.
@@ -217,7 +217,8 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         if optimizer is None:
             raise ArgumentValueError(with_fix("WorkerMetrics needs a compiled model",
                                               "compile the model before fit"))
-        self._replicas = tf.distribute.get_strategy()
+        self.close()  # a fit that raised outside strategy.fit left its timing on the optimizer
+        self._replicas = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
         if getattr(self.model, "jit_compile", None) is True:  # XLA has no tf.timestamp: nothing is timed
             self._seconds = self._count = None
             self.gathered = []
@@ -225,8 +226,9 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
             return
         own = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
                "aggregation": tf.VariableAggregation.NONE}
-        self._seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_comm_seconds", **own)
-        self._count = tf.Variable(0, dtype=tf.int64, name="tfdist_comm_steps", **own)
+        with self._replicas.scope():  # Keras 3 calls this outside the model's strategy scope, tf-keras inside it
+            self._seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_comm_seconds", **own)
+            self._count = tf.Variable(0, dtype=tf.int64, name="tfdist_comm_steps", **own)
         self.gathered = []
         self._instrument(optimizer)
         self.clock.train_begin()

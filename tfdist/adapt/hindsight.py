@@ -3,12 +3,13 @@
 ``tfdist launch --backend auto`` chose its plan from a probe. The chief's record of the run
 (``TFDIST_PLAN_RESULT``, written by ``tfdist.callbacks.plan_check.PlanCheck``) carries each epoch's
 per-worker figures where the backend measures them (``WorkerMetrics`` of Horovod and
-MultiWorkerMirrored: compute and communication time and examples/s per rank). :func:`hindsight` re-fits the launch-time cost model on
-them and on the job's own model (its parameter count, in place of the probe's stand-in model's), with
-:func:`tfdist.adapt.refit`: each worker's speed, the step's compute time and, on a ring, the effective
-link rate (the bytes the model says each rank moves, over its measured allreduce wait; the record has
-no byte counters). Then it predicts every plan again: the line says whether the plan that ran is still
-the one to choose, and what each other plan was predicted to take.
+MultiWorkerMirrored: compute and communication time and examples/s per rank). :func:`hindsight`
+re-fits the launch-time cost model on them and on the job's own model (its parameter count, in place
+of the probe's stand-in model's), with :func:`tfdist.adapt.refit`: each worker's speed, the step's
+compute time and, on a ring, the effective link rate (the bytes the model says each rank moves, over
+its measured allreduce wait; the record has no byte counters). Then it predicts every plan again:
+the line says whether the plan that ran is still the one to choose, and what each other plan was
+predicted to take.
 
     line = hindsight(decision.cluster, decision.workload, "horovod", json.load(open(result_path)))
     # "tfdist launch: re-fitted on the job's own epochs (worker speeds 1, 0.25): parameter_server

@@ -176,7 +176,7 @@ class DistributedStrategy:
         try:
             history = self._run_fit(model, x, y, kwargs)
         finally:
-            _stop_samplers(kwargs["callbacks"])
+            close_callbacks(kwargs["callbacks"])
         end_if_switched(adaptive)
         return history
 
@@ -525,7 +525,7 @@ class DistributedStrategy:
         return inputs.global_batch_inputs(x, y, kwargs, self.num_replicas_in_sync)
 
 
-def _stop_samplers(callbacks: list) -> None:
+def close_callbacks(callbacks: list) -> None:
     """Stop the background threads of ``SystemMetrics`` callbacks and undo ``WorkerMetrics``' timing of
     the optimizer: neither Keras calls ``on_train_end`` when ``fit`` raises, and a failed run must leave
     no thread behind (nor an optimizer that still times into a finished callback)."""

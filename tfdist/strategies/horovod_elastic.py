@@ -50,6 +50,7 @@ from tfdist.callbacks import LearningRateWarmup
 from tfdist.callbacks.learning_rate import learning_rate_value
 from tfdist.errors import ArgumentValueError, TfdistError, with_fix
 from tfdist.strategies import inputs
+from tfdist.strategies.base import close_callbacks
 
 if TYPE_CHECKING:
     from tfdist.strategies.horovod import HorovodStrategy
@@ -205,15 +206,18 @@ def elastic_fit(strategy: HorovodStrategy, model: Any, x: Any, y: Any, fit_kwarg
         run_kwargs["callbacks"] = [*ours, commit]
         if not strategy.is_chief:
             run_kwargs["verbose"] = 0
-        if state.batch and state.epoch < epochs:
-            left = remaining_batches(state.batch, state.steps, steps)
-            done = steps - left
-            part_x, part_y, part_kwargs = _remainder(run_x, run_y, run_kwargs, done, left)
-            commit.batch_offset = done
-            last["history"] = model.fit(part_x, part_y, initial_epoch=state.epoch, epochs=state.epoch + 1,
-                                        **part_kwargs)
-        if state.epoch < epochs:
-            last["history"] = model.fit(run_x, run_y, initial_epoch=state.epoch, epochs=epochs, **run_kwargs)
+        try:  # a reset (a host gone or added) raises out of fit: the next attempt instruments afresh
+            if state.batch and state.epoch < epochs:
+                left = remaining_batches(state.batch, state.steps, steps)
+                done = steps - left
+                part_x, part_y, part_kwargs = _remainder(run_x, run_y, run_kwargs, done, left)
+                commit.batch_offset = done
+                last["history"] = model.fit(part_x, part_y, initial_epoch=state.epoch, epochs=state.epoch + 1,
+                                            **part_kwargs)
+            if state.epoch < epochs:
+                last["history"] = model.fit(run_x, run_y, initial_epoch=state.epoch, epochs=epochs, **run_kwargs)
+        finally:
+            close_callbacks(run_kwargs["callbacks"])
 
     _run_elastic(hvd_elastic, attempt, state, epochs)
     return _history(model, state, initial_epoch, last.get("history"))
