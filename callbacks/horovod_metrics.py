@@ -219,18 +219,16 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
                                               "compile the model before fit"))
         self.close()  # a fit that raised outside strategy.fit left its timing on the optimizer
         self._replicas = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
+        self.gathered = []
         if getattr(self.model, "jit_compile", None) is True:  # XLA has no tf.timestamp: nothing is timed
             self._seconds = self._count = None
-            self.gathered = []
-            self.clock.train_begin()
-            return
-        own = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
-               "aggregation": tf.VariableAggregation.NONE}
-        with self._replicas.scope():  # Keras 3 calls this outside the model's strategy scope, tf-keras inside it
-            self._seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_comm_seconds", **own)
-            self._count = tf.Variable(0, dtype=tf.int64, name="tfdist_comm_steps", **own)
-        self.gathered = []
-        self._instrument(optimizer)
+        else:
+            own = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
+                   "aggregation": tf.VariableAggregation.NONE}
+            with self._replicas.scope():  # Keras 3 calls this outside the model's strategy scope, tf-keras inside
+                self._seconds = tf.Variable(0.0, dtype=tf.float64, name="tfdist_comm_seconds", **own)
+                self._count = tf.Variable(0, dtype=tf.int64, name="tfdist_comm_steps", **own)
+            self._instrument(optimizer)
         self.clock.train_begin()
 
     def on_train_end(self, logs=None) -> None:
