@@ -7,7 +7,8 @@
 * every test must leave ``os.environ`` as it found it;
 * ``horovod``, ``cluster`` and ``multihost`` tests are ``slow`` too (``make test-fast`` leaves ``slow`` out);
 * ``run_horovod`` starts a real ``horovodrun -np N -H localhost:N --gloo`` job;
-* under pytest-xdist (`make test`: ``-n 2``) each file is one unit of work, the lab tests one unit
+* under pytest-xdist (`make test`: ``-n 2``) each file is one unit of work, the lab tests one unit, the
+  files that share the examples' jobs (``shared_run``) one unit
   (``scheduling.py``).
 """
 from __future__ import annotations
@@ -93,3 +94,13 @@ def no_leaked_environment_variables():
 def run_horovod() -> Callable[..., subprocess.CompletedProcess]:
     """``run_horovod(script, *args, np=2, timeout=240)``: a script of tests/scripts under horovodrun."""
     return horovodrun
+
+
+@pytest.fixture(scope="session")
+def shared_run(tmp_path_factory):
+    """``shared_run(case)``: an example case's run and directory from the one job its launcher and backend
+    share (tests/example_jobs.py), for tests/examples/test_examples.py and tests/report/test_real_runs.py:
+    one unit of work (``scheduling.SHARED_UNITS``), so each job starts once for both."""
+    from example_jobs import shared_jobs
+
+    return shared_jobs(tmp_path_factory)

@@ -1,7 +1,8 @@
 """How the suite shares two cores: `make test` runs it under pytest-xdist (``-n 2``).
 
 * **Units.** Every test file is one unit of work, run whole on one worker, so its module- and
-  session-scoped fixtures (a shared Horovod job, a shared cluster) run once. All multi-host tests are
+  session-scoped fixtures (a shared Horovod job, a shared cluster) run once; files that read the same
+  session fixture's jobs are one unit (``SHARED_UNITS``). All multi-host tests are
   one unit, ``lab``: they run one after another on one worker, in their order, the leftover check
   (``tests/multihost/test_zz_nothing_left.py``) last. The lab unit is collected first (it is the
   longest), then the files with the most ``slow`` tests, so the long units start early; `make test`
@@ -21,12 +22,16 @@ import pytest
 
 LAB_UNIT = "lab"
 LAB_PREFIX = "tests/multihost/"
+# files whose tests read the jobs of another file's session fixture -> that file: one unit, one worker,
+# so the jobs start once (tests/example_jobs.py: test_real_runs.py reads three of the examples' runs)
+SHARED_UNITS = {"tests/report/test_real_runs.py": "tests/examples/test_examples.py"}
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work of a test id: ``lab`` for the multi-host tests, else its file."""
+    """The unit of work of a test id: ``lab`` for the multi-host tests, else its file (or the file it
+    shares jobs with, ``SHARED_UNITS``)."""
     path = nodeid.split("::", 1)[0]
-    return LAB_UNIT if path.startswith(LAB_PREFIX) else path
+    return LAB_UNIT if path.startswith(LAB_PREFIX) else SHARED_UNITS.get(path, path)
 
 
 def order_units(items: list[pytest.Item]) -> None:

@@ -1,7 +1,10 @@
 """tests/scheduling.py: the units of work and their order."""
 from __future__ import annotations
 
+import re
+
 import scheduling
+from support import REPO
 
 
 def test_the_multihost_tests_are_one_unit_and_every_other_file_its_own():
@@ -9,6 +12,16 @@ def test_the_multihost_tests_are_one_unit_and_every_other_file_its_own():
     assert scheduling.unit_of("tests/multihost/test_zz_nothing_left.py::test_y") == "lab"
     assert scheduling.unit_of("tests/strategies/test_horovod.py::test_z[k-k]") == "tests/strategies/test_horovod.py"
     assert scheduling.unit_of("tests/test_multihost_pure.py::test_w") == "tests/test_multihost_pure.py"
+
+
+def test_every_file_that_reads_the_examples_shared_jobs_is_in_one_unit():
+    """The session's ``shared_run`` starts each job once per worker: a file that asks for it in a unit of
+    its own would start the jobs again on the other worker."""
+    readers = sorted(str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
+                     if re.search(r"def test_\w+\([^)]*\bshared_run\b|def \w+\(shared_run\b",
+                                  path.read_text()))
+    assert "tests/examples/test_examples.py" in readers and "tests/report/test_real_runs.py" in readers
+    assert {scheduling.unit_of(f"{path}::test_x") for path in readers} == {"tests/examples/test_examples.py"}
 
 
 class _Item:

@@ -52,13 +52,13 @@ _COVERED_ELSEWHERE = {
 _COMMANDS_COVERED_ELSEWHERE = {
     "tfdist export-check": ("tests/export/test_docs.py", 'invoke(*step.argv)'),
     "tfdist launch --workers 2 --ps 1 --":
-        ("tests/examples/test_examples.py", '"launch", "--workers", "2", "--ps", "1", "--"'),
+        ("tests/example_jobs.py", '"launch", "--workers", "2", "--ps", "1", "--"'),
     "tfdist launch --workers 2 --ps 2 --":
         ("tests/examples/test_recommender.py", '"launch", "--workers", "2", "--ps", "2", "--"'),
     "tfdist launch --workers 2 --ps 2 --evaluator --":
         ("tests/strategies/test_parameter_server.py", '"--workers", "2", "--ps", "2", "--evaluator"'),
     "tfdist launch --backend multi_worker_mirrored --workers 2 --":
-        ("tests/examples/test_examples.py", '"--backend", "multi_worker_mirrored", "--workers", "2", "--"'),
+        ("tests/example_jobs.py", '"--backend", "multi_worker_mirrored", "--workers", "2", "--"'),
     "tfdist launch --backend multi_worker_mirrored --workers 2 -- python examples/custom_loop.py":
         ("tests/strategies/test_loop.py", 'sys.executable, "examples/custom_loop.py", *args'),
     "tfdist launch --workers 2 --ps 1 -- python examples/custom_loop.py":

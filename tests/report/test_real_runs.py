@@ -2,58 +2,50 @@
 rate a run trained at, per-worker figures that add up to the run's, one meaning per colour, results
 beside the HParams, and no empty panel, on pages checked in headless Chromium.
 
-Each launcher trains once per module (2 epochs, so "epochs 2.." exists): the single backend in one
-process, Horovod under ``horovodrun -np 2`` and parameter servers under ``tfdist launch --workers 2
---ps 1``, as scripts/demo.sh runs them; the tests copy the run folders they need into a logdir.
+The runs are three cases of the examples' shared jobs (tests/example_jobs.py, ``REPORTED``: 2 epochs,
+so "epochs 2.." exists): the single backend in one process, Horovod under ``horovodrun -np 2`` and
+parameter servers under ``tfdist launch --workers 2 --ps 1``, as scripts/demo.sh runs them. This file
+and tests/examples/test_examples.py are one unit of work, so each job trains once for both; the tests
+copy the run folders they need into a logdir.
 """
 from __future__ import annotations
 
 import math
 import shutil
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 from browser import ink, screenshot
+from example_jobs import REPORTED
 
-from support import REPO, horovodrun, invoke, subprocess_env
+from support import invoke
 
-CLASSIFIER = REPO / "examples" / "classifier.py"
-TIMEOUT = 900  # seconds: 2 cores shared with other jobs; only a hang reaches it
 LR = 0.001  # classifier.py's --lr default: the single-worker rate
-BATCH = 32
-ARGS = ("--epochs", "2", "--batch-size", str(BATCH), "--lr", str(LR))
+BATCH = 32  # the examples' jobs' --batch-size
 
 
-def _trained(result: subprocess.CompletedProcess, logdir: Path) -> Path:
+def _run_folder(shared_run, backend: str) -> Path:
+    """The one TensorBoard run of the case ``REPORTED[backend]``, once it trained."""
+    result, where = shared_run(REPORTED[backend])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (run,) = [p for p in logdir.iterdir() if p.is_dir()]
+    (run,) = [p for p in (where / "runs").iterdir() if p.is_dir()]
     return run
 
 
-@pytest.fixture(scope="module")
-def single_run(tmp_path_factory) -> Path:
-    logdir = tmp_path_factory.mktemp("single") / "runs"
-    result = subprocess.run([sys.executable, str(CLASSIFIER), "--strategy", "single", *ARGS, "--logdir", str(logdir)],
-                            capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
-    return _trained(result, logdir)
+@pytest.fixture
+def single_run(shared_run) -> Path:
+    return _run_folder(shared_run, "single")
 
 
-@pytest.fixture(scope="module")
-def horovod_run(tmp_path_factory) -> Path:
-    logdir = tmp_path_factory.mktemp("horovod") / "runs"
-    return _trained(horovodrun(str(CLASSIFIER), *ARGS, "--logdir", str(logdir), np=2, timeout=TIMEOUT), logdir)
+@pytest.fixture
+def horovod_run(shared_run) -> Path:
+    return _run_folder(shared_run, "horovod")
 
 
-@pytest.fixture(scope="module")
-def ps_run(tmp_path_factory) -> Path:
-    logdir = tmp_path_factory.mktemp("ps") / "runs"
-    command = [str(Path(sys.executable).parent / "tfdist"), "launch", "--workers", "2", "--ps", "1", "--",
-               sys.executable, str(CLASSIFIER), *ARGS, "--logdir", str(logdir)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=subprocess_env(), cwd=REPO)
-    return _trained(result, logdir)
+@pytest.fixture
+def ps_run(shared_run) -> Path:
+    return _run_folder(shared_run, "parameter_server")
 
 
 def _logdir(tmp_path: Path, *runs: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Several example runs in one job, for tests/examples/test_examples.py: the cases that start the same
+"""Several example runs in one job, for tests/example_jobs.py: the cases that start the same
 kind of job (launcher, backend, Keras) share one instead of paying for its processes once each.
 
     python run_examples.py OUTDIR CASES_JSON      # CASES_JSON: [[case, examples/X.py, [args...]], ...]
