@@ -276,7 +276,7 @@ class SlurmLab:
         """``{node: state}`` as ``sinfo`` shows it now (``idle``, ``allocated``, ``down*`` ...)."""
         return parse_node_states(self.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout)
 
-    def resume(self, nodes: Sequence[str], timeout: float = 120.0, restart_after: float = 45.0) -> None:
+    def resume(self, nodes: Sequence[str], timeout: float = 120.0, restart_after: float = 20.0) -> None:
         """Return ``nodes`` to service (``scontrol update nodename=... state=resume`` once their slurmd
         answers again, e.g. after :meth:`Lab.restore`) and wait until every node of the cluster is
         idle; SlurmLabError with what sinfo shows after ``timeout`` seconds.
@@ -285,7 +285,9 @@ class SlurmLab:
         once, as an admin would: after a node cut and restore, SLURM 22.05 now and then never heard from
         the node's running slurmd again (h3 ``down*`` for the whole 120 s, every daemon running, its step
         daemon reaching slurmctld meanwhile; seen at stop 31 and in 1 of this stop's 5 full runs); a new
-        slurmd registers."""
+        slurmd registers. A node that answers is back within one of slurmctld's pings of non-responding
+        nodes (every SlurmdTimeout / 3 = 10 s; 1.1 s after a restore, measured), so 20 s is two pings
+        (it was 45 s: the wait a clean-clone CI paid in the teardown of its node cut)."""
         start = time.monotonic()
         deadline = start + timeout
         waiting = list(nodes)
