@@ -281,7 +281,8 @@ def test_refit_refuses_no_epochs_another_worker_count_and_a_stalled_worker():
 def test_any_measured_cluster_is_found_again(slow, rates, variant):
     """Speeds (the fastest at 1) are always found; per-host rates under parameter servers, the slowest
     link's rate under a ring, except with a straggler (below ``EVEN_SPEED``): then the ring says
-    nothing of the links and they keep their launch rate."""
+    nothing of the links and they keep their launch rate. A ring's links faster than at launch are
+    read no slower than at launch and no faster than they are (as far as the step shows them carrying)."""
     workers = len(slow) + 1
     truth = Cluster(workers=workers, ps=1, speeds=(1.0, *slow), bandwidths=tuple(rates[:workers]))
     launched = Cluster(workers=workers, ps=1, bandwidths=(GBIT,))
@@ -289,10 +290,31 @@ def test_any_measured_cluster_is_found_again(slow, rates, variant):
     cluster, workload = refit(launched, SMALL, [measured])
     assert cluster.speeds == pytest.approx(truth.speeds, rel=1e-9)
     assert workload.step_ms == pytest.approx(SMALL.step_ms)
-    expected = truth.bandwidths if variant == "parameter_server" else (min(truth.bandwidths),) * workers
-    if variant != "parameter_server" and min(slow) < EVEN_SPEED:
-        expected = (GBIT,) * workers
-    assert cluster.bandwidths == pytest.approx(expected, rel=1e-6)
+    slowest = min(truth.bandwidths)
+    if variant == "parameter_server":
+        assert cluster.bandwidths == pytest.approx(truth.bandwidths, rel=1e-6)
+    elif min(slow) < EVEN_SPEED:
+        assert cluster.bandwidths == pytest.approx((GBIT,) * workers, rel=1e-6)
+    elif slowest <= GBIT:
+        assert cluster.bandwidths == pytest.approx((slowest,) * workers, rel=1e-6)
+    else:
+        assert len(set(cluster.bandwidths)) == 1 and GBIT * (1 - 1e-6) <= cluster.bandwidths[0] <= slowest * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("variant", ["horovod", "multi_worker_mirrored"])
+def test_a_ring_reads_its_links_faster_than_at_launch_as_far_as_its_steps_carried(variant):
+    """A wire-bound ring on links 4x faster than the probe said: its steps carried more than the launch
+    rate, which the re-fit takes, up to the links' own rate. The same ring with a step that is mostly
+    compute carried less than the launch rate a second: its short wait says only that the links are no
+    slower than at launch (a token bucket lets a short exchange through at once)."""
+    launched = Cluster(workers=2, ps=1, bandwidths=(10e6,))
+    truth = dataclasses.replace(launched, bandwidths=(40e6, 40e6))
+    wire_bound = dataclasses.replace(SMALL, params=2_000_000)
+    cluster, _ = refit(launched, wire_bound, [measure(truth, wire_bound, variant)])
+    assert 20e6 < cluster.bandwidths[0] <= 40e6 * (1 + 1e-6), cluster.bandwidths
+    compute_bound = dataclasses.replace(SMALL, params=2_000, step_ms=50.0)
+    cluster, _ = refit(launched, compute_bound, [measure(truth, compute_bound, variant)])
+    assert cluster.bandwidths == pytest.approx((10e6, 10e6)), cluster.bandwidths
 
 
 def test_a_ring_paced_by_a_cpu_starved_straggler_keeps_the_links_launch_rate():
