@@ -135,6 +135,29 @@ def test_every_accessor_fails_closed_naming_the_attribute(call):
     assert "has no usable `" in str(info.value) and "fix: install the versions pinned" in str(info.value)
 
 
+def test_an_optimizer_and_the_one_its_loss_scale_optimizer_wraps_and_failing_closed():
+    """One helper for every mark tfdist looks for on an optimizer or inside its loss-scale optimizer; a
+    loss-scale optimizer whose wrapped one moved raises where it read as unmarked (PowerSGD would then
+    have gone around the loss scaling, on scaled gradients)."""
+    import tf_keras
+
+    from tfdist.runtime import allreduce, collective_powersgd
+
+    plain = tf_keras.optimizers.SGD(0.1)
+    scaled = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+    assert upstream.self_and_inner(plain) == [plain]
+    assert upstream.self_and_inner(scaled) == [scaled, scaled.inner_optimizer]
+
+    class LossScaleOptimizerMoved:  # its wrapped optimizer no longer at `inner_optimizer`
+        pass
+
+    moved = LossScaleOptimizerMoved()
+    for call in (upstream.self_and_inner, collective_powersgd.aggregates_through_powersgd,
+                 allreduce.averages_over_ranks, allreduce.powersgd_state):
+        with pytest.raises(upstream.UpstreamChangedError, match="inner_optimizer"):
+            call(moved)
+
+
 def test_no_private_attribute_is_read_outside_the_door():
     """tfdist's own modules reach TensorFlow/Keras internals only through tfdist.upstream."""
     import pathlib

@@ -338,6 +338,13 @@ def loss_scale_inner(optimizer: Any) -> Any:
     return inner
 
 
+def self_and_inner(optimizer: Any) -> list:
+    """``[optimizer]``, and after it, for a loss-scale optimizer, the one it wraps (:func:`loss_scale_inner`:
+    a loss-scale optimizer without its ``inner_optimizer`` raises, never passes for a plain one)."""
+    inner = loss_scale_inner(optimizer)
+    return [optimizer] if inner is None else [optimizer, inner]
+
+
 #: The Keras 3 optimizer method that clips the gradients of an update; with
 #: ``gradient_accumulation_steps`` it runs once per update, on the mean of the accumulated ones.
 CLIP_GRADIENTS = "_clip_gradients"

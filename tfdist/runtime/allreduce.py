@@ -164,20 +164,15 @@ def averages_over_ranks(optimizer: Any) -> bool:
     Horovod ranks: set up by :func:`distributed_optimizer` (``strategy.optimizer``, tfdist.horovod's
     ``DistributedOptimizer``), or Horovod's own wrapper of a tf-keras optimizer (its ``_allreduce_grads``;
     around a Keras 3 optimizer it allreduces in methods Keras 3 never calls, horovod/horovod#4290)."""
-    candidates = _self_and_inner(optimizer)
+    candidates = upstream.self_and_inner(optimizer)
     return _marked(candidates) or any(_horovods_own(candidate) for candidate in candidates)
 
 
 def averages_through_horovods_own(optimizer: Any) -> bool:
     """Whether ``optimizer`` averages through Horovod's own tf-keras wrapper, not tfdist's: it combines
     the gradients as it was built, so the strategy's allreduce options do not reach it."""
-    candidates = _self_and_inner(optimizer)
+    candidates = upstream.self_and_inner(optimizer)
     return not _marked(candidates) and any(_horovods_own(candidate) for candidate in candidates)
-
-
-def _self_and_inner(optimizer: Any) -> list:
-    """``optimizer`` and, for a loss-scale optimizer, the one it wraps."""
-    return [candidate for candidate in (optimizer, upstream.loss_scale_inner(optimizer)) if candidate is not None]
 
 
 def _marked(candidates: list) -> bool:
@@ -355,17 +350,10 @@ def change_compression(optimizer: Any, compression: Any) -> None:
 def _compression_holder(optimizer: Any) -> Any:
     """The object that carries ``optimizer``'s allreduce settings: itself, or the optimizer inside
     its loss-scale optimizer (tf-keras), or None when it has none."""
-    for candidate in (optimizer, _inner_or_none(optimizer)):
-        if candidate is not None and isinstance(getattr(candidate, ALLREDUCE_MARK, None), AllreduceSettings):
+    for candidate in upstream.self_and_inner(optimizer):
+        if isinstance(getattr(candidate, ALLREDUCE_MARK, None), AllreduceSettings):
             return candidate
     return None
-
-
-def _inner_or_none(optimizer: Any) -> Any:
-    try:
-        return upstream.loss_scale_inner(optimizer)
-    except upstream.UpstreamChangedError:
-        return None
 
 
 def rehome_under_loss_scale(optimizer: Any) -> Any:
@@ -457,8 +445,8 @@ def _powersgd_reduce(hvd: Any, settings: AllreduceSettings, owner: Any, grads: l
 def powersgd_state(optimizer: Any) -> Any:
     """The PowerSGD state of ``optimizer`` (made at its first step), or None: kept on the optimizer
     ``distributed_optimizer`` returned or on the Horovod wrapper inside its loss-scale optimizer."""
-    for candidate in (optimizer, _inner_or_none(optimizer)):
-        state = getattr(candidate, POWERSGD_STATE, None) if candidate is not None else None
+    for candidate in upstream.self_and_inner(optimizer):
+        state = getattr(candidate, POWERSGD_STATE, None)
         if state is not None:
             return state
     return None

@@ -73,7 +73,7 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
         raise ArgumentTypeError(with_fix(
             f"`optimizer` must be a tf-keras or Keras 3 optimizer, got {type(optimizer).__module__}."
             f"{type(optimizer).__name__}", "pass e.g. tf.keras.optimizers.SGD(0.1)"))
-    inner = _inner_or_none(optimizer)
+    inner = upstream.loss_scale_inner(optimizer)
     if inner is not None and flavour == KERAS_3:
         raise ArgumentValueError(refusal_of_keras3_loss_scaling())
     if inner is not None:  # a tf-keras LossScaleOptimizer given: PowerSGD goes inside (unscaled gradients)
@@ -106,8 +106,8 @@ def powersgd_optimizer(optimizer: Any, settings: Any, strategy: Any) -> Any:
 def aggregates_through_powersgd(optimizer: Any) -> bool:
     """Whether ``optimizer`` (or the one a tf-keras ``LossScaleOptimizer`` wraps) went through
     :func:`powersgd_optimizer`."""
-    inner = _inner_or_none(optimizer)
-    return getattr(optimizer if inner is None else inner, COLLECTIVE_POWERSGD_MARK, None) is not None
+    return any(getattr(candidate, COLLECTIVE_POWERSGD_MARK, None) is not None
+               for candidate in upstream.self_and_inner(optimizer))
 
 
 def local_replicas(strategy: Any) -> int:
@@ -135,7 +135,7 @@ def refusal_of_keras3_loss_scaling() -> str:
 def refuse_compiled_keras3_loss_scale(optimizer: Any) -> None:
     """Refuse the Keras 3 ``LossScaleOptimizer`` that compile put (mixed_float16) around an optimizer that
     aggregates through PowerSGD (:func:`refusal_of_keras3_loss_scaling`); a tf-keras one needs nothing."""
-    inner = _inner_or_none(optimizer)
+    inner = upstream.loss_scale_inner(optimizer)
     if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None \
             and flavour_of(optimizer) == KERAS_3:
         raise ArgumentValueError(refusal_of_keras3_loss_scaling())
@@ -212,13 +212,6 @@ def synchronize_powersgd(optimizer: Any, strategy: Any) -> bool:
     with strategy.scope():
         state.synchronize(lambda values: allreduce_mean(strategy, values))
     return True
-
-
-def _inner_or_none(optimizer: Any) -> Any:
-    try:
-        return upstream.loss_scale_inner(optimizer)
-    except upstream.UpstreamChangedError:
-        return None
 
 
 __all__ = ["aggregates_through_powersgd", "allreduce_mean", "local_replicas", "powersgd_optimizer", "refuse_compiled_keras3_loss_scale",
