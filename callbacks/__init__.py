@@ -20,7 +20,7 @@ already does the job; WorkerMetrics (Horovod; MultiWorkerMirrored through strate
 ParameterServerMetrics refuse the other backends
 (``strategy.metrics(batch_size)`` picks the right one, on one ``EpochClock`` with ``Throughput``, and
 keeps their figures off the progress line). Modules: one per concern (``throughput``,
-``horovod_metrics``, ``ps_metrics``, ``epoch_clock``, ``progress``, ...).
+``worker_metrics``, ``ps_metrics``, ``epoch_clock``, ``progress``, ...).
 
 Layering: it may import :mod:`tfdist.runtime`, :mod:`tfdist.plan`, :mod:`tfdist.cluster` and the
 ground modules; never :mod:`tfdist.strategies` (which imports it).
@@ -31,7 +31,7 @@ from tfdist.callbacks.backup import BackupError, SafeBackup
 from tfdist.callbacks.broadcast import BroadcastInitialState
 from tfdist.callbacks.chief_only import ChiefOnly
 from tfdist.callbacks.epoch_clock import EpochClock
-from tfdist.callbacks.horovod_metrics import WorkerMetrics
+from tfdist.callbacks.worker_metrics import WorkerMetrics
 from tfdist.callbacks.learning_rate import LearningRateScale, LearningRateWarmup, warmup_learning_rate
 from tfdist.callbacks.metric_average import MetricAverage
 from tfdist.callbacks.progress import progress_lines

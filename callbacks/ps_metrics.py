@@ -4,7 +4,7 @@
     # strategy.metrics(64): Throughput, ParameterServerMetrics(64), the progress line
 
 ``ParameterServerMetrics`` is the parameter-server counterpart of ``WorkerMetrics``
-(``tfdist.callbacks.horovod_metrics``): the coordinator's time per step against the compute of one
+(``tfdist.callbacks.worker_metrics``): the coordinator's time per step against the compute of one
 step timed locally on the chief (``coordinator_step_ms``, ``local_compute_ms``,
 ``non_compute_share``), and per worker the steps it ran and their time. tf-keras' ``fit`` hands
 each step to whichever worker is free (``ClusterCoordinator.schedule``); the coordinator runs every

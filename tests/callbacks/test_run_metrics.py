@@ -12,7 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tfdist.callbacks import ParameterServerMetrics, TensorBoardRun, Throughput, WorkerMetrics  # noqa: E402
 from tfdist.callbacks.tensorboard import parse_targets  # noqa: E402
-from tfdist.callbacks.horovod_metrics import worker_logs  # noqa: E402
+from tfdist.callbacks.worker_metrics import worker_logs  # noqa: E402
 from tfdist.callbacks.ps_metrics import _in_thread, parameter_server_logs  # noqa: E402
 from tfdist.errors import TfdistError  # noqa: E402
 
@@ -146,6 +146,13 @@ def test_worker_logs_show_the_straggler_in_the_spread():
     assert set(logs) == {f"worker/{r}/{k}" for r in (0, 1) for k in
                          ("step_time_ms", "examples_per_second", "comm_time_ms", "compute_time_ms")} | {
         "worker_step_time_spread"}
+
+
+def test_the_modules_old_name_still_imports_worker_metrics():
+    """callbacks/horovod_metrics.py became worker_metrics.py (it serves MultiWorkerMirrored too)."""
+    from tfdist.callbacks import horovod_metrics
+
+    assert (horovod_metrics.WorkerMetrics, horovod_metrics.worker_logs) == (WorkerMetrics, worker_logs)
 
 
 def test_worker_metrics_refuses_to_run_outside_horovod():
