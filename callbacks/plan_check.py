@@ -10,7 +10,8 @@ reads) whenever the strategy was built from a plan (``TFDIST_PLAN``). On the chi
   epochs after the first (all of them when there was only one), and writes the same figures as JSON
   to ``TFDIST_PLAN_RESULT`` when the launcher set it (``tfdist launch --backend auto`` prints them),
   with each epoch's per-worker figures where the epoch logs have them (``worker_epochs``: Horovod's
-  ``WorkerMetrics`` compute and communication time and examples/s per rank) and the model's parameter
+  ``WorkerMetrics`` compute and communication time and examples/s per rank, and where measured the
+  bytes its host's links carried a step and its peak memory) and the model's parameter
   count (``params``), from which the launcher re-fits the cost model (:mod:`tfdist.adapt`).
 
 The TensorBoard record of the same comparison (``advice/`` scalars) is ``TensorBoardRun``'s.
@@ -167,8 +168,22 @@ def _horovod_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
             return []
         if not all(math.isfinite(value) and value >= 0 for value in values.values()):
             return []
-        workers.append(values)
+        workers.append({**values, **_measured_traffic_and_memory(logs, rank)})
     return workers
+
+
+def _measured_traffic_and_memory(logs: dict[str, Any], rank: int) -> dict[str, float]:
+    """The rank's ``link_bytes_per_step`` and ``memory_bytes`` where ``WorkerMetrics`` measured them."""
+    found = {}
+    for name, key, scale in (("link_bytes_per_step", "link_bytes_per_step", 1.0),
+                             ("memory_bytes", "peak_memory_mb", 1e6)):
+        try:
+            value = float(logs[f"worker/{rank}/{key}"]) * scale
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0 and (value > 0 or name == "link_bytes_per_step"):
+            found[name] = value
+    return found
 
 
 def _plain(record: dict[str, float]) -> dict[str, float]:

@@ -17,6 +17,8 @@ the chief's TensorBoard writes (``<rank>`` for every rank, 0 first):
 | ``worker/<rank>/compute_time_ms``     | ``step_time_ms - comm_time_ms``: the rank's own work per step  |
 | ``worker_step_time_spread``           | slowest / fastest ``compute_time_ms`` (1.0 even, > 1 a straggler) |
 | ``comm_time_ms``, ``comm_share``      | this rank's ``comm_time_ms``, and it over its ``step_time_ms`` |
+| ``worker/<rank>/link_bytes_per_step`` | the bytes its host's links carried per training step (sent and received, loopback left out: ``/proc/net/dev``; NaN elsewhere) |
+| ``worker/<rank>/peak_memory_mb``      | the rank's peak resident memory so far, MB (10^6 bytes; NaN off Linux) |
 
 Synchronous training makes every rank wait for the slowest in each step's allreduce, so the wall
 step times are the same on every rank by construction; the straggler is the rank that waits
@@ -30,7 +32,7 @@ ops per variable). The optimizer (tf-keras: ``minimize``, in a custom loop ``app
 ``apply``, which tfdist makes allreduce first) is wrapped at the start of training and restored at its end; a train step traced
 by an earlier ``fit``, or a custom ``train_step`` that calls neither, has no marks, and then the
 comm figures are NaN. Cost per step: two timestamps, an identity per gradient, a read per variable
-and two variable updates; per epoch: one allgather of 3 numbers per rank.
+and two variable updates; per epoch: one allgather of 5 numbers per rank.
 
 Under MultiWorkerMirrored, ``strategy.metrics`` of that strategy passes ``gather``, its own all-gather,
 in place of Horovod's. The counters are variables synchronised on read (each replica adds to its own
@@ -55,7 +57,7 @@ from typing import Any, Callable
 import tensorflow as tf
 import tf_keras  # tfdist's callbacks are tf-keras callbacks that Keras 3's fit takes too
 
-from tfdist import keras_compat, upstream
+from tfdist import keras_compat, system_metrics, upstream
 from tfdist.callbacks import _runtime
 from tfdist.callbacks.epoch_clock import EpochClock
 from tfdist.errors import ArgumentValueError, with_fix
@@ -63,14 +65,19 @@ from tfdist.errors import ArgumentValueError, with_fix
 
 def worker_logs(gathered: list[list[float]]) -> dict[str, float]:
     """The per-worker keys and the spread from one row ``[step_time_ms, comm_time_ms,
-    examples_per_second]`` per rank, rank 0 first."""
+    examples_per_second, link_bytes_per_step, peak_memory_bytes]`` per rank, rank 0 first (the last
+    two, NaN where unmeasured, may be left out)."""
     logs: dict[str, float] = {}
     compute = []
-    for rank, (step_ms, comm_ms, rate) in enumerate(gathered):
+    for rank, row in enumerate(gathered):
+        step_ms, comm_ms, rate = row[:3]
         logs[f"worker/{rank}/step_time_ms"] = step_ms
         logs[f"worker/{rank}/examples_per_second"] = rate
         logs[f"worker/{rank}/comm_time_ms"] = comm_ms
         logs[f"worker/{rank}/compute_time_ms"] = own = step_ms - comm_ms
+        if len(row) >= 5:
+            logs[f"worker/{rank}/link_bytes_per_step"] = row[3]
+            logs[f"worker/{rank}/peak_memory_mb"] = row[4] / 1e6
         compute.append(own)
     fastest = min(compute) if compute else math.nan
     logs["worker_step_time_spread"] = max(compute) / fastest if fastest > 0 else math.nan
@@ -136,7 +143,9 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         self._restore: Callable[[], None] | None = None
         self.clock = clock if clock is not None else EpochClock()
         self.logged_keys: frozenset[str] = frozenset()  # what the last on_epoch_end added to the logs
-        self.gathered: list[list[list[float]]] = []  # per epoch: one [step, comm, rate] row per rank
+        self.gathered: list[list[list[float]]] = []  # per epoch: one row per rank (see worker_logs)
+        self._link_start: int | None = None  # the host's link counters at the epoch's start
+        self._link_trained: int | None = None  # ... and as its training steps ended (validation after)
 
     # --- instrumentation ----------------------------------------------------------------------
     def _add(self, start: tf.Tensor, after: list) -> None:
@@ -204,6 +213,13 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
         variable synchronised on read, under tf.distribute), summed here without a collective."""
         return float(sum(part.numpy() for part in self._replicas.experimental_local_results(variable)))
 
+    def _link_per_step(self, steps: int) -> float:
+        """The bytes this host's links carried per training step of the epoch (NaN where unread)."""
+        end = self._link_trained if self._link_trained is not None else system_metrics.link_bytes()
+        if self._link_start is None or end is None or end < self._link_start:
+            return math.nan
+        return (end - self._link_start) / steps
+
     # --- hooks ----------------------------------------------------------------------------------
     def on_train_begin(self, logs=None) -> None:
         if self._gather is None and _runtime.horovod() is None:
@@ -243,6 +259,7 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self.clock.epoch_begin()
+        self._link_start, self._link_trained = system_metrics.link_bytes(), None
         if self._seconds is not None:
             for variable in (self._seconds, self._count):
                 for part in self._replicas.experimental_local_results(variable):
@@ -250,6 +267,8 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
 
     def on_test_begin(self, logs=None) -> None:
         self.clock.test_begin()  # validation is not a training step
+        if self._link_trained is None:
+            self._link_trained = system_metrics.link_bytes()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         elapsed = self.clock.epoch_end()
@@ -258,7 +277,8 @@ class WorkerMetrics(tf_keras.callbacks.Callback):
             return
         timed = int(self._here(self._count)) if self._count is not None else 0
         comm_ms = 1000.0 * self._here(self._seconds) / timed if timed else math.nan
-        mine = [1000.0 * elapsed / steps, comm_ms, steps * self.batch_size / elapsed]
+        mine = [1000.0 * elapsed / steps, comm_ms, steps * self.batch_size / elapsed,
+                self._link_per_step(steps), float(system_metrics.peak_memory_bytes() or math.nan)]
         rows = self._rows(mine)
         if rows is None:
             return

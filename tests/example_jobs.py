@@ -212,9 +212,9 @@ SHARED_CASES = sorted((case for case in _RUNS if case.launcher in SHARED_LAUNCHE
 
 
 
-# the runs tests/report/test_real_runs.py reads: what `make demo` trains (scripts/demo.sh: horovodrun with
-# --export, then `tfdist launch --workers 2 --ps 1` with no --strategy) and one plain process, each for 2
+# the runs tests/report/test_real_runs.py reads: the backends `make demo` trains (scripts/demo.sh: horovodrun,
+# then `tfdist launch --workers 2 --ps 1`, neither with --strategy: auto) and one plain process, each for 2
 # epochs (so "epochs 2.." exists); the other classifier cases train 1
 REPORTED = {"single": Case("classifier", "single", "python"),
-            "horovod": Case("classifier", "horovod", "horovodrun"),
+            "horovod": Case("classifier", "auto", "horovodrun"),
             "parameter_server": Case("classifier", "auto", "ps")}

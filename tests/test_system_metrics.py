@@ -41,6 +41,21 @@ def test_proc_files_parse_to_busy_and_total_jiffies_pages_and_interface_bytes():
     assert sm.parse_net_dev(NET_DEV.split("\n", 2)[0]) is None
 
 
+def test_the_hosts_link_bytes_leave_loopback_out_and_the_peak_memory_is_this_process(tmp_path):
+    """What crossed the host's links (WorkerMetrics' bytes per step): loopback traffic between two
+    ranks on one host never reaches a link."""
+    sent, received = sm.parse_net_dev(NET_DEV)
+    lo_sent, lo_received = sm.parse_net_dev("\n".join(line for line in NET_DEV.splitlines()
+                                                       if line.strip().startswith(("Inter", "face", "lo:"))))
+    assert sm.parse_net_dev(NET_DEV, loopback=False) == (sent - lo_sent, received - lo_received)
+    assert lo_sent > 0  # the fake tree has loopback traffic to leave out
+    assert sm.link_bytes(str(_fake_proc(tmp_path))) == sent - lo_sent + received - lo_received
+    assert sm.link_bytes(str(tmp_path / "nowhere")) is None
+    import resource
+
+    assert sm.peak_memory_bytes() == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > 10e6
+
+
 def test_proc_reader_reads_a_fake_tree(tmp_path):
     reader = sm.ProcReader(str(_fake_proc(tmp_path)), gpus=lambda: ((50.0, 1024.0),), clock=lambda: 7.0)
     reading = reader()

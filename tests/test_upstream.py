@@ -156,6 +156,8 @@ def test_an_optimizer_and_the_one_its_loss_scale_optimizer_wraps_and_failing_clo
                  allreduce.averages_over_ranks, allreduce.powersgd_state):
         with pytest.raises(upstream.UpstreamChangedError, match="inner_optimizer"):
             call(moved)
+    # every MultiWorkerMirrored fit asks this: it reads a wrapped optimizer only of a Keras 3 one
+    assert collective_powersgd.refuse_compiled_keras3_loss_scale(moved) is None
 
 
 def test_no_private_attribute_is_read_outside_the_door():

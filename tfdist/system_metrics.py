@@ -32,6 +32,7 @@ import numbers
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -96,8 +97,9 @@ def parse_rss_bytes(statm: str, page_size: int) -> int | None:
     return int(fields[1]) * page_size if len(fields) > 1 else None
 
 
-def parse_net_dev(dev: str) -> tuple[int, int] | None:
-    """``(sent, received)`` bytes summed over every interface of ``/proc/net/dev``."""
+def parse_net_dev(dev: str, loopback: bool = True) -> tuple[int, int] | None:
+    """``(sent, received)`` bytes summed over every interface of ``/proc/net/dev`` (without ``lo``
+    unless ``loopback``)."""
     sent = received = 0
     found = False
     for line in dev.splitlines():
@@ -105,10 +107,32 @@ def parse_net_dev(dev: str) -> tuple[int, int] | None:
         fields = counters.split()
         if not colon or len(fields) < 9 or not fields[0].isdigit():
             continue  # the two header lines
+        if not loopback and name.strip() == "lo":
+            continue
         received += int(fields[0])
         sent += int(fields[8])
         found = True
     return (sent, received) if found else None
+
+
+def link_bytes(proc: str = PROC) -> int | None:
+    """The bytes this host's network interfaces (of its network namespace) sent and received, loopback
+    left out: what crossed its links; None where ``/proc/net/dev`` cannot be read."""
+    try:
+        with open(os.path.join(proc, "net", "dev")) as handle:
+            found = parse_net_dev(handle.read(), loopback=False)
+    except OSError:
+        return None
+    return None if found is None else sum(found)
+
+
+def peak_memory_bytes() -> int | None:
+    """This process's peak resident memory (``getrusage``'s ``ru_maxrss``, KiB on Linux); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def parse_nvidia_smi(csv: str) -> tuple[tuple[float, float], ...]:

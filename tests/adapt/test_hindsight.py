@@ -200,5 +200,8 @@ def test_a_compressed_rings_short_wait_does_not_make_the_links_faster_than_they_
     found = refitted(PROBED_50MBIT, PROBE_WORKLOAD, "multi_worker_mirrored_powersgd", POWERSGD_RECORD)
     plain = found.predictions["multi_worker_mirrored"].examples_per_second
     assert 0.5 * 511 < plain < 1.5 * 511, plain
+    # PowerSGD's own short exchange the model now prices at the links' sustained rate, not their burst: the
+    # plan that ran is re-predicted below what it measured (2,445 for 3,475), never above; the decisions and
+    # the end-of-run line take it at what it measured (tfdist.adapt.hindsight.as_measured)
     ran = found.predictions["multi_worker_mirrored_powersgd"].examples_per_second
-    assert 0.7 < ran / 3_475 < 1.4, ran  # the plan that ran stays what it measured (the lab test's bound)
+    assert 0.6 < ran / 3_475 < 1.0, ran

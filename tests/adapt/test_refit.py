@@ -220,6 +220,15 @@ def test_a_measurement_round_trips_through_its_report():
                                                  *epoch.workers[1:]))
     assert [sorted(w) for w in beside.as_dict()["workers"]] == [sorted([*GOOD, "rest_compute_ms"]), sorted(GOOD)]
     assert EpochMeasurement.from_dict(beside.as_dict()) == beside
+    counted = dataclasses.replace(epoch, workers=tuple(dataclasses.replace(w, link_bytes_per_step=5.6e6,
+                                                                           memory_bytes=8.1e8) for w in epoch.workers))
+    assert EpochMeasurement.from_dict(counted.as_dict()) == counted
+    for field, bad in (("link_bytes_per_step", -1.0), ("memory_bytes", 0.0), ("memory_bytes", "1 GB")):
+        report = counted.as_dict()
+        report["workers"][1][field] = bad
+        with pytest.raises(AdaptError) as info:
+            EpochMeasurement.from_dict(report)
+        assert info.value.field == f"workers[1].{field}"
 
 
 GOOD = {"compute_ms": 10.0, "communication_ms": 2.0, "examples_per_second": 100.0, "bytes_per_step": 1e6}
@@ -299,6 +308,16 @@ def test_any_measured_cluster_is_found_again(slow, rates, variant):
         assert cluster.bandwidths == pytest.approx((slowest,) * workers, rel=1e-6)
     else:
         assert len(set(cluster.bandwidths)) == 1 and GBIT * (1 - 1e-6) <= cluster.bandwidths[0] <= slowest * (1 + 1e-6)
+
+
+def test_a_ring_caps_each_hosts_link_at_its_own_launch_rate():
+    """Links launched at 10 and 100 MB/s, a compute-bound ring on links of 200 MB/s: each host keeps the
+    rate its own probe found (the ring's one rate, capped per host), not the slower host's."""
+    launched = Cluster(workers=2, ps=1, bandwidths=(10e6, 100e6))
+    truth = dataclasses.replace(launched, bandwidths=(200e6, 200e6))
+    compute_bound = dataclasses.replace(SMALL, params=2_000, step_ms=50.0)
+    cluster, _ = refit(launched, compute_bound, [measure(truth, compute_bound, "horovod")])
+    assert cluster.bandwidths == pytest.approx((10e6, 100e6)), cluster.bandwidths
 
 
 @pytest.mark.parametrize("variant", ["horovod", "multi_worker_mirrored"])

@@ -42,6 +42,18 @@ def test_the_record_carries_each_epochs_per_worker_figures(tmp_path):
                                  {"compute_ms": 40.0, "communication_ms": 1.0, "examples_per_second": 500.0}]}]
 
 
+def test_the_record_carries_each_ranks_link_bytes_and_peak_memory_where_measured():
+    """WorkerMetrics' bytes per step over the host's links and peak memory go into the record beside
+    the timings; a NaN one (unmeasured) is left out, and never holds back the timings."""
+    measured = logs(10.0, (10.0, 1.0, 5.0), (11.0, 1.0, 5.0)) | {
+        "worker/0/link_bytes_per_step": 5.6e6, "worker/0/peak_memory_mb": 812.5,
+        "worker/1/link_bytes_per_step": math.nan, "worker/1/peak_memory_mb": 790.0}
+    assert worker_figures(measured) == [
+        {"compute_ms": 10.0, "communication_ms": 1.0, "examples_per_second": 5.0, "link_bytes_per_step": 5.6e6,
+         "memory_bytes": 812.5e6},
+        {"compute_ms": 11.0, "communication_ms": 1.0, "examples_per_second": 5.0, "memory_bytes": 790.0e6}]
+
+
 def test_an_epoch_without_per_worker_figures_or_with_a_nan_one_adds_none():
     assert worker_figures({"examples_per_second": 10.0}) == []  # no per-worker keys
     assert worker_figures(logs(10.0, (10.0, math.nan, 5.0))) == []  # a train step without the allreduce marks

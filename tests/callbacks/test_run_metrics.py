@@ -146,6 +146,9 @@ def test_worker_logs_show_the_straggler_in_the_spread():
     assert set(logs) == {f"worker/{r}/{k}" for r in (0, 1) for k in
                          ("step_time_ms", "examples_per_second", "comm_time_ms", "compute_time_ms")} | {
         "worker_step_time_spread"}
+    measured = worker_logs([[20.0, 9.0, 800.0, 5.6e6, 8.1e8], [20.0, 1.0, 800.0, math.nan, 7.9e8]])
+    assert (measured["worker/0/link_bytes_per_step"], measured["worker/0/peak_memory_mb"]) == (5.6e6, 810.0)
+    assert math.isnan(measured["worker/1/link_bytes_per_step"]) and measured["worker/1/peak_memory_mb"] == 790.0
 
 
 def test_the_modules_old_name_still_imports_worker_metrics():

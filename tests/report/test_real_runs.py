@@ -4,7 +4,8 @@ beside the HParams, and no empty panel, on pages checked in headless Chromium.
 
 The runs are three cases of the examples' shared jobs (tests/example_jobs.py, ``REPORTED``: 2 epochs,
 so "epochs 2.." exists): the single backend in one process, Horovod under ``horovodrun -np 2`` and
-parameter servers under ``tfdist launch --workers 2 --ps 1``, as scripts/demo.sh runs them. This file
+parameter servers under ``tfdist launch --workers 2 --ps 1``, both with ``auto`` as scripts/demo.sh runs
+them (each in its launcher's shared job, beside the other cases of that job). This file
 and tests/examples/test_examples.py are one unit of work, so each job trains once for both; the tests
 copy the run folders they need into a logdir.
 """

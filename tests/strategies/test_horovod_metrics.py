@@ -67,10 +67,13 @@ def test_every_rank_logs_the_same_gathered_rows_in_rank_order(job):
     assert rank0["gathered"] == rank1["gathered"] and len(rank0["gathered"]) == 2
     for rank, own in enumerate((rank0, rank1)):
         for epoch, rows in enumerate(own["gathered"]):
-            step_ms, comm_ms, rate = rows[rank]
+            step_ms, comm_ms, rate, link_bytes, memory = rows[rank]
             assert step_ms == pytest.approx(own["history"][f"worker/{rank}/step_time_ms"][epoch])
             assert comm_ms == pytest.approx(own["history"]["comm_time_ms"][epoch])  # its own view
             assert rate == pytest.approx(16 * 1000 / step_ms)
+            # both ranks on one host talk over loopback, which no link carries; a TensorFlow process's peak
+            assert link_bytes >= 0 and 100e6 < memory == pytest.approx(
+                own["history"][f"worker/{rank}/peak_memory_mb"][epoch] * 1e6)
 
 
 def test_the_sleeping_rank_is_the_straggler(job):

@@ -42,6 +42,8 @@ def test_two_workers_train_in_sync(tmp_path):
         waits = [figures[f"worker/{rank}/comm_time_ms"][epoch] for rank in (0, 1)]
         assert slow > fast > 0 and waits[0] > waits[1] > 0, (epoch, figures)
         assert figures["worker_step_time_spread"][epoch] > 1.2, figures
+        # each worker's own peak memory (a TensorFlow process), gathered beside its timings
+        assert all(figures[f"worker/{rank}/peak_memory_mb"][epoch] > 100 for rank in (0, 1)), figures
 
 
 def test_workers_given_different_arrays_fail_at_once_naming_the_difference(tmp_path):

@@ -33,6 +33,9 @@ _WORKER_FIELDS = {
 _OPTIONAL_FIELDS = {
     "rest_compute_ms": (True, "report the compute of a step timed on the worker's host at rest in "
                               "milliseconds, e.g. 2.4, or leave it out"),
+    "link_bytes_per_step": (False, "report the bytes the worker's host links carried per step as its "
+                                   "network counters saw them, e.g. 5.6e6, or leave it out"),
+    "memory_bytes": (True, "report the worker's peak resident memory in bytes, e.g. 1.2e9, or leave it out"),
 }
 
 
@@ -78,6 +81,10 @@ class WorkerEpoch:
     there at the epoch's end, the coordinator idle (``ParameterServerMetrics``); None elsewhere. Its
     ``compute_ms`` holds the coordinator's dispatch beside it, which a ring would not
     (:func:`tfdist.adapt.refit.speeds_at_rest`).
+    link_bytes_per_step: what the worker's host links carried per training step by its network
+    counters (``WorkerMetrics``: Horovod, MultiWorkerMirrored), for the record beside the model's
+    ``bytes_per_step``; None where unmeasured.
+    memory_bytes: the worker's peak resident memory (``WorkerMetrics``); None where unmeasured.
     """
 
     compute_ms: float
@@ -85,6 +92,8 @@ class WorkerEpoch:
     examples_per_second: float
     bytes_per_step: float
     rest_compute_ms: float | None = None
+    link_bytes_per_step: float | None = None
+    memory_bytes: float | None = None
 
     def __post_init__(self) -> None:
         _check_worker(vars(self), "")

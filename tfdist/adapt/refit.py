@@ -327,7 +327,7 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     With ps tasks on the workers' hosts nothing is read (each worker moves its own share). A ring (Horovod, MultiWorkerMirrored) sends and receives at once, half the bytes each way,
     at the pace of its slowest link, and a faster worker's wait includes waiting for the slowest worker:
     the ring's time is the shortest wait, and the one rate it shows is every host's (a ring cannot tell
-    its links apart). MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
+    its links apart), each host's capped as below by its own launch-time rate. MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
     taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
 
     A ring with a straggler (its slowest worker below ``EVEN_SPEED`` of the fastest) says nothing about
@@ -354,7 +354,9 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     sustained rate: a token bucket (or a switch's buffers) lets a transfer under its burst through at
     once. On the lab's 50 Mbit/s links, which the probe timed at 6 MB/s in bulk, MultiWorkerMirrored with
     PowerSGD moved its 78 kB a step in 5 ms; read as the links' rate (300 MB/s), it predicted the plain
-    ring at 3,184 examples/s, which ran 511 there.
+    ring at 3,184 examples/s, which ran 511 there. The price: a short exchange that a link's burst lets
+    through is priced at its sustained rate (that run's PowerSGD re-predicted at 2,445 for the 3,475 it ran;
+    the plan that ran is taken at what it measured).
     """
     unknown: list[float | None] = [None] * cluster.hosts
     if epoch.backend == "parameter_server":

@@ -135,9 +135,10 @@ def refusal_of_keras3_loss_scaling() -> str:
 def refuse_compiled_keras3_loss_scale(optimizer: Any) -> None:
     """Refuse the Keras 3 ``LossScaleOptimizer`` that compile put (mixed_float16) around an optimizer that
     aggregates through PowerSGD (:func:`refusal_of_keras3_loss_scaling`); a tf-keras one needs nothing."""
+    if flavour_of(optimizer) != KERAS_3:
+        return
     inner = upstream.loss_scale_inner(optimizer)
-    if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None \
-            and flavour_of(optimizer) == KERAS_3:
+    if inner is not None and getattr(inner, COLLECTIVE_POWERSGD_MARK, None) is not None:
         raise ArgumentValueError(refusal_of_keras3_loss_scaling())
 
 
