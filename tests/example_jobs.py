@@ -94,7 +94,7 @@ MWMS_TRAINING_CASE = ("classifier", "multi_worker_mirrored", "mwms")
 
 def _classifier_args(strategy: str, launcher: str, where: Path) -> list[str]:
     where.mkdir(parents=True, exist_ok=True)
-    demo = (strategy, launcher) == ("horovod", "horovodrun")  # what `make demo` runs: with --export
+    demo = (strategy, launcher) == ("horovod", "horovodrun")  # the export `make demo` serves
     epochs = "2" if Case("classifier", strategy, launcher) in REPORTED.values() else "1"
     return ["--strategy", strategy, "--epochs", epochs, "--batch-size", "32", "--logdir", str(where / "runs"),
             *(["--export", str(where / "exports" / "classifier" / "1")] if demo else [])]

@@ -49,6 +49,8 @@ def test_the_hosts_link_bytes_leave_loopback_out_and_the_peak_memory_is_this_pro
                                                        if line.strip().startswith(("Inter", "face", "lo:"))))
     assert sm.parse_net_dev(NET_DEV, loopback=False) == (sent - lo_sent, received - lo_received)
     assert lo_sent > 0  # the fake tree has loopback traffic to leave out
+    only_loopback = "\n".join(NET_DEV.splitlines()[:3])  # a namespace with lo alone: nothing over links
+    assert sm.parse_net_dev(only_loopback, loopback=False) == (0, 0)
     assert sm.link_bytes(str(_fake_proc(tmp_path))) == sent - lo_sent + received - lo_received
     assert sm.link_bytes(str(tmp_path / "nowhere")) is None
     import resource

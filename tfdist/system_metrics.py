@@ -99,7 +99,8 @@ def parse_rss_bytes(statm: str, page_size: int) -> int | None:
 
 def parse_net_dev(dev: str, loopback: bool = True) -> tuple[int, int] | None:
     """``(sent, received)`` bytes summed over every interface of ``/proc/net/dev`` (without ``lo``
-    unless ``loopback``)."""
+    unless ``loopback``: a host with loopback alone carried nothing over links, ``(0, 0)``); None when
+    the text lists no interface."""
     sent = received = 0
     found = False
     for line in dev.splitlines():
@@ -107,11 +108,11 @@ def parse_net_dev(dev: str, loopback: bool = True) -> tuple[int, int] | None:
         fields = counters.split()
         if not colon or len(fields) < 9 or not fields[0].isdigit():
             continue  # the two header lines
+        found = True
         if not loopback and name.strip() == "lo":
             continue
         received += int(fields[0])
         sent += int(fields[8])
-        found = True
     return (sent, received) if found else None
 
 

@@ -7,7 +7,8 @@ MultiWorkerMirrored: compute and communication time and examples/s per rank). :f
 re-fits the launch-time cost model on them and on the job's own model (its parameter count, in place
 of the probe's stand-in model's), with :func:`tfdist.adapt.refit`: each worker's speed, the step's
 compute time and, on a ring, the effective link rate (the bytes the model says each rank moves, over
-its measured allreduce wait; the record has no byte counters). Then it predicts every plan again:
+its measured allreduce wait; the record's own byte counters, ``link_bytes_per_step``, are for the
+record: they also count whatever else a host sends). Then it predicts every plan again:
 the line says whether the plan that ran is still the one to choose, and what each other plan was
 predicted to take.
 
@@ -60,8 +61,8 @@ def _whole(value: object) -> bool:
 
 def measured_epochs(record: Mapping[str, Any], variant: str, bytes_per_step: float = 0.0) -> list[EpochMeasurement]:
     """The epochs of a run's record (``worker_epochs``) as :class:`EpochMeasurement`, each worker's
-    link traffic ``bytes_per_step`` (the model's, for the job's parameters: the record has no byte
-    counters; 0 keeps the launch-time link rates), the first epoch left out when there are more
+    link traffic ``bytes_per_step`` (the model's, for the job's parameters, not the hosts' counters the
+    record may carry; 0 keeps the launch-time link rates), the first epoch left out when there are more
     (tracing and start-up inflate it). Raises :class:`AdaptError` naming the field for a malformed entry."""
     raw = record.get("worker_epochs") or []
     if not isinstance(raw, list):

@@ -75,8 +75,9 @@ class WorkerEpoch:
     communication_ms: per step, time spent moving or waiting for variables and gradients: the
     allreduce wait (which includes waiting for a slower worker) or the parameter-server pull and push.
     examples_per_second: the examples this worker trained per second of the epoch.
-    bytes_per_step: bytes this worker's link carried per step, sent plus received (the network
-    counters' difference over the epoch, divided by its steps); 0 when nothing crossed it.
+    bytes_per_step: bytes this worker's link carries per step, sent plus received, as the re-fit takes
+    them (the cost model's for the variant that ran: :func:`tfdist.adapt.hindsight.measured_epochs`);
+    0 when nothing crossed it.
     rest_compute_ms: for a parameter-server worker on the coordinator's host, one step's compute timed
     there at the epoch's end, the coordinator idle (``ParameterServerMetrics``); None elsewhere. Its
     ``compute_ms`` holds the coordinator's dispatch beside it, which a ring would not
