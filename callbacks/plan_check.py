@@ -175,13 +175,13 @@ def _horovod_figures(logs: dict[str, Any]) -> list[dict[str, float]]:
 def _measured_traffic_and_memory(logs: dict[str, Any], rank: int) -> dict[str, float]:
     """The rank's ``link_bytes_per_step`` and ``memory_bytes`` where ``WorkerMetrics`` measured them."""
     found = {}
-    for name, key, scale in (("link_bytes_per_step", "link_bytes_per_step", 1.0),
-                             ("memory_bytes", "peak_memory_mb", 1e6)):
+    for name, key, scale, positive in (("link_bytes_per_step", "link_bytes_per_step", 1.0, False),
+                                       ("memory_bytes", "peak_memory_mb", 1e6, True)):
         try:
             value = float(logs[f"worker/{rank}/{key}"]) * scale
         except (KeyError, TypeError, ValueError):
             continue
-        if math.isfinite(value) and value >= 0 and (value > 0 or name == "link_bytes_per_step"):
+        if math.isfinite(value) and (value > 0 if positive else value >= 0):
             found[name] = value
     return found
 

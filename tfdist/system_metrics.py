@@ -119,12 +119,18 @@ def parse_net_dev(dev: str, loopback: bool = True) -> tuple[int, int] | None:
 def link_bytes(proc: str = PROC) -> int | None:
     """The bytes this host's network interfaces (of its network namespace) sent and received, loopback
     left out: what crossed its links; None where ``/proc/net/dev`` cannot be read."""
+    dev = _read_text(proc, "net", "dev")
+    found = parse_net_dev(dev, loopback=False) if dev else None
+    return None if found is None else sum(found)
+
+
+def _read_text(proc: str, *parts: str) -> str | None:
+    """The text of ``proc/parts...``; None when it cannot be read."""
     try:
-        with open(os.path.join(proc, "net", "dev")) as handle:
-            found = parse_net_dev(handle.read(), loopback=False)
+        with open(os.path.join(proc, *parts)) as handle:
+            return handle.read()
     except OSError:
         return None
-    return None if found is None else sum(found)
 
 
 def peak_memory_bytes() -> int | None:
@@ -207,16 +213,9 @@ class ProcReader:
         self.gpus = gpus if gpus is not None else GpuReader().read
         self.clock = clock
 
-    def _text(self, *parts: str) -> str | None:
-        try:
-            with open(os.path.join(self.proc, *parts)) as handle:
-                return handle.read()
-        except OSError:
-            return None
-
     def __call__(self) -> Reading:
         times = os.times()
-        stat, statm, dev = self._text("stat"), self._text("self", "statm"), self._text("net", "dev")
+        stat, statm, dev = (_read_text(self.proc, *parts) for parts in (("stat",), ("self", "statm"), ("net", "dev")))
         return Reading(time=self.clock(), process_cpu_s=times.user + times.system,
                        host_cpu=parse_host_cpu(stat) if stat else None,
                        rss_bytes=parse_rss_bytes(statm, self.page_size) if statm else None,

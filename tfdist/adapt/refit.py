@@ -327,8 +327,9 @@ def _link_rates(cluster: Cluster, workload: Workload, epoch: EpochMeasurement) -
     With ps tasks on the workers' hosts nothing is read (each worker moves its own share). A ring (Horovod, MultiWorkerMirrored) sends and receives at once, half the bytes each way,
     at the pace of its slowest link, and a faster worker's wait includes waiting for the slowest worker:
     the ring's time is the shortest wait, and the one rate it shows is every host's (a ring cannot tell
-    its links apart), each host's capped as below by its own launch-time rate. MultiWorkerMirrored reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is
-    taken off. Hierarchical allreduce is skipped: one time cannot separate its two phases' rates.
+    its links apart), each host's capped as below by its own launch-time rate. MultiWorkerMirrored
+    reaches MWMS_BANDWIDTH_FACTOR of a link, so that share is taken off. Hierarchical allreduce is
+    skipped: one time cannot separate its two phases' rates.
 
     A ring with a straggler (its slowest worker below ``EVEN_SPEED`` of the fastest) says nothing about
     the links; they keep the rate of the even epochs the re-fit reads, else the launch-time one (what
